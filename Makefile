@@ -1,0 +1,64 @@
+# agentos — `make run` runs the product, `make test` runs the tests. Both install what they need.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+VENV := .venv
+BIN := $(VENV)/bin
+# Python 3.12 exactly: Django 6 needs >= 3.12 and pgserver ships wheels only up to 3.12.
+# PYTHON=/path/to/python3.12 overrides the search below.
+PYTHON ?= $(shell scripts/find-python312)
+
+.PHONY: help run test lint fmt typecheck check chaos bench lock clean-data
+
+help: ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	@if [ -z "$(PYTHON)" ]; then \
+	  echo "error: Python 3.12 not found. Install it (e.g. 'pyenv install 3.12' or your OS package" >&2; \
+	  echo "       python3.12 + python3.12-venv), or point to it: make PYTHON=/path/to/python3.12" >&2; \
+	  exit 1; fi
+	"$(PYTHON)" -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: requirements.lock | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements.lock
+	@rm -f $(VENV)/.installed-dev
+	@touch $@
+
+$(VENV)/.installed-dev: requirements.lock requirements-dev.lock | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements-dev.lock
+	@touch $(VENV)/.installed-run $@
+
+run: $(VENV)/.installed-run ## Run agentos on the embedded database (http://127.0.0.1:8000)
+	$(BIN)/python manage.py serve
+
+test: $(VENV)/.installed-dev ## Run the whole test suite (browser tests need Chromium: see .ci/run)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev ## Check formatting and lint with ruff
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+fmt: $(VENV)/.installed-dev ## Format and auto-fix with ruff
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(VENV)/.installed-dev ## mypy --strict with django-stubs
+	$(BIN)/mypy
+
+check: lint typecheck test ## Everything CI runs
+
+chaos: $(VENV)/.installed-dev ## Chaos tests of the kernel (arrive with the kernel issue)
+	$(BIN)/python -m pytest -m chaos
+
+bench: $(VENV)/.installed-dev ## Benchmarks (arrive with the kernel issue)
+	@echo "No benchmark yet: the journal benchmark arrives with the kernel issue."
+
+lock: | $(BIN)/python ## Re-pin every dependency from pyproject.toml
+	$(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --strip-extras --output-file=requirements.lock pyproject.toml
+	$(BIN)/pip-compile --quiet --strip-extras --extra=dev --output-file=requirements-dev.lock pyproject.toml
+
+clean-data: ## Delete the local data folder (database, keys): asks first
+	@read -p "Delete ./.data (database and secret key)? [y/N] " ok && [ "$$ok" = y ] && rm -rf .data

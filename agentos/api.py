@@ -1,0 +1,239 @@
+"""The REST API at /api/v1: one NinjaAPI, owner authentication, and every error mapped here.
+
+Error bodies always have the shape `{"error": {"code": ..., "message": ..., "details": ...}}`.
+Apps add their routers in `agentos.urls`-free fashion: `api.add_router("/missions/", router)`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.translation import gettext as _
+from ninja import NinjaAPI, Router, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import APIKeyCookie, HttpBearer
+
+from agentos import audit, health, tokens
+from agentos.errors import DomainError
+from agentos.models import ApiToken, AuditEvent
+
+
+class OwnerSession(APIKeyCookie):
+    """The console's session: signed in with password and second factor, CSRF-checked."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> AbstractBaseUser | None:
+        user = request.user
+        # is_verified() comes from django-otp: the session passed the second factor.
+        if user.is_authenticated and user.is_active and user.is_verified():  # type: ignore[union-attr]
+            return user  # type: ignore[return-value]
+        return None
+
+
+class OwnerToken(HttpBearer):
+    """`Authorization: Bearer aos_…`, a personal API token."""
+
+    def __call__(self, request: HttpRequest) -> AbstractBaseUser | None:
+        # Re-implemented so a malformed header is never logged (HttpBearer logs it in DEBUG).
+        scheme, _sep, secret = request.headers.get("Authorization", "").partition(" ")
+        if not secret or scheme.lower() != "bearer":
+            return None
+        return self.authenticate(request, secret)
+
+    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser:
+        found = tokens.authenticate_token(token, address=audit.client_address(request))
+        request.api_token = found  # type: ignore[attr-defined]
+        return found.owner
+
+
+api = NinjaAPI(
+    title="agentos",
+    version="1",
+    description="Missions, runs, approvals and settings of a single-owner agentic OS.",
+    urls_namespace="api-v1",
+    # A bad bearer token raises and is answered at once; otherwise the session is tried.
+    auth=[OwnerToken(), OwnerSession()],
+)
+
+
+def error_response(
+    request: HttpRequest, *, status: int, code: str, message: str, details: Any = None
+) -> HttpResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    return api.create_response(request, {"error": body}, status=status)
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    429: "too_many_requests",
+}
+
+
+@api.exception_handler(DomainError)
+def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    return error_response(
+        request, status=exc.status, code=exc.code, message=exc.message, details=exc.details
+    )
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    audit.record_request(AuditEvent.Kind.API_UNAUTHENTICATED, request, method=request.method)
+    return error_response(
+        request,
+        status=401,
+        code="unauthenticated",
+        message=_(
+            "Sign in with your password and second factor, or send "
+            "'Authorization: Bearer <API token>'."
+        ),
+    )
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    code = _HTTP_CODES.get(exc.status_code, "error")
+    message = str(exc)
+    if message.startswith("Cannot parse request body"):
+        code, message = "malformed_json", _("The request body is not valid JSON.")
+        audit.record_request(AuditEvent.Kind.API_BAD_INPUT, request, reason=code)
+    elif message == "CSRF check Failed":
+        code, message = "csrf_failed", _("CSRF check failed: send the X-CSRFToken header.")
+    return error_response(request, status=exc.status_code, code=code, message=message)
+
+
+@api.exception_handler(ValidationError)
+def _invalid_input(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    audit.record_request(AuditEvent.Kind.API_BAD_INPUT, request, reason="invalid_input")
+    return error_response(
+        request,
+        status=422,
+        code="invalid_input",
+        message=_("The request does not match the schema; see details."),
+        details=exc.errors,
+    )
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(request, status=404, code="not_found", message=_("Not found."))
+
+
+# --- Health ------------------------------------------------------------------------------------
+
+
+class ComponentOut(Schema):
+    state: Literal["up", "down", "stale", "unknown", "applied", "pending"]
+    detail: str
+    since: datetime | None
+
+
+class HealthOut(Schema):
+    status: Literal["ok", "degraded"]
+    checked_at: datetime
+    database: ComponentOut
+    migrations: ComponentOut
+    workers: ComponentOut
+
+
+@api.get(
+    "/health",
+    auth=None,
+    response={200: HealthOut, 503: HealthOut},
+    summary="Database, migrations and worker pool state (no authentication)",
+    tags=["system"],
+)
+def get_health(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+    report = health.check()
+    body = {
+        "status": "ok" if report.ok else "degraded",
+        "checked_at": report.checked_at,
+        "database": report.database,
+        "migrations": report.migrations,
+        "workers": report.workers,
+    }
+    return (200 if report.ok else 503), body
+
+
+# --- Owner and tokens ---------------------------------------------------------------------------
+
+account = Router(tags=["account"])
+
+
+class MeOut(Schema):
+    username: str
+    via: Literal["session", "token"]
+    token_name: str | None = None
+
+
+class TokenIn(Schema):
+    name: str
+
+
+class TokenOut(Schema):
+    id: int
+    name: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class NewTokenOut(TokenOut):
+    token: str
+
+
+@account.get("/me", response=MeOut, summary="Who is calling")
+def get_me(request: HttpRequest) -> dict[str, Any]:
+    token: ApiToken | None = getattr(request, "api_token", None)
+    return {
+        "username": request.auth.get_username(),  # type: ignore[attr-defined]
+        "via": "token" if token else "session",
+        "token_name": token.name if token else None,
+    }
+
+
+# Tokens are managed from a verified console session only: a leaked token must not mint others.
+@account.get("/tokens", response=list[TokenOut], auth=OwnerSession(), summary="List API tokens")
+def list_tokens(request: HttpRequest) -> list[ApiToken]:
+    return list(ApiToken.objects.filter(owner=request.auth))  # type: ignore[misc]
+
+
+@account.post(
+    "/tokens",
+    response={201: NewTokenOut},
+    auth=OwnerSession(),
+    summary="Create an API token (its secret is returned once)",
+)
+def create_token(request: HttpRequest, payload: TokenIn) -> tuple[int, dict[str, Any]]:
+    new = tokens.create_token(
+        owner=request.auth,  # type: ignore[arg-type]
+        name=payload.name,
+        address=audit.client_address(request),
+    )
+    return 201, {**TokenOut.model_validate(new.token).model_dump(), "token": new.secret}
+
+
+@account.post(
+    "/tokens/{token_id}/revoke", response=TokenOut, auth=OwnerSession(), summary="Revoke a token"
+)
+def revoke_token(request: HttpRequest, token_id: int) -> ApiToken:
+    return tokens.revoke_token(
+        owner=request.auth,  # type: ignore[arg-type]
+        token_id=token_id,
+        address=audit.client_address(request),
+    )
+
+
+api.add_router("/", account)

@@ -1,0 +1,86 @@
+"""System checks for misconfiguration, with stable ids (agentos.E0xx errors, agentos.W0xx warnings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+from django.db.utils import DatabaseError
+
+MIN_POSTGRES = 160000
+
+
+@register(Tags.security)
+def check_https(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    if settings.HTTPS and not settings.SESSION_COOKIE_NAME.startswith("__Host-"):
+        messages.append(
+            Error("AGENTOS_HTTPS is on but the session cookie lacks the __Host- prefix.",
+                  id="agentos.E001")
+        )
+    for origin in settings.CSRF_TRUSTED_ORIGINS:
+        if not origin.startswith(("https://", "http://")):
+            messages.append(
+                Error(
+                    f"AGENTOS_TRUSTED_ORIGINS entry {origin!r} needs a scheme (https://host).",
+                    id="agentos.E002",
+                )
+            )
+    if settings.DEBUG:
+        messages.append(
+            Warning("AGENTOS_DEBUG is on: error pages show internals.", id="agentos.W001")
+        )
+    return messages
+
+
+@register()
+def check_settings(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    if not settings.ALLOWED_HOSTS:
+        messages.append(
+            Error("AGENTOS_ALLOWED_HOSTS is empty: every request would be refused.",
+                  id="agentos.E003")
+        )
+    if not isinstance(settings.HUEY.get("immediate"), bool):
+        messages.append(
+            Error("HUEY['immediate'] must be set explicitly to True or False.", id="agentos.E004")
+        )
+    if "default" not in settings.CHANNEL_LAYERS:
+        messages.append(Error("CHANNEL_LAYERS has no default layer.", id="agentos.E005"))
+    elif "TIME_ZONE" not in settings.CHANNEL_LAYERS["default"].get("CONFIG", {"TIME_ZONE": 0}):
+        # Without it channels-postgres fails to build and channels silently returns no layer.
+        messages.append(
+            Error("The channels-postgres layer CONFIG needs a TIME_ZONE key.", id="agentos.E006")
+        )
+    return messages
+
+
+@register(Tags.database)
+def check_database(app_configs: Any, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Runs with `check --database default` and before `migrate`."""
+    if not databases or "default" not in databases:
+        return []
+    try:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SHOW server_version_num")
+            (version,) = cursor.fetchone() or (0,)
+            cursor.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+            has_vector = cursor.fetchone() is not None
+    except DatabaseError as error:
+        return [Error(f"Cannot reach the database: {error}", id="agentos.E010")]
+    messages: list[CheckMessage] = []
+    if int(version) < MIN_POSTGRES:
+        messages.append(
+            Error(f"PostgreSQL 16 or newer is required (server is {version}).", id="agentos.E011")
+        )
+    if not has_vector:
+        messages.append(
+            Error(
+                "The pgvector extension is not installed on this PostgreSQL server.",
+                hint="Install pgvector, or unset DATABASE_URL to use the embedded server.",
+                id="agentos.E012",
+            )
+        )
+    return messages

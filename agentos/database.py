@@ -1,0 +1,86 @@
+"""Where the database lives: a `DATABASE_URL`, or PostgreSQL embedded through pgserver.
+
+Settings call `database_url()` once per process. The supervisor of `make run` starts the embedded
+server itself and hands its URL to its children through `DATABASE_URL`, so only one process owns
+the server's lifetime and the children never race to start it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+SCHEMES = {"postgres", "postgresql"}
+
+
+def embedded_url(pgdata: Path, *, stop_on_exit: bool) -> str:
+    """Start (or attach to) the embedded server in `pgdata` and return its URL.
+
+    With `stop_on_exit`, pgserver stops the server when the last process that attached to it
+    exits; otherwise the server keeps running for the next command.
+    """
+    # pgserver falls back to a runtime directory for its socket when the data path is too long
+    # for a unix socket; without XDG_RUNTIME_DIR, platformdirs warns and guesses one.
+    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/agentos-runtime-{os.getuid()}")
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, exist_ok=True)
+    import pgserver  # imported here: it is heavy and unused when DATABASE_URL is set
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
+    info = server.get_postmaster_info()
+    # The socket directory is not always the data directory (long paths): read it, never guess.
+    return f"postgresql://postgres@/postgres?host={info.socket_dir}&port={info.port or 5432}"
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """Turn a PostgreSQL URL into a Django `DATABASES` entry.
+
+    Accepts `postgresql://user:password@host:port/name` and the socket form
+    `postgresql://user@/name?host=/socket/dir&port=5432`.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must start with postgresql:// (got {parts.scheme or 'no'} scheme)."
+        )
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    name = unquote(parts.path.lstrip("/"))
+    if not name:
+        raise ImproperlyConfigured("DATABASE_URL names no database (postgresql://…/NAME).")
+    host = query.pop("host", None) or parts.hostname or ""
+    port = query.pop("port", None) or (str(parts.port) if parts.port else "")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": host,
+        "PORT": port,
+        "OPTIONS": query,
+        "CONN_MAX_AGE": 0,
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+def build_url(entry: dict[str, Any]) -> str:
+    """The inverse of `parse_url`, for handing a (test) database to a child process."""
+    from urllib.parse import quote, urlencode
+
+    auth = quote(entry["USER"] or "")
+    if entry.get("PASSWORD"):
+        auth += ":" + quote(entry["PASSWORD"])
+    query: dict[str, str] = dict(entry.get("OPTIONS") or {})
+    netloc = f"{auth}@" if auth else ""
+    host = entry.get("HOST") or ""
+    if host.startswith("/"):
+        query["host"] = host
+        if entry.get("PORT"):
+            query["port"] = str(entry["PORT"])
+    else:
+        netloc += host + (f":{entry['PORT']}" if entry.get("PORT") else "")
+    suffix = f"?{urlencode(query)}" if query else ""
+    return f"postgresql://{netloc}/{quote(entry['NAME'])}{suffix}"

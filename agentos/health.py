@@ -1,0 +1,83 @@
+"""What is up: database, migrations, worker pool. Unknown is reported as unknown, never guessed."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
+from django.db.utils import DatabaseError
+from django.utils import timezone
+
+from kernel import workers
+
+logger = logging.getLogger(__name__)
+
+State = Literal["up", "down", "stale", "unknown", "applied", "pending"]
+
+
+@dataclass(frozen=True)
+class Component:
+    state: State
+    detail: str
+    since: datetime | None = None  # the fact's own time (last beat), when it has one
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    checked_at: datetime
+    database: Component
+    migrations: Component
+    workers: Component
+
+
+def check() -> Health:
+    now = timezone.now()
+    database = _database()
+    if database.state != "up":
+        unknown = Component("unknown", "the database is unreachable")
+        return Health(False, now, database, unknown, unknown)
+    migrations = _migrations()
+    pool = _workers()
+    ok = migrations.state == "applied" and pool.state == "up"
+    return Health(ok, now, database, migrations, pool)
+
+
+def _database() -> Component:
+    try:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT current_setting('server_version')")
+            (version,) = cursor.fetchone() or ("?",)
+    except DatabaseError as error:
+        logger.warning("health: database unreachable: %s", error)
+        return Component("down", f"unreachable: {error.__class__.__name__}")
+    return Component("up", f"PostgreSQL {version}")
+
+
+def _migrations() -> Component:
+    try:
+        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except DatabaseError as error:
+        logger.warning("health: cannot read migration state: %s", error)
+        return Component("unknown", "migration state unreadable")
+    if plan:
+        return Component("pending", f"{len(plan)} migration(s) not applied")
+    return Component("applied", "all migrations applied")
+
+
+def _workers() -> Component:
+    try:
+        status = workers.pool_status()
+    except DatabaseError as error:
+        logger.warning("health: cannot read worker beats: %s", error)
+        return Component("unknown", "worker beats unreadable")
+    if status.state == "unknown":
+        return Component("unknown", "no worker has reported yet")
+    if status.state == "stale":
+        return Component("stale", "no worker beat recently", status.last_beat_at)
+    return Component("up", f"{status.live_workers} worker(s) beating", status.last_beat_at)

@@ -1,0 +1,68 @@
+"""`manage.py serve`: migrate, create the owner on first start, run web server + workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from agentos import credentials, owner
+from agentos.supervisor import Child, Supervisor
+
+
+class Command(BaseCommand):
+    help = "Run agentos: database, web server (HTTP + WebSocket) and the worker pool, until Ctrl-C."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("AGENTOS_HOST", "127.0.0.1"))
+        parser.add_argument(
+            "--port", type=int, default=int(os.environ.get("AGENTOS_PORT", "8000"))
+        )
+        parser.add_argument("--workers", type=int, default=settings.HUEY_WORKERS)
+
+    def handle(self, *args: Any, host: str, port: int, workers: int, **options: Any) -> None:
+        if not 0 < port < 65536:
+            self.stderr.write(f"--port must be between 1 and 65535, not {port}.")
+            sys.exit(2)
+        if workers < 1:
+            self.stderr.write("--workers must be at least 1.")
+            sys.exit(2)
+        call_command("migrate", interactive=False, verbosity=0)
+        url = f"http://{host}:{port}"
+        created = owner.ensure_owner()
+        if created:
+            self.stdout.write(credentials.render(created, url=url))
+
+        # Children reach the database this process started through DATABASE_URL; they never
+        # start or stop it themselves.
+        env = {**os.environ, "DATABASE_URL": settings.DATABASE_URL}
+        env.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
+        python = sys.executable
+        manage = str(settings.BASE_DIR / "manage.py")
+        supervisor = Supervisor(
+            children=[
+                Child(
+                    "web",
+                    [python, "-m", "daphne", "-b", host, "-p", str(port),
+                     "agentos.asgi:application"],
+                ),
+                # SIGINT is huey's graceful stop: running tasks finish before the worker exits.
+                Child(
+                    "workers",
+                    [python, manage, "run_huey", "--workers", str(workers),
+                     "--worker-type", "process", "--skip-checks"],
+                    stop_signal=signal.SIGINT,
+                ),
+            ],
+            env=env,
+            ready_url=f"{url}/api/v1/health",
+            on_ready=lambda: self.stdout.write(
+                self.style.SUCCESS(f"agentos is up at {url}  (Ctrl-C stops everything)")
+            ),
+        )
+        sys.exit(supervisor.run())

@@ -1,0 +1,71 @@
+"""Owner access: personal API tokens and the security audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class ApiToken(models.Model):
+    """A personal token for scripts. Only its SHA-256 digest is stored; the token is shown once."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(_("name"), max_length=80)
+    # The first characters of the token, kept to let the owner recognise it in a list.
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = _("API token")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AuditEvent(models.Model):
+    """Append-only record of security-relevant facts: sign-ins, refusals, token use.
+
+    Written only through `agentos.audit.record`; the admin shows it read-only.
+    """
+
+    class Kind(models.TextChoices):
+        SIGNIN_SUCCEEDED = "signin.succeeded", _("sign-in succeeded")
+        SIGNIN_FAILED = "signin.failed", _("sign-in failed")
+        SIGNIN_THROTTLED = "signin.throttled", _("sign-in throttled")
+        SIGNED_OUT = "signout", _("signed out")
+        SESSION_EXPIRED = "session.expired", _("session expired")
+        SESSION_UNVERIFIED = "session.unverified", _("session without second factor")
+        TOKEN_CREATED = "token.created", _("API token created")
+        TOKEN_REVOKED = "token.revoked", _("API token revoked")
+        TOKEN_REFUSED = "token.refused", _("API token refused")
+        API_UNAUTHENTICATED = "api.unauthenticated", _("API request without credentials")
+        API_BAD_INPUT = "api.bad_input", _("API request with bad input")
+        WEBSOCKET_REFUSED = "websocket.refused", _("WebSocket refused")
+        OWNER_CREATED = "owner.created", _("owner account created")
+        OWNER_RESET = "owner.reset", _("owner credentials reset")
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=40, choices=Kind.choices)
+    username = models.CharField(max_length=150, blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            # The sign-in limiter counts recent failures per username and per address.
+            models.Index(fields=["kind", "username", "at"], name="audit_kind_user_at"),
+            models.Index(fields=["kind", "address", "at"], name="audit_kind_addr_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind} {self.username}"

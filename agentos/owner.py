@@ -1,0 +1,72 @@
+"""The single owner account: created on first start with a password, a TOTP device and backup codes."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from agentos import audit
+from agentos.models import AuditEvent
+
+DEFAULT_USERNAME = "owner"
+BACKUP_CODES = 10
+
+
+@dataclass(frozen=True)
+class OwnerCredentials:
+    """Shown once on the terminal; nothing here is stored in clear."""
+
+    username: str
+    password: str
+    totp_uri: str
+    backup_codes: list[str]
+
+
+def get_owner() -> AbstractBaseUser | None:
+    return get_user_model().objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
+
+
+def ensure_owner(*, username: str = DEFAULT_USERNAME) -> OwnerCredentials | None:
+    """Create the owner if there is none; return the new credentials, or None if one exists."""
+    with transaction.atomic():
+        # Serialise concurrent first starts on the user table's lock.
+        user_model = get_user_model()
+        list(user_model.objects.select_for_update().filter(is_superuser=True))
+        if get_owner() is not None:
+            return None
+        user = user_model.objects.create_superuser(username=username, email="")
+        credentials = _issue_credentials(user)
+        audit.record(AuditEvent.Kind.OWNER_CREATED, username=username)
+    return credentials
+
+
+def reset_owner() -> OwnerCredentials:
+    """New password, new TOTP secret and new backup codes; every old one stops working."""
+    with transaction.atomic():
+        user = get_owner()
+        if user is None:
+            raise LookupError("There is no owner account yet; start agentos once to create it.")
+        credentials = _issue_credentials(user)
+        audit.record(AuditEvent.Kind.OWNER_RESET, username=user.get_username())
+    return credentials
+
+
+def _issue_credentials(user: AbstractBaseUser) -> OwnerCredentials:
+    password = secrets.token_urlsafe(18)
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    TOTPDevice.objects.filter(user=user).delete()
+    StaticDevice.objects.filter(user=user).delete()
+    totp = TOTPDevice.objects.create(user=user, name="authenticator app", confirmed=True)
+    static = StaticDevice.objects.create(user=user, name="backup codes", confirmed=True)
+    codes = [StaticToken.random_token() for _ in range(BACKUP_CODES)]
+    StaticToken.objects.bulk_create(StaticToken(device=static, token=code) for code in codes)
+    return OwnerCredentials(
+        username=user.get_username(), password=password, totp_uri=totp.config_url, backup_codes=codes
+    )

@@ -1,0 +1,228 @@
+"""agentos settings: one file, read from the environment through the helpers in `agentos.env`.
+
+Every variable is listed in README.md. Misconfiguration that can be detected is reported by the
+system checks in `agentos.checks` (ids `agentos.E0xx` / `agentos.W0xx`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.utils.csp import CSP
+
+from agentos import database
+from agentos.env import env_bool, env_int, env_list, env_path, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = env_path("AGENTOS_DATA_DIR", BASE_DIR / ".data")
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("AGENTOS_DEBUG", default=False)
+
+
+def _secret_key() -> str:
+    """The key from the environment, else one generated on first start and kept in the data dir."""
+    configured = env_str("AGENTOS_SECRET_KEY")
+    if configured:
+        return configured
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        # O_EXCL: two processes starting at once must not each write a different key.
+        try:
+            with path.open("x", encoding="utf-8") as handle:
+                handle.write(secrets.token_urlsafe(50))
+            path.chmod(0o600)
+        except FileExistsError:
+            pass
+    return path.read_text(encoding="utf-8").strip()
+
+
+SECRET_KEY = _secret_key()
+
+# Served over plain HTTP on loopback by default; behind TLS set AGENTOS_HTTPS=1 to get
+# `__Host-` cookies, Secure flags and HSTS.
+HTTPS = env_bool("AGENTOS_HTTPS", default=False)
+ALLOWED_HOSTS = env_list("AGENTOS_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("AGENTOS_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",  # first: its runserver replaces Django's, with WebSocket support
+    "agentos.apps.OwnerAdminConfig",  # the admin behind the second factor
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
+    "django_htmx",
+    "channels",
+    "channels_postgres",
+    "huey.contrib.djhuey",
+    "agentos",
+    "kernel",
+    "missions",
+    "memory",
+    "tools",
+    "cluster",
+    "approvals",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "agentos.urls"
+ASGI_APPLICATION = "agentos.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "agentos.views.console_context",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------------------------
+# DATABASE_URL points at a real server (PostgreSQL >= 16 with pgvector); without it, PostgreSQL 16
+# runs embedded from the data dir. AGENTOS_PG_KEEP_RUNNING=1 leaves it running after the command.
+DATABASE_URL = env_str("DATABASE_URL") or database.embedded_url(
+    DATA_DIR / "pg", stop_on_exit=not env_bool("AGENTOS_PG_KEEP_RUNNING", default=False)
+)
+_db = database.parse_url(DATABASE_URL)
+DATABASES: dict[str, dict[str, Any]] = {
+    "default": _db,
+    # channels-postgres reads and writes its message tables through this alias.
+    "channels_postgres": {**_db, "TEST": {"MIRROR": "default"}},
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels: WebSocket doorbells. The layer may drop a message; state always comes from rows.
+CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
+    "default": {
+        "BACKEND": "channels_postgres.core.PostgresChannelLayer",
+        # channels-postgres builds its own connection from this dict and needs TIME_ZONE in it.
+        "CONFIG": {**_db, "TIME_ZONE": None},
+    }
+}
+
+# --- Worker pool: huey on PostgreSQL (no Redis) -------------------------------------------------
+HUEY_WORKERS = env_int("AGENTOS_WORKERS", 2, minimum=1)
+HUEY: dict[str, Any] = {
+    "huey_class": "agentos.queue.PostgresHuey",
+    "name": "agentos",
+    "database": DATABASE_URL,
+    # Explicit: tasks go through the queue and run on the worker pool, never inline.
+    "immediate": False,
+    "utc": True,
+    "consumer": {
+        "workers": HUEY_WORKERS,
+        "worker_type": "process",
+        "initial_delay": 0.1,
+        "max_delay": 2.0,
+        "periodic": True,
+        "check_worker_health": True,
+    },
+}
+# A worker pool whose last beat is older than this is reported `stale` (heartbeat runs each minute).
+WORKER_STALE_AFTER_SECONDS = env_int("AGENTOS_WORKER_STALE_AFTER", 150, minimum=10)
+
+# --- Authentication -----------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "console:login"
+LOGIN_REDIRECT_URL = "console:home"
+OTP_TOTP_ISSUER = "agentos"
+# Failed sign-ins tolerated per username and per client address inside the window.
+SIGNIN_WINDOW_SECONDS = env_int("AGENTOS_SIGNIN_WINDOW", 900, minimum=60)
+SIGNIN_MAX_FAILURES_PER_USER = env_int("AGENTOS_SIGNIN_MAX_FAILURES", 5, minimum=1)
+SIGNIN_MAX_FAILURES_PER_ADDRESS = env_int("AGENTOS_SIGNIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1)
+
+SESSION_COOKIE_AGE = env_int("AGENTOS_SESSION_SECONDS", 7 * 24 * 3600, minimum=300)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Strict"
+if HTTPS:
+    # `__Host-` cookies are only accepted by browsers when Secure, Path=/ and without Domain.
+    SESSION_COOKIE_NAME = "__Host-sessionid"
+    CSRF_COOKIE_NAME = "__Host-csrftoken"
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = 31536000
+    SECURE_SSL_REDIRECT = env_bool("AGENTOS_SSL_REDIRECT", default=False)
+
+# --- Browser hardening --------------------------------------------------------------------------
+# Strict policy: no inline script or style anywhere; htmx's own inline indicator styles are
+# switched off in the base template's htmx-config meta tag.
+SECURE_CSP: dict[str, list[str]] = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "font-src": [CSP.SELF],
+    "manifest-src": [CSP.SELF],
+    "worker-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+
+# --- Static files: vendored, served by whitenoise (daphne serves no files itself) ---------------
+# Served straight from the source folders (no collectstatic step): the files are few and small.
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LANGUAGE_CODE = "en"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("AGENTOS_LOG_LEVEL", "INFO")},
+    "loggers": {
+        # pgserver logs every attach at INFO; keep start-up output readable.
+        "pgserver": {"level": "WARNING"},
+        "django.channels.server": {"level": "WARNING"},
+        # run_huey attaches its own handler to "huey"; propagating would print every line twice.
+        "huey": {"propagate": False},
+    },
+}

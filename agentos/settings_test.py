@@ -1,0 +1,28 @@
+"""Test settings: the product settings on a separate embedded database, with fast hashing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Tests never touch the owner's data: their embedded server lives in its own folder.
+os.environ.setdefault(
+    "AGENTOS_DATA_DIR", str(Path(__file__).resolve().parent.parent / ".data" / "test")
+)
+
+from agentos.settings import *  # noqa: E402, F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# In-process tests use the in-memory layer: channels-postgres opens its own connection to the
+# database named in its CONFIG, which is not the test database. The browser tests run the real
+# stack (daphne, workers, PostgreSQL layer) in subprocesses against the test database.
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# django-otp refuses a correct token sent within 2^(n-1) s of n failures; tests that are not about
+# throttling must not sleep for it. Our own sign-in limiter still applies.
+OTP_TOTP_THROTTLE_FACTOR = 0
+OTP_STATIC_THROTTLE_FACTOR = 0
+
+# Unit tests call task bodies inline; the worker pool itself is exercised by the browser tests.
+HUEY = {**HUEY, "immediate": True}  # noqa: F405

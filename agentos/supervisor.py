@@ -1,0 +1,154 @@
+"""One process that runs the whole product: the web server and the worker pool, restarted if they die.
+
+Used by `manage.py serve` (and so by `make run`). The embedded database belongs to this process:
+it was started by settings on import and stops when this process exits, after its children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+
+logger = logging.getLogger("agentos.supervisor")
+
+RESTART_BACKOFF_MAX = 30.0
+STABLE_AFTER = 60.0  # a child that ran this long is healthy again: its backoff resets
+STOP_TIMEOUT = 15.0
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: a SIGKILLed supervisor must not leave orphans serving."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    stop_signal: signal.Signals = signal.SIGTERM
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    backoff: float = 1.0
+    restart_at: float = 0.0
+    restarts: int = 0
+
+    def start(self, env: dict[str, str]) -> None:
+        # A session of its own: the terminal's Ctrl-C reaches only the supervisor, which then
+        # stops the children in order instead of them racing to exit.
+        self.process = subprocess.Popen(
+            self.argv, env=env, start_new_session=True, preexec_fn=_die_with_parent
+        )
+        self.started_at = time.monotonic()
+        logger.info("started %s (pid %s)", self.name, self.process.pid)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class Supervisor:
+    children: list[Child]
+    env: dict[str, str]
+    ready_url: str
+    on_ready: Callable[[], None] = lambda: None
+    stopping: bool = False
+    ready: bool = False
+    _clock: Callable[[], float] = field(default=time.monotonic)
+
+    def run(self) -> int:
+        """Start every child, then tend them until SIGINT/SIGTERM; return the exit status.
+
+        1. Start the children.
+        2. Loop: announce readiness once, restart any child that died (with backoff).
+        3. On a stop signal, stop the children (web first, then workers) and return.
+        """
+        previous = {
+            sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            for child in self.children:
+                child.start(self.env)
+            while not self.stopping:
+                busy = self.check_ready_one() | self.tend_one()
+                if not busy:
+                    time.sleep(0.5)
+        finally:
+            self.stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0
+
+    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping:
+            logger.info("stopping (signal %s)", signal.Signals(signum).name)
+        self.stopping = True
+
+    def check_ready_one(self) -> bool:
+        """Until the web server answers, poll it; True when it just became ready."""
+        if self.ready:
+            return False
+        try:
+            with urllib.request.urlopen(self.ready_url, timeout=2):  # noqa: S310  # our own URL
+                pass
+        except urllib.error.HTTPError:
+            pass  # any HTTP answer (even 503 while workers start) means the server is up
+        except (urllib.error.URLError, OSError):
+            return False
+        self.ready = True
+        self.on_ready()
+        return True
+
+    def tend_one(self) -> bool:
+        """Restart one dead child whose backoff has elapsed; True if something was done."""
+        now = self._clock()
+        for child in self.children:
+            if child.alive() or self.stopping:
+                continue
+            if child.restart_at == 0.0:
+                code = child.process.returncode if child.process else None
+                if now - child.started_at >= STABLE_AFTER:
+                    child.backoff = 1.0
+                child.restart_at = now + child.backoff
+                logger.warning(
+                    "%s exited (status %s); restarting in %.0f s", child.name, code, child.backoff
+                )
+                child.backoff = min(child.backoff * 2, RESTART_BACKOFF_MAX)
+                return True
+            if now >= child.restart_at:
+                child.restart_at = 0.0
+                child.restarts += 1
+                child.start(self.env)
+                return True
+        return False
+
+    def stop_all(self) -> None:
+        for child in self.children:
+            if child.alive():
+                assert child.process is not None
+                with contextlib.suppress(ProcessLookupError):  # it may exit in between
+                    os.killpg(child.process.pid, child.stop_signal)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for child in self.children:
+            if child.process is None:
+                continue
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("%s did not stop in %.0f s; killing it", child.name, STOP_TIMEOUT)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.process.pid, signal.SIGKILL)
+                child.process.wait()
+        logger.info("all stopped")

@@ -1,0 +1,95 @@
+"""Personal API tokens: created by the owner, shown once, stored hashed, revocable."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from agentos import audit
+from agentos.errors import DomainError
+from agentos.models import ApiToken, AuditEvent
+
+PREFIX = "aos_"
+# last_used_at is rewritten at most this often, so a busy script does not write on every call.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class TokenRefused(DomainError):
+    status = 401
+    code = "invalid_token"
+
+
+@dataclass(frozen=True)
+class NewToken:
+    token: ApiToken
+    secret: str  # the full token: shown to the owner once, never stored
+
+
+def digest(secret: str) -> str:
+    # A plain SHA-256 is enough: tokens carry 256 random bits, there is nothing to brute-force.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_token(*, owner: AbstractBaseUser, name: str, address: str | None = None) -> NewToken:
+    name = name.strip()
+    if not name:
+        raise DomainError(_("A token needs a name (what script uses it)."), code="invalid_input")
+    if len(name) > 80:
+        raise DomainError(_("A token name has at most 80 characters."), code="invalid_input")
+    secret = PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            owner=owner, name=name, prefix=secret[: len(PREFIX) + 6], digest=digest(secret)
+        )
+        audit.record(
+            AuditEvent.Kind.TOKEN_CREATED,
+            username=owner.get_username(),
+            address=address,
+            token=token.pk,
+            name=name,
+        )
+    return NewToken(token=token, secret=secret)
+
+
+def revoke_token(*, owner: AbstractBaseUser, token_id: int, address: str | None = None) -> ApiToken:
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().filter(pk=token_id, owner=owner).first()
+        if token is None:
+            raise DomainError(_("No such API token."), code="not_found", status=404)
+        if token.revoked_at is None:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+            audit.record(
+                AuditEvent.Kind.TOKEN_REVOKED,
+                username=owner.get_username(),
+                address=address,
+                token=token.pk,
+            )
+    return token
+
+
+def authenticate_token(secret: str, *, address: str | None = None) -> ApiToken:
+    """The active token matching `secret`, with its last use recorded; else `TokenRefused`."""
+    token = (
+        ApiToken.objects.select_related("owner").filter(digest=digest(secret.strip())).first()
+    )
+    if token is None or not token.owner.is_active:
+        audit.record(AuditEvent.Kind.TOKEN_REFUSED, address=address, reason="unknown")
+        raise TokenRefused(_("Invalid API token."))
+    if token.revoked_at is not None:
+        audit.record(
+            AuditEvent.Kind.TOKEN_REFUSED, address=address, reason="revoked", token=token.pk
+        )
+        raise TokenRefused(_("This API token was revoked."))
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token

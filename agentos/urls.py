@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+from agentos import views
+from agentos.api import api
+
+console = (
+    [
+        path("", views.home, name="home"),
+        path("login/", views.login_view, name="login"),
+        path("logout/", views.logout_view, name="logout"),
+        path("more/", views.more, name="more"),
+        path("settings/", views.settings_view, name="settings"),
+        path("settings/tokens/<int:token_id>/revoke", views.revoke_token_view, name="revoke-token"),
+        path("offline/", views.offline, name="offline"),
+        path("manifest.webmanifest", views.manifest, name="manifest"),
+        path("sw.js", views.service_worker, name="service-worker"),
+        path("<slug:slug>/", views.screen, name="screen"),
+    ],
+    "console",
+)
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    path("", include(console)),
+]

@@ -1,0 +1,266 @@
+"""Console pages of the shell: sign-in, Home, settings (API tokens), PWA files, unbuilt screens."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth import logout
+from django.contrib.staticfiles import finders
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+
+from agentos import audit, health, signin, tokens
+from agentos.errors import DomainError
+from agentos.forms import SignInForm, TokenForm
+from agentos.models import ApiToken, AuditEvent
+
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
+
+
+@dataclass(frozen=True)
+class Screen:
+    slug: str
+    title: Any
+    summary: Any
+    arrives_with: Any = None  # None: built
+
+
+# The screens of DESIGN.md §8, in navigation order. Unbuilt ones say so plainly.
+SCREENS = [
+    Screen("home", gettext_lazy("Home"), gettext_lazy("What waits for you, and health.")),
+    Screen(
+        "missions",
+        gettext_lazy("Missions"),
+        gettext_lazy("Goals, definitions of done and live run trees."),
+        gettext_lazy("the agent engine and console issues"),
+    ),
+    Screen(
+        "approvals",
+        gettext_lazy("Approvals"),
+        gettext_lazy("Exact actions waiting for your decision."),
+        gettext_lazy("the tools, sandbox and approvals issue"),
+    ),
+    Screen(
+        "projects",
+        gettext_lazy("Projects"),
+        gettext_lazy("Repositories and their missions."),
+        gettext_lazy("the kernel issue"),
+    ),
+    Screen(
+        "memory",
+        gettext_lazy("Memory"),
+        gettext_lazy("Notes, proposals, history and invalidations."),
+        gettext_lazy("the memory phase"),
+    ),
+    Screen(
+        "agents",
+        gettext_lazy("Agents & policies"),
+        gettext_lazy("Roles, routing and permission policies."),
+        gettext_lazy("the agent engine issue"),
+    ),
+    Screen(
+        "tools",
+        gettext_lazy("Tools"),
+        gettext_lazy("Tool registry, MCP servers and skills."),
+        gettext_lazy("the tools issue"),
+    ),
+    Screen(
+        "cluster",
+        gettext_lazy("Cluster"),
+        gettext_lazy("Nodes, runners and active sandboxes."),
+        gettext_lazy("the execution-plane issue"),
+    ),
+    Screen(
+        "costs",
+        gettext_lazy("Costs & traces"),
+        gettext_lazy("Spend per mission, model and day."),
+        gettext_lazy("the console issue"),
+    ),
+    Screen("settings", gettext_lazy("Settings"), gettext_lazy("Security and API tokens.")),
+]
+SCREENS_BY_SLUG = {screen.slug: screen for screen in SCREENS}
+TABS = ["home", "missions", "approvals", "settings"]
+
+
+def console_context(request: HttpRequest) -> dict[str, Any]:
+    return {"tabs": [SCREENS_BY_SLUG[slug] for slug in TABS], "screens": SCREENS}
+
+
+def owner_required(view: View) -> View:
+    """Only a session that passed password and second factor gets through; others sign in.
+
+    A request carrying a session cookie that no longer opens a session is an expired session:
+    audited, and the sign-in page says so.
+    """
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        user = request.user
+        if user.is_authenticated and user.is_verified():  # type: ignore[union-attr]
+            return view(request, *args, **kwargs)
+        query = {"next": request.get_full_path()}
+        if user.is_authenticated:
+            audit.record_request(
+                AuditEvent.Kind.SESSION_UNVERIFIED, request, username=user.get_username()
+            )
+            logout(request)
+        elif settings.SESSION_COOKIE_NAME in request.COOKIES:
+            audit.record_request(AuditEvent.Kind.SESSION_EXPIRED, request)
+            query["expired"] = "1"
+        if request.htmx:  # type: ignore[attr-defined]
+            # A partial must not swap the login page into a card: reload the whole page.
+            response = HttpResponse(status=401)
+            response["HX-Redirect"] = f"{reverse('console:login')}?{urlencode(query)}"
+            return response
+        return redirect(f"{reverse('console:login')}?{urlencode(query)}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+@never_cache
+@require_http_methods(["GET", "HEAD", "POST"])
+def login_view(request: HttpRequest) -> HttpResponse:
+    next_url = request.POST.get("next") or request.GET.get("next") or ""
+    if not url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        next_url = ""
+    form = SignInForm(request.POST or None)
+    error = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                signin.sign_in(
+                    request,
+                    username=form.cleaned_data["username"],
+                    password=form.cleaned_data["password"],
+                    code=form.cleaned_data["code"],
+                )
+            except signin.SignInRefused as refused:
+                error, status = refused.message, refused.status
+            else:
+                return redirect(next_url or "console:home")  # type: ignore[return-value]
+        else:
+            status = 400
+    elif request.user.is_authenticated and request.user.is_verified():  # type: ignore[union-attr]
+        return redirect(next_url or "console:home")  # type: ignore[return-value]
+    context = {
+        "form": form,
+        "error": error,
+        "next": next_url,
+        "expired": request.GET.get("expired") == "1",
+    }
+    return render(request, "console/login.html", context, status=status)
+
+
+@require_POST
+def logout_view(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        audit.record_request(
+            AuditEvent.Kind.SIGNED_OUT, request, username=request.user.get_username()
+        )
+    logout(request)
+    return redirect("console:login")
+
+
+@require_safe
+@owner_required
+def home(request: HttpRequest) -> HttpResponse:
+    template = "console/home.html#health" if request.htmx else "console/home.html"  # type: ignore[attr-defined]
+    return render(request, template, {"screen": SCREENS_BY_SLUG["home"], "health": health.check()})
+
+
+@require_safe
+@owner_required
+def screen(request: HttpRequest, slug: str) -> HttpResponse:
+    found = SCREENS_BY_SLUG.get(slug)
+    if found is None or found.arrives_with is None:
+        raise Http404(_("No such screen."))
+    return render(request, "console/unbuilt.html", {"screen": found})
+
+
+@require_safe
+@owner_required
+def more(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/more.html", {"screen": None})
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def settings_view(request: HttpRequest) -> HttpResponse:
+    form = TokenForm(request.POST or None)
+    created: tokens.NewToken | None = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                created = tokens.create_token(
+                    owner=request.user,  # type: ignore[arg-type]
+                    name=form.cleaned_data["name"],
+                    address=audit.client_address(request),
+                )
+                form = TokenForm()
+            except DomainError as error:
+                form.add_error("name", error.message)
+                status = 400
+        else:
+            status = 400
+    context = {
+        "screen": SCREENS_BY_SLUG["settings"],
+        "form": form,
+        "created": created,
+        "tokens": ApiToken.objects.filter(owner=request.user),  # type: ignore[misc]
+    }
+    return render(request, "console/settings.html", context, status=status)
+
+
+@require_POST
+@owner_required
+def revoke_token_view(request: HttpRequest, token_id: int) -> HttpResponse:
+    try:
+        tokens.revoke_token(
+            owner=request.user,  # type: ignore[arg-type]
+            token_id=token_id,
+            address=audit.client_address(request),
+        )
+    except DomainError as error:
+        raise Http404(error.message) from None
+    return redirect("console:settings")
+
+
+# --- PWA ----------------------------------------------------------------------------------------
+
+
+@require_safe
+def manifest(request: HttpRequest) -> HttpResponse:
+    return render(
+        request, "console/manifest.webmanifest", content_type="application/manifest+json"
+    )
+
+
+@require_safe
+def service_worker(request: HttpRequest) -> FileResponse:
+    # Served from the root so that its scope is the whole console.
+    path = finders.find("sw.js")
+    if not path:
+        raise Http404("sw.js is missing from static/")
+    response = FileResponse(open(path, "rb"), content_type="text/javascript")  # noqa: SIM115
+    response["Cache-Control"] = "no-cache"
+    return response
+
+
+@require_safe
+def offline(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/offline.html")

@@ -1,0 +1,34 @@
+"""Doorbells to the owner's open pages, rung only after the state they announce is committed.
+
+The channel layer may drop a message (channels-postgres loses sends in its start-up window), so a
+doorbell only says "look again": pages re-read state from the database when it rings.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+OWNER_GROUP = "owner"
+logger = logging.getLogger(__name__)
+
+
+def ring_on_commit(kind: str, **data: Any) -> None:
+    """After the current transaction commits, tell open consoles that `kind` changed."""
+    transaction.on_commit(lambda: ring(kind, **data))
+
+
+def ring(kind: str, **data: Any) -> None:
+    layer = get_channel_layer()
+    if layer is None:  # channels swallows layer construction errors and hands back None
+        logger.warning("no channel layer configured; doorbell %s not sent", kind)
+        return
+    try:
+        async_to_sync(layer.group_send)(OWNER_GROUP, {"type": "doorbell", "kind": kind, **data})
+    except Exception:
+        # A lost doorbell costs a page a refresh, never state: log it and go on.
+        logger.exception("doorbell %s not sent", kind)
