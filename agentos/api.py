@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
-from ninja import NinjaAPI, Router, Schema
+from ninja import NinjaAPI, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
@@ -154,7 +154,7 @@ class HealthOut(Schema):
     summary="Database, migrations and worker pool state (no authentication)",
     tags=["system"],
 )
-def get_health(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+def get_health(request: HttpRequest) -> Status[dict[str, Any]]:
     report = health.check()
     body = {
         "status": "ok" if report.ok else "degraded",
@@ -163,7 +163,7 @@ def get_health(request: HttpRequest) -> tuple[int, dict[str, Any]]:
         "migrations": report.migrations,
         "workers": report.workers,
     }
-    return (200 if report.ok else 503), body
+    return Status(200 if report.ok else 503, body)
 
 
 # --- Owner and tokens ---------------------------------------------------------------------------
@@ -216,13 +216,13 @@ def list_tokens(request: HttpRequest) -> list[ApiToken]:
     auth=OwnerSession(),
     summary="Create an API token (its secret is returned once)",
 )
-def create_token(request: HttpRequest, payload: TokenIn) -> tuple[int, dict[str, Any]]:
+def create_token(request: HttpRequest, payload: TokenIn) -> Status[dict[str, Any]]:
     new = tokens.create_token(
         owner=request.auth,  # type: ignore[arg-type]
         name=payload.name,
         address=audit.client_address(request),
     )
-    return 201, {**TokenOut.model_validate(new.token).model_dump(), "token": new.secret}
+    return Status(201, {**TokenOut.model_validate(new.token).model_dump(), "token": new.secret})
 
 
 @account.post(

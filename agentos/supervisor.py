@@ -45,13 +45,13 @@ class Child:
     restart_at: float = 0.0
     restarts: int = 0
 
-    def start(self, env: dict[str, str]) -> None:
+    def start(self, env: dict[str, str], now: float) -> None:
         # A session of its own: the terminal's Ctrl-C reaches only the supervisor, which then
         # stops the children in order instead of them racing to exit.
         self.process = subprocess.Popen(
             self.argv, env=env, start_new_session=True, preexec_fn=_die_with_parent
         )
-        self.started_at = time.monotonic()
+        self.started_at = now
         logger.info("started %s (pid %s)", self.name, self.process.pid)
 
     def alive(self) -> bool:
@@ -80,7 +80,7 @@ class Supervisor:
         }
         try:
             for child in self.children:
-                child.start(self.env)
+                child.start(self.env, self._clock())
             while not self.stopping:
                 busy = self.check_ready_one() | self.tend_one()
                 if not busy:
@@ -130,7 +130,7 @@ class Supervisor:
             if now >= child.restart_at:
                 child.restart_at = 0.0
                 child.restarts += 1
-                child.start(self.env)
+                child.start(self.env, now)
                 return True
         return False
 

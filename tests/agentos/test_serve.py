@@ -1,0 +1,107 @@
+"""`manage.py serve` (what `make run` starts): web server and workers under one supervisor."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentos import supervisor
+from agentos.supervisor import Child, Supervisor
+from tests.live import running_stack
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(60)",
+]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def supervisor_of(*children: Child, clock: FakeClock) -> Supervisor:
+    return Supervisor(children=list(children), env={}, ready_url="http://127.0.0.1:9/", _clock=clock)
+
+
+def test_it_restarts_a_dead_child_after_a_growing_backoff() -> None:
+    clock = FakeClock()
+    child = Child("quitter", [sys.executable, "-c", "pass"])
+    tending = supervisor_of(child, clock=clock)
+    child.start({}, clock.now)
+    assert child.process is not None
+    child.process.wait()
+
+    assert tending.tend_one() is True  # restart scheduled in 1 s
+    assert tending.tend_one() is False  # not yet
+    clock.now += 1
+    assert tending.tend_one() is True
+    assert child.restarts == 1
+    assert child.process is not None
+    child.process.wait()
+
+    assert tending.tend_one() is True  # scheduled again, now 2 s later
+    clock.now += 1
+    assert tending.tend_one() is False
+    clock.now += 1
+    assert tending.tend_one() is True
+    assert child.restarts == 2
+    tending.stop_all()
+
+
+def test_it_resets_the_backoff_of_a_child_that_ran_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    child = Child("quitter", [sys.executable, "-c", "pass"], backoff=16.0)
+    tending = supervisor_of(child, clock=clock)
+    child.start({}, clock.now - supervisor.STABLE_AFTER)
+    assert child.process is not None
+    child.process.wait()
+
+    tending.tend_one()
+
+    assert child.restart_at == clock.now + 1.0
+
+
+def test_it_stops_children_and_kills_those_that_ignore_the_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(supervisor, "STOP_TIMEOUT", 1.0)
+    polite = Child("polite", SLEEPER)
+    stubborn = Child("stubborn", STUBBORN)
+    tending = supervisor_of(polite, stubborn, clock=FakeClock())
+    polite.start({}, 0.0)
+    stubborn.process = subprocess.Popen(STUBBORN, stdout=subprocess.PIPE, start_new_session=True)
+    assert stubborn.process.stdout is not None
+    assert stubborn.process.stdout.readline() == b"ready\n"  # its SIGTERM handler is in place
+
+    tending.stop_all()
+
+    assert polite.process is not None
+    assert polite.process.returncode == -signal.SIGTERM
+    assert stubborn.process.returncode == -signal.SIGKILL
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_serves_web_and_workers_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    with running_stack(tmp_path) as stack:
+        report = stack.wait_for_workers()
+        assert report["database"]["state"] == "up", stack.log()
+        assert report["workers"]["state"] == "up", stack.log()
+        assert report["status"] == "ok"
+        port = int(stack.url.rsplit(":", 1)[1])
+
+    assert stack.process.returncode == 0, stack.log()
+    assert "agentos owner account created" in stack.log()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, "the web server outlived its supervisor"

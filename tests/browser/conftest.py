@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.factories import Owner, make_owner
+from tests.live import Stack, running_stack
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "screenshots"
+PHONE = {"width": 390, "height": 844}
+# As root in a container Chromium needs --no-sandbox; the network flags keep it from calling home
+# (this machine has no network, and each refused call slows the start).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("Chromium is not installed: `apt-get install chromium` (.ci/run does it).")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium per module, so its event loop is gone before other modules use the ORM.
+
+    Playwright's sync API keeps an event loop running in this thread; Django then refuses
+    synchronous ORM calls (tests' own, and the flush after each test), though none of them run
+    inside a coroutine. The permission lasts exactly as long as the loop.
+    """
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        yield from _launch()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+
+
+def _launch() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True)
+    page = context.new_page()
+    page.csp_violations = []  # type: ignore[attr-defined]
+    page.on(
+        "console",
+        lambda message: (
+            page.csp_violations.append(message.text)  # type: ignore[attr-defined]
+            if "Content Security Policy" in message.text
+            else None
+        ),
+    )
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def live_owner(transactional_db: None) -> Owner:
+    # The stack runs the product settings, which do not know the tests' fast password hasher.
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.PBKDF2PasswordHasher"]):
+        return make_owner()
+
+
+@pytest.fixture
+def stack(live_owner: Owner, tmp_path: Path) -> Iterator[Stack]:
+    with running_stack(tmp_path) as running:
+        yield running
+
+
+def screenshot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
