@@ -19,4 +19,3 @@ class OwnerAdminSite(OTPAdminSite):  # type: ignore[misc]  # django-otp ships no
         # One sign-in page for the whole product (password and code together, rate limited).
         target = request.GET.get("next") or reverse("admin:index")
         return HttpResponseRedirect(f"{reverse('console:login')}?{urlencode({'next': target})}")
-

@@ -10,14 +10,14 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
 from ninja import NinjaAPI, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
-from agentos import audit, health, tokens
+from agentos import audit, health, owner, tokens
 from agentos.errors import DomainError
 from agentos.models import ApiToken, AuditEvent
 
@@ -27,25 +27,22 @@ class OwnerSession(APIKeyCookie):
 
     param_name = settings.SESSION_COOKIE_NAME
 
-    def authenticate(self, request: HttpRequest, key: str | None) -> AbstractBaseUser | None:
+    def authenticate(self, request: HttpRequest, key: str | None) -> User | None:
         user = request.user
-        # is_verified() comes from django-otp: the session passed the second factor.
-        if user.is_authenticated and user.is_active and user.is_verified():  # type: ignore[union-attr]
-            return user  # type: ignore[return-value]
-        return None
+        return user if isinstance(user, User) and owner.is_verified_owner(user) else None
 
 
 class OwnerToken(HttpBearer):
     """`Authorization: Bearer aos_…`, a personal API token."""
 
-    def __call__(self, request: HttpRequest) -> AbstractBaseUser | None:
+    def __call__(self, request: HttpRequest) -> User | None:
         # Re-implemented so a malformed header is never logged (HttpBearer logs it in DEBUG).
         scheme, _sep, secret = request.headers.get("Authorization", "").partition(" ")
         if not secret or scheme.lower() != "bearer":
             return None
         return self.authenticate(request, secret)
 
-    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser:
+    def authenticate(self, request: HttpRequest, token: str) -> User:
         found = tokens.authenticate_token(token, address=audit.client_address(request))
         request.api_token = found  # type: ignore[attr-defined]
         return found.owner
@@ -130,6 +127,14 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error_response(request, status=404, code="not_found", message=_("Not found."))
 
 
+def caller(request: HttpRequest) -> User:
+    """The owner that ninja's authentication attached to the request."""
+    user = getattr(request, "auth", None)
+    if not isinstance(user, User):
+        raise AuthenticationError()
+    return user
+
+
 # --- Health ------------------------------------------------------------------------------------
 
 
@@ -198,7 +203,7 @@ class NewTokenOut(TokenOut):
 def get_me(request: HttpRequest) -> dict[str, Any]:
     token: ApiToken | None = getattr(request, "api_token", None)
     return {
-        "username": request.auth.get_username(),  # type: ignore[attr-defined]
+        "username": caller(request).get_username(),
         "via": "token" if token else "session",
         "token_name": token.name if token else None,
     }
@@ -207,7 +212,7 @@ def get_me(request: HttpRequest) -> dict[str, Any]:
 # Tokens are managed from a verified console session only: a leaked token must not mint others.
 @account.get("/tokens", response=list[TokenOut], auth=OwnerSession(), summary="List API tokens")
 def list_tokens(request: HttpRequest) -> list[ApiToken]:
-    return list(ApiToken.objects.filter(owner=request.auth))  # type: ignore[misc]
+    return list(ApiToken.objects.filter(owner=caller(request)))
 
 
 @account.post(
@@ -218,7 +223,7 @@ def list_tokens(request: HttpRequest) -> list[ApiToken]:
 )
 def create_token(request: HttpRequest, payload: TokenIn) -> Status[dict[str, Any]]:
     new = tokens.create_token(
-        owner=request.auth,  # type: ignore[arg-type]
+        owner=caller(request),
         name=payload.name,
         address=audit.client_address(request),
     )
@@ -230,7 +235,7 @@ def create_token(request: HttpRequest, payload: TokenIn) -> Status[dict[str, Any
 )
 def revoke_token(request: HttpRequest, token_id: int) -> ApiToken:
     return tokens.revoke_token(
-        owner=request.auth,  # type: ignore[arg-type]
+        owner=caller(request),
         token_id=token_id,
         address=audit.client_address(request),
     )

@@ -1,4 +1,4 @@
-"""System checks for misconfiguration, with stable ids (agentos.E0xx errors, agentos.W0xx warnings)."""
+"""System checks for misconfiguration, with stable ids (agentos.E0xx errors, W0xx warnings)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ def check_https(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     messages: list[CheckMessage] = []
     if settings.HTTPS and not settings.SESSION_COOKIE_NAME.startswith("__Host-"):
         messages.append(
-            Error("AGENTOS_HTTPS is on but the session cookie lacks the __Host- prefix.",
-                  id="agentos.E001")
+            Error(
+                "AGENTOS_HTTPS is on but the session cookie lacks the __Host- prefix.",
+                id="agentos.E001",
+            )
         )
     for origin in settings.CSRF_TRUSTED_ORIGINS:
         if not origin.startswith(("https://", "http://")):
@@ -40,8 +42,9 @@ def check_settings(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     messages: list[CheckMessage] = []
     if not settings.ALLOWED_HOSTS:
         messages.append(
-            Error("AGENTOS_ALLOWED_HOSTS is empty: every request would be refused.",
-                  id="agentos.E003")
+            Error(
+                "AGENTOS_ALLOWED_HOSTS is empty: every request would be refused.", id="agentos.E003"
+            )
         )
     if not isinstance(settings.HUEY.get("immediate"), bool):
         messages.append(

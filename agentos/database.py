@@ -8,6 +8,7 @@ the server's lifetime and the children never race to start it.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -25,12 +26,15 @@ def embedded_url(pgdata: Path, *, stop_on_exit: bool) -> str:
     """
     # pgserver falls back to a runtime directory for its socket when the data path is too long
     # for a unix socket; without XDG_RUNTIME_DIR, platformdirs warns and guesses one.
-    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/agentos-runtime-{os.getuid()}")
+    os.environ.setdefault(
+        "XDG_RUNTIME_DIR", str(Path(tempfile.gettempdir()) / f"agentos-runtime-{os.getuid()}")
+    )
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, exist_ok=True)
-    import pgserver  # imported here: it is heavy and unused when DATABASE_URL is set
+    # Imported here: it is heavy and unused when DATABASE_URL is set.
+    from pgserver.postgres_server import get_server
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
+    server = get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
     info = server.get_postmaster_info()
     # The socket directory is not always the data directory (long paths): read it, never guess.
     return f"postgresql://postgres@/postgres?host={info.socket_dir}&port={info.port or 5432}"

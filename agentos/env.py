@@ -24,7 +24,9 @@ def env_bool(name: str, default: bool = False) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no.")
+    raise ImproperlyConfigured(
+        f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no."
+    )
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:

@@ -6,7 +6,9 @@ from django.utils.translation import gettext_lazy as _
 
 class SignInForm(forms.Form):
     username = forms.CharField(
-        label=_("Username"), max_length=150, widget=forms.TextInput(attrs={"autocomplete": "username"})
+        label=_("Username"),
+        max_length=150,
+        widget=forms.TextInput(attrs={"autocomplete": "username"}),
     )
     password = forms.CharField(
         label=_("Password"),

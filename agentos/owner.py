@@ -1,12 +1,11 @@
-"""The single owner account: created on first start with a password, a TOTP device and backup codes."""
+"""The single owner account: created on first start with password, TOTP device, backup codes."""
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
@@ -28,19 +27,29 @@ class OwnerCredentials:
     backup_codes: list[str]
 
 
-def get_owner() -> AbstractBaseUser | None:
-    return get_user_model().objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
+def get_owner() -> User | None:
+    return User.objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
+
+
+def is_verified_owner(user: object) -> bool:
+    """An active user whose session passed the second factor (django-otp's `is_verified`)."""
+    is_verified = getattr(user, "is_verified", None)
+    return bool(
+        getattr(user, "is_authenticated", False)
+        and getattr(user, "is_active", False)
+        and callable(is_verified)
+        and is_verified()
+    )
 
 
 def ensure_owner(*, username: str = DEFAULT_USERNAME) -> OwnerCredentials | None:
     """Create the owner if there is none; return the new credentials, or None if one exists."""
     with transaction.atomic():
         # Serialise concurrent first starts on the user table's lock.
-        user_model = get_user_model()
-        list(user_model.objects.select_for_update().filter(is_superuser=True))
+        list(User.objects.select_for_update().filter(is_superuser=True))
         if get_owner() is not None:
             return None
-        user = user_model.objects.create_superuser(username=username, email="")
+        user = User.objects.create_superuser(username=username, email="")
         credentials = _issue_credentials(user)
         audit.record(AuditEvent.Kind.OWNER_CREATED, username=username)
     return credentials
@@ -57,7 +66,7 @@ def reset_owner() -> OwnerCredentials:
     return credentials
 
 
-def _issue_credentials(user: AbstractBaseUser) -> OwnerCredentials:
+def _issue_credentials(user: User) -> OwnerCredentials:
     password = secrets.token_urlsafe(18)
     user.set_password(password)
     user.save(update_fields=["password"])
@@ -68,5 +77,8 @@ def _issue_credentials(user: AbstractBaseUser) -> OwnerCredentials:
     codes = [StaticToken.random_token() for _ in range(BACKUP_CODES)]
     StaticToken.objects.bulk_create(StaticToken(device=static, token=code) for code in codes)
     return OwnerCredentials(
-        username=user.get_username(), password=password, totp_uri=totp.config_url, backup_codes=codes
+        username=user.get_username(),
+        password=password,
+        totp_uri=totp.config_url,
+        backup_codes=codes,
     )

@@ -10,7 +10,7 @@ os.environ.setdefault(
     "AGENTOS_DATA_DIR", str(Path(__file__).resolve().parent.parent / ".data" / "test")
 )
 
-from agentos.settings import *  # noqa: E402, F403
+from agentos.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -69,9 +69,7 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
     user = authenticate(request, username=username, password=password)
     if user is None:
         _fail(request, username, "bad_password")
-        raise SignInRefused(
-            _("Wrong username or password."), status=401, reason="bad_password"
-        )
+        raise SignInRefused(_("Wrong username or password."), status=401, reason="bad_password")
 
     device = django_otp.match_token(user, code)
     if device is None:
@@ -99,9 +97,9 @@ def _seconds_until_allowed(*, username: str, address: str | None) -> float:
     window = timedelta(seconds=settings.SIGNIN_WINDOW_SECONDS)
     since = timezone.now() - window
     # A form sent without its code proves nothing about the password: it is not counted.
-    failures = AuditEvent.objects.filter(
-        kind=AuditEvent.Kind.SIGNIN_FAILED, at__gte=since
-    ).exclude(detail__reason="missing_second_factor")
+    failures = AuditEvent.objects.filter(kind=AuditEvent.Kind.SIGNIN_FAILED, at__gte=since).exclude(
+        detail__reason="missing_second_factor"
+    )
     limits = [(failures.filter(username=username), settings.SIGNIN_MAX_FAILURES_PER_USER)]
     if address:
         limits.append((failures.filter(address=address), settings.SIGNIN_MAX_FAILURES_PER_ADDRESS))

@@ -1,4 +1,4 @@
-"""One process that runs the whole product: the web server and the worker pool, restarted if they die.
+"""One process runs the whole product: web server and worker pool, restarted if they die.
 
 Used by `manage.py serve` (and so by `make run`). The embedded database belongs to this process:
 it was started by settings on import and stops when this process exits, after its children.
@@ -136,8 +136,7 @@ class Supervisor:
 
     def stop_all(self) -> None:
         for child in self.children:
-            if child.alive():
-                assert child.process is not None
+            if child.process is not None and child.alive():
                 with contextlib.suppress(ProcessLookupError):  # it may exit in between
                     os.killpg(child.process.pid, child.stop_signal)
         deadline = time.monotonic() + STOP_TIMEOUT

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -37,7 +37,7 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_token(*, owner: AbstractBaseUser, name: str, address: str | None = None) -> NewToken:
+def create_token(*, owner: User, name: str, address: str | None = None) -> NewToken:
     name = name.strip()
     if not name:
         raise DomainError(_("A token needs a name (what script uses it)."), code="invalid_input")
@@ -58,7 +58,7 @@ def create_token(*, owner: AbstractBaseUser, name: str, address: str | None = No
     return NewToken(token=token, secret=secret)
 
 
-def revoke_token(*, owner: AbstractBaseUser, token_id: int, address: str | None = None) -> ApiToken:
+def revoke_token(*, owner: User, token_id: int, address: str | None = None) -> ApiToken:
     with transaction.atomic():
         token = ApiToken.objects.select_for_update().filter(pk=token_id, owner=owner).first()
         if token is None:
@@ -77,9 +77,7 @@ def revoke_token(*, owner: AbstractBaseUser, token_id: int, address: str | None 
 
 def authenticate_token(secret: str, *, address: str | None = None) -> ApiToken:
     """The active token matching `secret`, with its last use recorded; else `TokenRefused`."""
-    token = (
-        ApiToken.objects.select_related("owner").filter(digest=digest(secret.strip())).first()
-    )
+    token = ApiToken.objects.select_related("owner").filter(digest=digest(secret.strip())).first()
     if token is None or not token.owner.is_active:
         audit.record(AuditEvent.Kind.TOKEN_REFUSED, address=address, reason="unknown")
         raise TokenRefused(_("Invalid API token."))

@@ -5,12 +5,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import logout
+from django.contrib.auth.models import User
 from django.contrib.staticfiles import finders
+from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -20,12 +23,10 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from agentos import audit, health, signin, tokens
+from agentos import audit, health, owner, signin, tokens
 from agentos.errors import DomainError
 from agentos.forms import SignInForm, TokenForm
 from agentos.models import ApiToken, AuditEvent
-
-View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def console_context(request: HttpRequest) -> dict[str, Any]:
     return {"tabs": [SCREENS_BY_SLUG[slug] for slug in TABS], "screens": SCREENS}
 
 
-def owner_required(view: View) -> View:
+def owner_required[V: Callable[..., HttpResponseBase]](view: V) -> V:
     """Only a session that passed password and second factor gets through; others sign in.
 
     A request carrying a session cookie that no longer opens a session is an expired session:
@@ -107,7 +108,7 @@ def owner_required(view: View) -> View:
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         user = request.user
-        if user.is_authenticated and user.is_verified():  # type: ignore[union-attr]
+        if owner.is_verified_owner(user):
             return view(request, *args, **kwargs)
         query = {"next": request.get_full_path()}
         if user.is_authenticated:
@@ -126,6 +127,14 @@ def owner_required(view: View) -> View:
         return redirect(f"{reverse('console:login')}?{urlencode(query)}")
 
     return wrapper  # type: ignore[return-value]
+
+
+def signed_in(request: HttpRequest) -> User:
+    """The owner behind a request that passed `owner_required`."""
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied
+    return user
 
 
 @never_cache
@@ -151,11 +160,11 @@ def login_view(request: HttpRequest) -> HttpResponse:
             except signin.SignInRefused as refused:
                 error, status = refused.message, refused.status
             else:
-                return redirect(next_url or "console:home")  # type: ignore[return-value]
+                return redirect(next_url or "console:home")
         else:
             status = 400
-    elif request.user.is_authenticated and request.user.is_verified():  # type: ignore[union-attr]
-        return redirect(next_url or "console:home")  # type: ignore[return-value]
+    elif owner.is_verified_owner(request.user):
+        return redirect(next_url or "console:home")
     context = {
         "form": form,
         "error": error,
@@ -207,7 +216,7 @@ def settings_view(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             try:
                 created = tokens.create_token(
-                    owner=request.user,  # type: ignore[arg-type]
+                    owner=signed_in(request),
                     name=form.cleaned_data["name"],
                     address=audit.client_address(request),
                 )
@@ -221,7 +230,7 @@ def settings_view(request: HttpRequest) -> HttpResponse:
         "screen": SCREENS_BY_SLUG["settings"],
         "form": form,
         "created": created,
-        "tokens": ApiToken.objects.filter(owner=request.user),  # type: ignore[misc]
+        "tokens": ApiToken.objects.filter(owner=signed_in(request)),
     }
     return render(request, "console/settings.html", context, status=status)
 
@@ -231,7 +240,7 @@ def settings_view(request: HttpRequest) -> HttpResponse:
 def revoke_token_view(request: HttpRequest, token_id: int) -> HttpResponse:
     try:
         tokens.revoke_token(
-            owner=request.user,  # type: ignore[arg-type]
+            owner=signed_in(request),
             token_id=token_id,
             address=audit.client_address(request),
         )
@@ -245,9 +254,7 @@ def revoke_token_view(request: HttpRequest, token_id: int) -> HttpResponse:
 
 @require_safe
 def manifest(request: HttpRequest) -> HttpResponse:
-    return render(
-        request, "console/manifest.webmanifest", content_type="application/manifest+json"
-    )
+    return render(request, "console/manifest.webmanifest", content_type="application/manifest+json")
 
 
 @require_safe
@@ -256,7 +263,8 @@ def service_worker(request: HttpRequest) -> FileResponse:
     path = finders.find("sw.js")
     if not path:
         raise Http404("sw.js is missing from static/")
-    response = FileResponse(open(path, "rb"), content_type="text/javascript")  # noqa: SIM115
+    # FileResponse closes the file once it is sent.
+    response = FileResponse(Path(path).open("rb"), content_type="text/javascript")  # noqa: SIM115
     response["Cache-Control"] = "no-cache"
     return response
 

@@ -54,7 +54,7 @@ def allowed_origins() -> list[str]:
     return [*settings.ALLOWED_HOSTS, *settings.CSRF_TRUSTED_ORIGINS]
 
 
-@database_sync_to_async
+@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
 def _is_verified_owner(scope: dict[str, Any]) -> bool:
     user = scope.get("user")
     if user is None or not user.is_authenticated or not user.is_active:
@@ -90,9 +90,8 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
 
 
 def websocket_application() -> Any:
-    from django.urls import path
-
     from channels.routing import URLRouter
+    from django.urls import path
 
     return AuditedOriginValidator(
         AuthMiddlewareStack(URLRouter([path("ws/events", EventsConsumer.as_asgi())])),

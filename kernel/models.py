@@ -1,4 +1,4 @@
-"""Kernel state. For now: the worker pool's heartbeats (the journal arrives with the kernel issue)."""
+"""Kernel state. For now the worker pool's heartbeats; the journal comes with the kernel issue."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from tests.factories import Owner
 
 
 def bearer(secret: str) -> dict[str, str]:
-    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    return {"Authorization": f"Bearer {secret}"}
 
 
 def error_of(response: object) -> dict[str, object]:
@@ -74,7 +74,7 @@ def test_it_reports_workers_stale_when_beats_stop(client: Client, db: None) -> N
 def test_it_accepts_an_api_token_and_records_its_use(client: Client, owner: Owner) -> None:
     new = tokens.create_token(owner=owner.user, name="backup script")
 
-    response = client.get("/api/v1/me", **bearer(new.secret))
+    response = client.get("/api/v1/me", headers=bearer(new.secret))
 
     assert response.status_code == 200
     assert response.json() == {"username": "owner", "via": "token", "token_name": "backup script"}
@@ -86,7 +86,7 @@ def test_it_refuses_a_revoked_token(client: Client, owner: Owner) -> None:
     new = tokens.create_token(owner=owner.user, name="old script")
     tokens.revoke_token(owner=owner.user, token_id=new.token.pk)
 
-    response = client.get("/api/v1/me", **bearer(new.secret))
+    response = client.get("/api/v1/me", headers=bearer(new.secret))
 
     assert response.status_code == 401
     assert error_of(response) == {"code": "invalid_token", "message": "This API token was revoked."}
@@ -96,7 +96,7 @@ def test_it_refuses_a_revoked_token(client: Client, owner: Owner) -> None:
 
 @pytest.mark.parametrize("header", ["Bearer aos_not-a-real-token", "Bearer ", "Basic dXNlcjpwYXNz"])
 def test_it_refuses_bad_credentials(client: Client, db: None, header: str) -> None:
-    response = client.get("/api/v1/me", HTTP_AUTHORIZATION=header)
+    response = client.get("/api/v1/me", headers={"Authorization": header})
 
     assert response.status_code == 401
     assert error_of(response)["code"] in {"invalid_token", "unauthenticated"}
@@ -155,14 +155,17 @@ def test_it_creates_a_token_once_and_revokes_it(owner_client: Client) -> None:
 
     assert revoked.status_code == 200
     assert revoked.json()["revoked_at"] is not None
-    assert Client().get("/api/v1/me", **bearer(secret)).status_code == 401
+    assert Client().get("/api/v1/me", headers=bearer(secret)).status_code == 401
 
 
 def test_it_does_not_let_a_token_mint_tokens(client: Client, owner: Owner) -> None:
     new = tokens.create_token(owner=owner.user, name="script")
 
     response = client.post(
-        "/api/v1/tokens", {"name": "more"}, content_type="application/json", **bearer(new.secret)
+        "/api/v1/tokens",
+        {"name": "more"},
+        content_type="application/json",
+        headers=bearer(new.secret),
     )
 
     assert response.status_code == 401
@@ -207,4 +210,4 @@ def test_create_api_token_command_prints_a_working_token(client: Client, owner: 
 
     secret = out.getvalue().strip()
     assert "shown only this once" in err.getvalue()
-    assert client.get("/api/v1/me", **bearer(secret)).json()["token_name"] == "cron"
+    assert client.get("/api/v1/me", headers=bearer(secret)).json()["token_name"] == "cron"

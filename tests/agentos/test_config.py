@@ -23,8 +23,10 @@ def test_it_passes_its_own_checks(db: None) -> None:
         ({"ALLOWED_HOSTS": []}, "agentos.E003"),
         ({"CSRF_TRUSTED_ORIGINS": ["example.com"]}, "agentos.E002"),
         ({"HUEY": {"immediate": None}}, "agentos.E004"),
-        ({"CHANNEL_LAYERS": {"default": {"BACKEND": "x", "CONFIG": {"NAME": "db"}}}},
-         "agentos.E006"),
+        (
+            {"CHANNEL_LAYERS": {"default": {"BACKEND": "x", "CONFIG": {"NAME": "db"}}}},
+            "agentos.E006",
+        ),
         ({"HTTPS": True, "SESSION_COOKIE_NAME": "sessionid"}, "agentos.E001"),
         ({"DEBUG": True}, "agentos.W001"),
     ],
@@ -38,7 +40,10 @@ def test_it_parses_a_socket_url() -> None:
     entry = database.parse_url("postgresql://postgres@/agentos?host=/run/pg&port=5433")
 
     assert (entry["NAME"], entry["USER"], entry["HOST"], entry["PORT"]) == (
-        "agentos", "postgres", "/run/pg", "5433",
+        "agentos",
+        "postgres",
+        "/run/pg",
+        "5433",
     )
     assert database.parse_url(database.build_url(entry)) == entry
 

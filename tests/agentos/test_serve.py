@@ -32,7 +32,9 @@ class FakeClock:
 
 
 def supervisor_of(*children: Child, clock: FakeClock) -> Supervisor:
-    return Supervisor(children=list(children), env={}, ready_url="http://127.0.0.1:9/", _clock=clock)
+    return Supervisor(
+        children=list(children), env={}, ready_url="http://127.0.0.1:9/", _clock=clock
+    )
 
 
 def test_it_restarts_a_dead_child_after_a_growing_backoff() -> None:

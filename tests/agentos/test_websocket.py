@@ -28,12 +28,10 @@ def communicator(*, origin: bytes | None, client: Client | None = None) -> Webso
     return WebsocketCommunicator(websocket_application(), "/ws/events", headers=headers)
 
 
-async def refusals() -> list[dict[str, Any]]:
-    return await sync_to_async(list)(
-        AuditEvent.objects.filter(kind=AuditEvent.Kind.WEBSOCKET_REFUSED).values_list(
-            "detail", flat=True
-        )
-    )
+@sync_to_async
+def refusals() -> list[dict[str, Any]]:
+    rows = AuditEvent.objects.filter(kind=AuditEvent.Kind.WEBSOCKET_REFUSED)
+    return list(rows.values_list("detail", flat=True))
 
 
 @pytest.mark.parametrize("origin", [b"https://evil.example", b"http://127.0.0.1.evil.example"])

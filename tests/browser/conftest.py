@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from django.test import override_settings
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
 
 from tests.factories import Owner, make_owner
 from tests.live import Stack, running_stack
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "screenshots"
-PHONE = {"width": 390, "height": 844}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 # As root in a container Chromium needs --no-sandbox; the network flags keep it from calling home
 # (this machine has no network, and each refused call slows the start).
 CHROMIUM_ARGS = [
@@ -62,15 +62,14 @@ def _launch() -> Iterator[Browser]:
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True)
     page = context.new_page()
-    page.csp_violations = []  # type: ignore[attr-defined]
-    page.on(
-        "console",
-        lambda message: (
-            page.csp_violations.append(message.text)  # type: ignore[attr-defined]
-            if "Content Security Policy" in message.text
-            else None
-        ),
-    )
+    violations: list[str] = []
+
+    def watch(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            violations.append(message.text)
+
+    page.on("console", watch)
+    page.csp_violations = violations  # type: ignore[attr-defined]  # read by the tests
     yield page
     context.close()
 

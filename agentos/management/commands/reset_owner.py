@@ -9,7 +9,9 @@ from agentos import credentials, owner
 
 
 class Command(BaseCommand):
-    help = "Issue a new password, TOTP secret and backup codes for the owner (old ones stop working)."
+    help = (
+        "Issue a new password, TOTP secret and backup codes for the owner (old ones stop working)."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

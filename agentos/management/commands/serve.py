@@ -20,9 +20,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("AGENTOS_HOST", "127.0.0.1"))
-        parser.add_argument(
-            "--port", type=int, default=int(os.environ.get("AGENTOS_PORT", "8000"))
-        )
+        parser.add_argument("--port", type=int, default=int(os.environ.get("AGENTOS_PORT", "8000")))
         parser.add_argument("--workers", type=int, default=settings.HUEY_WORKERS)
 
     def handle(self, *args: Any, host: str, port: int, workers: int, **options: Any) -> None:
@@ -48,14 +46,30 @@ class Command(BaseCommand):
             children=[
                 Child(
                     "web",
-                    [python, "-m", "daphne", "-b", host, "-p", str(port),
-                     "agentos.asgi:application"],
+                    [
+                        python,
+                        "-m",
+                        "daphne",
+                        "-b",
+                        host,
+                        "-p",
+                        str(port),
+                        "agentos.asgi:application",
+                    ],
                 ),
                 # SIGINT is huey's graceful stop: running tasks finish before the worker exits.
                 Child(
                     "workers",
-                    [python, manage, "run_huey", "--workers", str(workers),
-                     "--worker-type", "process", "--skip-checks"],
+                    [
+                        python,
+                        manage,
+                        "run_huey",
+                        "--workers",
+                        str(workers),
+                        "--worker-type",
+                        "process",
+                        "--skip-checks",
+                    ],
                     stop_signal=signal.SIGINT,
                 ),
             ],
