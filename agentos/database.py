@@ -35,9 +35,34 @@ def embedded_url(pgdata: Path, *, stop_on_exit: bool) -> str:
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
+    _forget_dead_handles(server)
     info = server.get_postmaster_info()
     # The socket directory is not always the data directory (long paths): read it, never guess.
     return f"postgresql://postgres@/postgres?host={info.socket_dir}&port={info.port or 5432}"
+
+
+def _forget_dead_handles(server: Any) -> None:
+    """Unregister processes that died without telling pgserver.
+
+    pgserver stops the server when the last registered process exits, but a process killed with
+    SIGKILL (or one that skips atexit, like mypy) stays registered, and the server would then
+    outlive every later run. Uses pgserver's own lock and handle list.
+    """
+    with server._lock:
+        handles = server.global_process_id_list
+        for pid in handles.get():
+            if not _alive(pid):
+                handles.get_and_remove(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def parse_url(url: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from agentos import supervisor
@@ -92,6 +93,20 @@ def test_it_stops_children_and_kills_those_that_ignore_the_signal(
     assert polite.process is not None
     assert polite.process.returncode == -signal.SIGTERM
     assert stubborn.process.returncode == -signal.SIGKILL
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_takes_its_children_down_when_killed(tmp_path: Path) -> None:
+    with running_stack(tmp_path) as stack:
+        stack.wait_for_workers()
+        children = psutil.Process(stack.process.pid).children(recursive=True)
+        assert len(children) >= 3  # daphne, huey consumer, its worker process
+
+        stack.process.kill()  # kill -9: no chance to stop anything itself
+        stack.process.wait()
+        _gone, alive = psutil.wait_procs(children, timeout=20)
+
+    assert alive == [], f"orphans survived their supervisor: {alive}"
 
 
 @pytest.mark.django_db(transaction=True)
