@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
     "django_htmx",
+    "ninja",  # serves Swagger UI from static files (not a CDN) at /api/v1/docs
     "channels",
     "channels_postgres",
     "huey.contrib.djhuey",

@@ -1,12 +1,21 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 from django.test import override_settings
 
-from agentos import database
+from agentos import database, health
 from agentos.env import env_bool, env_int
+
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def check_ids(**kwargs: object) -> set[str]:
@@ -81,3 +90,98 @@ def test_it_refuses_an_integer_below_its_minimum(monkeypatch: pytest.MonkeyPatch
 
     with pytest.raises(ImproperlyConfigured, match="below its minimum 1"):
         env_int("AGENTOS_X", 5, minimum=1)
+
+
+def settings_in_subprocess(extra_env: dict[str, str], expression: str) -> object:
+    """Evaluate `expression` against the product settings as a fresh process would load them."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": "postgresql://nobody@/nothing",  # parsed only, never connected
+        **extra_env,
+    }
+    code = (
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        f"print(json.dumps({expression}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_it_uses_host_prefixed_secure_cookies_over_https(tmp_path: Path) -> None:
+    values = settings_in_subprocess(
+        {"AGENTOS_HTTPS": "1", "AGENTOS_DATA_DIR": str(tmp_path)},
+        "[s.SESSION_COOKIE_NAME, s.CSRF_COOKIE_NAME, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE,"
+        " s.SESSION_COOKIE_DOMAIN, s.SESSION_COOKIE_PATH]",
+    )
+
+    assert values == ["__Host-sessionid", "__Host-csrftoken", True, True, None, "/"]
+
+
+def test_it_keeps_plain_cookies_on_plain_http(tmp_path: Path) -> None:
+    values = settings_in_subprocess(
+        {"AGENTOS_DATA_DIR": str(tmp_path)}, "[s.SESSION_COOKIE_NAME, s.SESSION_COOKIE_SECURE]"
+    )
+
+    assert values == ["sessionid", False]
+
+
+def test_it_keeps_one_generated_secret_key_per_data_dir(tmp_path: Path) -> None:
+    first = settings_in_subprocess({"AGENTOS_DATA_DIR": str(tmp_path)}, "s.SECRET_KEY")
+    second = settings_in_subprocess({"AGENTOS_DATA_DIR": str(tmp_path)}, "s.SECRET_KEY")
+
+    assert first == second
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_it_creates_the_vector_extension_by_migration(db: None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cursor.fetchone()
+
+    assert row is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_reports_the_database_down_and_the_rest_unknown() -> None:
+    original = connection.settings_dict["HOST"]
+    connection.close()
+    connection.settings_dict["HOST"] = "/nonexistent-socket-dir"
+    try:
+        report = health.check()
+    finally:
+        connection.close()
+        connection.settings_dict["HOST"] = original
+
+    assert report.ok is False
+    assert report.database.state == "down"
+    assert report.migrations.state == "unknown"
+    assert report.workers.state == "unknown"
+
+
+def test_makefile_names_what_to_install_without_python_312(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            "make",
+            "-C",
+            str(BASE_DIR),
+            "PYTHON=",
+            f"VENV={tmp_path}/venv",
+            f"{tmp_path}/venv/bin/python",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert done.returncode != 0
+    assert "Python 3.12 not found" in done.stderr
+    assert "make PYTHON=/path/to/python3.12" in done.stderr

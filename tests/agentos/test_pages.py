@@ -11,7 +11,14 @@ INLINE_SCRIPT = re.compile(rb"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)
 INLINE_HANDLER = re.compile(rb"\son[a-z]+\s*=", re.IGNORECASE)
 INLINE_STYLE = re.compile(rb"<style|\sstyle\s*=", re.IGNORECASE)
 
-PUBLIC_PAGES = ["/login/", "/offline/", "/manifest.webmanifest", "/sw.js", "/api/v1/health"]
+PUBLIC_PAGES = [
+    "/login/",
+    "/offline/",
+    "/manifest.webmanifest",
+    "/sw.js",
+    "/api/v1/health",
+    "/api/v1/docs",
+]
 OWNER_PAGES = [
     "/",
     "/more/",
