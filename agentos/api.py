@@ -6,6 +6,7 @@ Apps add their routers in `agentos.urls`-free fashion: `api.add_router("/mission
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
@@ -20,6 +22,8 @@ from ninja.security import APIKeyCookie, HttpBearer
 from agentos import audit, health, owner, tokens
 from agentos.errors import DomainError
 from agentos.models import ApiToken, AuditEvent
+
+logger = logging.getLogger(__name__)
 
 
 class OwnerSession(APIKeyCookie):
@@ -125,6 +129,24 @@ def _invalid_input(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 @api.exception_handler(Http404)
 def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error_response(request, status=404, code="not_found", message=_("Not found."))
+
+
+@api.exception_handler(Exception)
+def _internal_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # Scripts get JSON even when we fail; the traceback goes to the log, never to the client.
+    logger.exception("API error on %s %s", request.method, request.path)
+    return error_response(
+        request,
+        status=500,
+        code="internal_error",
+        message=_("Internal error; it was logged. Retry later, or report it."),
+    )
+
+
+@csrf_exempt  # it changes nothing; a JSON 404 beats an HTML CSRF page for a mistyped path
+def unknown_endpoint(request: HttpRequest, rest: str) -> HttpResponse:
+    """JSON 404 for paths under /api/v1/ that no route matches (Django would answer HTML)."""
+    return error_response(request, status=404, code="not_found", message=_("No such API endpoint."))
 
 
 def caller(request: HttpRequest) -> User:

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from agentos import views
-from agentos.api import api
+from agentos.api import api, unknown_endpoint
 
 console = (
     [
@@ -25,5 +25,6 @@ console = (
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    path("api/v1/<path:rest>", unknown_endpoint),
     path("", include(console)),
 ]

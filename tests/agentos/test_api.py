@@ -203,6 +203,28 @@ def test_it_answers_unknown_ids_with_404(owner_client: Client) -> None:
     assert error_of(response)["code"] == "not_found"
 
 
+def test_it_answers_json_for_an_unknown_endpoint(client: Client, db: None) -> None:
+    response = client.get("/api/v1/no/such/thing")
+
+    assert response.status_code == 404
+    assert error_of(response) == {"code": "not_found", "message": "No such API endpoint."}
+
+
+def test_it_answers_json_500_without_leaking_internals(
+    owner_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(**kwargs: object) -> None:
+        raise RuntimeError("secret internal detail")
+
+    monkeypatch.setattr(tokens, "create_token", broken)  # a bug in a service
+
+    response = owner_client.post("/api/v1/tokens", {"name": "x"}, content_type="application/json")
+
+    assert response.status_code == 500
+    assert error_of(response)["code"] == "internal_error"
+    assert b"secret internal detail" not in response.content
+
+
 def test_create_api_token_command_prints_a_working_token(client: Client, owner: Owner) -> None:
     out, err = StringIO(), StringIO()
 

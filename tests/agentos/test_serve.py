@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from django.core.management import CommandError, call_command
 
 from agentos import supervisor
 from agentos.supervisor import Child, Supervisor
@@ -93,6 +94,28 @@ def test_it_stops_children_and_kills_those_that_ignore_the_signal(
     assert polite.process is not None
     assert polite.process.returncode == -signal.SIGTERM
     assert stubborn.process.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--port", "0"], "--port must be between 1 and 65535, not 0."),
+        (["--workers", "0"], "--workers must be at least 1."),
+    ],
+)
+def test_it_refuses_bad_arguments(argv: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("serve", *argv)
+
+
+def test_it_refuses_a_busy_port_before_starting_anything(db: None) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        with pytest.raises(CommandError, match=f"Cannot listen on 127.0.0.1:{port}"):
+            call_command("serve", "--port", str(port))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentos import credentials, owner
 from agentos.supervisor import Child, Supervisor
@@ -25,11 +26,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, host: str, port: int, workers: int, **options: Any) -> None:
         if not 0 < port < 65536:
-            self.stderr.write(f"--port must be between 1 and 65535, not {port}.")
-            sys.exit(2)
+            raise CommandError(f"--port must be between 1 and 65535, not {port}.")
         if workers < 1:
-            self.stderr.write("--workers must be at least 1.")
-            sys.exit(2)
+            raise CommandError("--workers must be at least 1.")
+        _refuse_a_busy_port(host, port)
         call_command("migrate", interactive=False, verbosity=0)
         url = f"http://{host}:{port}"
         created = owner.ensure_owner()
@@ -80,3 +80,16 @@ class Command(BaseCommand):
             ),
         )
         sys.exit(supervisor.run())
+
+
+def _refuse_a_busy_port(host: str, port: int) -> None:
+    """Fail now with a clear message rather than restart a web server that cannot bind, forever."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise CommandError(
+                f"Cannot listen on {host}:{port} ({error.strerror}). Stop what uses it, or pick "
+                "another port: AGENTOS_PORT=8001 make run"
+            ) from None
