@@ -229,3 +229,9 @@ LOGGING: dict[str, Any] = {
         "huey": {"propagate": False},
     },
 }
+
+# --- Kernel -------------------------------------------------------------------------------------
+KERNEL_LEASE_SECONDS = float(env_int("AGENTOS_LEASE_SECONDS", 30, minimum=1))
+KERNEL_POLL_SECONDS = float(env_int("AGENTOS_KERNEL_POLL_SECONDS", 5, minimum=1))
+# Runs one worker process executes at once (threads, one database connection each).
+KERNEL_RUNS_PER_WORKER = env_int("AGENTOS_RUNS_PER_WORKER", 16, minimum=1)

@@ -1,9 +1,319 @@
-"""Kernel state. For now the worker pool's heartbeats; the journal comes with the kernel issue."""
+"""Kernel state: runs, their journaled steps, durable waits, events, artifacts, budgets.
+
+Journal rows (steps, events) are written only by `kernel.journal`; run scheduling fields only by
+`kernel.scheduler` and `kernel.leases`. Every write made on behalf of an executing run is
+conditional on the run's fencing token (see `kernel.leases`).
+"""
 
 from __future__ import annotations
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", _("queued")
+    RUNNING = "running", _("running")
+    WAITING = "waiting", _("waiting")
+    DONE = "done", _("done")
+    PARTIAL = "partial", _("partial")
+    BLOCKED = "blocked", _("blocked")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
+    BUDGET_EXHAUSTED = "budget_exhausted", _("budget exhausted")
+
+
+TERMINAL = frozenset(
+    {
+        RunStatus.DONE,
+        RunStatus.PARTIAL,
+        RunStatus.BLOCKED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.BUDGET_EXHAUSTED,
+    }
+)
+
+
+class StepKind(models.TextChoices):
+    MODEL_CALL = "model_call"
+    TOOL_CALL = "tool_call"
+    SPAWN = "spawn"
+    JOIN = "join"
+    WAIT_HUMAN = "wait_human"
+    TIMER = "timer"
+    COMPACTION = "compaction"
+    CHECKPOINT = "checkpoint"
+    VERDICT = "verdict"
+
+
+class Effect(models.TextChoices):
+    """What replaying a step whose result was never recorded does to the world (DESIGN.md §2)."""
+
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    NON_IDEMPOTENT = "non_idempotent"
+    MODEL_CALL = "model_call"
+
+
+class Run(models.Model):
+    """One agent instance, root or sub-agent. Runs form a tree (depth limited by the scheduler)."""
+
+    mission = models.ForeignKey("missions.Mission", on_delete=models.PROTECT, related_name="runs")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    root = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    # Ancestor ids, root first: budget debits walk up the tree without recursive queries.
+    ancestors = models.JSONField(default=list, blank=True)
+    depth = models.PositiveSmallIntegerField(default=0)
+    spawned_by_seq = models.PositiveIntegerField(null=True, blank=True)
+
+    program = models.CharField(max_length=100)  # a name in kernel.programs' registry
+    input = models.JSONField(default=dict, blank=True)
+    contract = models.JSONField(default=dict, blank=True)
+    model = models.CharField(max_length=100, blank=True)
+    workspace = models.CharField(max_length=500, blank=True)
+    engine_version = models.CharField(max_length=40, blank=True)
+    prompt_hash = models.CharField(max_length=64, blank=True)
+    tools_hash = models.CharField(max_length=64, blank=True)
+
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    # Scheduling: claimable when status is queued/running, runnable_at has passed, and the lease
+    # (if any) has expired. `fence` grows by one at each claim.
+    runnable_at = models.DateTimeField(null=True, blank=True)
+    fence = models.BigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A stop request (cancellation, or a budget crossed higher in the tree) and the terminal
+    # status it leads to; the executing worker sees it at its next lease renewal or step.
+    cancel_requested = models.BooleanField(default=False)
+    stop_reason = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
+    # Set when a wake-up (answer, child done, cancel) arrives while the run is still executing:
+    # its suspension then turns into "runnable now" instead of losing the wake-up.
+    wake_pending = models.BooleanField(default=False)
+
+    # Budget caps (null = none) and the ledger. Spend counts the whole subtree: a child's step
+    # is debited to every ancestor in the same transaction as its result.
+    max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    max_usd_micros = models.PositiveBigIntegerField(null=True, blank=True)
+    max_turns = models.PositiveIntegerField(null=True, blank=True)
+    max_tool_calls = models.PositiveIntegerField(null=True, blank=True)
+    max_seconds = models.PositiveIntegerField(null=True, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    usd_micros = models.PositiveBigIntegerField(default=0)
+    turns = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The claim query: runnable runs by readiness.
+            models.Index(
+                fields=["runnable_at"],
+                name="run_claimable",
+                condition=models.Q(status__in=["queued", "running", "waiting"]),
+            ),
+            models.Index(fields=["mission", "status"], name="run_mission_status"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(depth__lte=3), name="run_depth_at_most_3"),
+            models.CheckConstraint(
+                condition=~models.Q(parent=models.F("id")), name="run_not_own_parent"
+            ),
+            # A spawn step replayed after a crash finds its child instead of making another.
+            models.UniqueConstraint(
+                fields=["parent", "spawned_by_seq"], name="run_one_child_per_spawn_step"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.program}, {self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+
+class Step(models.Model):
+    """The journaled unit: an intent (committed before it runs) and at most one result."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=20, choices=StepKind.choices)
+    effect = models.CharField(max_length=20, choices=Effect.choices)
+    name = models.CharField(max_length=100, blank=True)  # the tool, model or child program
+    request = models.JSONField(default=dict)
+    request_hash = models.CharField(max_length=64)
+    idempotency_key = models.CharField(max_length=64)
+    started_at = models.DateTimeField()
+    # Result, written once (the journal's UPDATE requires `finished_at IS NULL`).
+    result = models.JSONField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # How the result came to be: executed, or settled by a reconciliation probe or the owner.
+    settled_by = models.CharField(max_length=20, blank=True)
+    executions = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    usd_micros = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="step_one_intent_per_seq"),
+        ]
+        ordering = ["run", "seq"]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.seq} {self.kind}"
+
+
+class WaitKind(models.TextChoices):
+    HUMAN = "human", _("owner answer")
+    TIMER = "timer", _("timer")
+    JOIN = "join", _("children")
+    RECONCILE = "reconcile", _("owner verdict on an unfinished step")
+
+
+class WaitState(models.TextChoices):
+    OPEN = "open", _("open")
+    ANSWERED = "answered", _("answered")
+    EXPIRED = "expired", _("expired")
+
+
+class Wait(models.Model):
+    """A durable wait: a row, never a blocked process. Expiry of a human wait means refusal."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="waits")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=20, choices=WaitKind.choices)
+    state = models.CharField(max_length=20, choices=WaitState.choices, default=WaitState.OPEN)
+    question = models.JSONField(default=dict, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)  # timer fires / human wait expires
+    answer = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq", "kind"], name="wait_one_per_step"),
+        ]
+        indexes = [
+            models.Index(fields=["due_at"], name="wait_open_due", condition=models.Q(state="open")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} wait of run {self.run_id} step {self.seq} ({self.state})"
+
+
+class Trust(models.TextChoices):
+    """Who an event's content comes from, most trusted first (DESIGN.md §2)."""
+
+    OWNER = "owner"
+    SYSTEM = "system"
+    AGENT = "agent"
+    TOOL = "tool"
+    WEB = "web"
+
+
+class Event(models.Model):
+    """Append-only log, range-partitioned by month (partitions created ahead by `kernel.events`).
+
+    The database primary key is (id, at), as partitioning requires; Django only ever looks
+    events up by id.
+    """
+
+    at = models.DateTimeField()
+    mission = models.ForeignKey(
+        "missions.Mission", null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    seq = models.PositiveIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=60)
+    trust = models.CharField(max_length=10, choices=Trust.choices, default=Trust.SYSTEM)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind}"
+
+
+class Artifact(models.Model):
+    """A content-addressed file under the data dir; the database keeps metadata and a preview."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    size = models.PositiveBigIntegerField()
+    media_type = models.CharField(max_length=100, default="application/octet-stream")
+    preview = models.TextField(blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.name or self.sha256[:12]} ({self.size} bytes)"
+
+
+class GlobalBudget(models.Model):
+    """The one row of global governors, edited in the admin."""
+
+    daily_usd_micros = models.PositiveBigIntegerField(
+        _("daily spend cap (micro-dollars)"), null=True, blank=True
+    )
+    max_running_runs = models.PositiveIntegerField(_("global cap on running runs"), default=64)
+
+    class Meta:
+        verbose_name = _("global budget")
+
+    def __str__(self) -> str:
+        return "global budget"
+
+
+class DailySpend(models.Model):
+    day = models.DateField(unique=True)
+    usd_micros = models.PositiveBigIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.day}: {self.usd_micros} µ$"
+
+
+class ChaosEffect(models.Model):
+    """The chaos workload's external world: one row per application of a side effect.
+
+    Deliberately without a unique constraint: the chaos checks count duplicates.
+    """
+
+    key = models.CharField(max_length=64, db_index=True)
+    run_id_value = models.BigIntegerField()
+    seq = models.PositiveIntegerField()
+    effect = models.CharField(max_length=20)
+    value = models.JSONField(default=dict)
+    applied_at = models.DateTimeField(auto_now_add=True)
 
 
 class WorkerBeat(models.Model):

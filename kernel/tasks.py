@@ -1,20 +1,39 @@
-"""huey tasks of the kernel: thin wrappers around kernel services."""
+"""huey tasks and hooks of the kernel: thin wrappers around kernel services.
+
+Each huey worker process also runs the kernel loop (`kernel.worker`) in a thread, started when
+the process starts and stopped when it shuts down; the process's main thread keeps serving
+huey's periodic tasks.
+"""
 
 from __future__ import annotations
+
+import threading
 
 from huey import crontab
 from huey.contrib.djhuey import HUEY, db_periodic_task
 
-from kernel import workers
+from kernel import events, workers
+from kernel.worker import Worker
+
+_kernel_loop: Worker | None = None
 
 
 @HUEY.on_startup()  # type: ignore[untyped-decorator]  # huey ships no type hints
-def announce_worker() -> None:
-    """Each worker process reports as soon as it starts, not a minute later."""
+def start_worker() -> None:
+    """Report at once, then start this process's kernel loop."""
+    global _kernel_loop
     from django.db import close_old_connections
 
     close_old_connections()
     workers.record_beat(started=True)
+    _kernel_loop = Worker()
+    threading.Thread(target=_kernel_loop.run_forever, name="kernel-loop", daemon=True).start()
+
+
+@HUEY.on_shutdown()  # type: ignore[untyped-decorator]  # huey ships no type hints
+def stop_worker() -> None:
+    if _kernel_loop is not None:
+        _kernel_loop.stopping.set()
 
 
 @db_periodic_task(crontab(minute="*"))  # type: ignore[untyped-decorator]  # huey ships no hints
@@ -22,3 +41,9 @@ def heartbeat() -> None:
     """Runs through the queue, so a beat proves both the scheduler and a worker are alive."""
     workers.record_beat()
     workers.prune_beats()
+
+
+@db_periodic_task(crontab(minute="7", hour="*"))  # type: ignore[untyped-decorator]
+def create_event_partitions() -> None:
+    """Monthly partitions of the event log exist months ahead (hourly: cheap and idempotent)."""
+    events.ensure_partitions()

@@ -1,0 +1,337 @@
+"""What a program sees of its run: journaled steps, durable waits, children, stop requests.
+
+Every method is replay-safe: called again after a crash with the same arguments, in the same
+order, it returns what was recorded instead of acting again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from kernel import crashpoints, journal, runs
+from kernel.budgets import NO_COST, Cost, Ledger
+from kernel.exceptions import JournalMismatch, KernelError, Stop, Suspend
+from kernel.journal import Fence, Record
+from kernel.models import Effect, Run, RunStatus, StepKind, Wait, WaitKind, WaitState
+
+# A reconciliation question answered by the owner: did the unfinished step take effect?
+DONE, NOT_DONE = "done", "not_done"
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """What a step's executor gets: enough to be idempotent, and a way to notice a stop."""
+
+    run_id: int
+    seq: int
+    idempotency_key: str
+    request: Any
+    replay: bool  # the intent was recorded before: a previous attempt may have acted
+    stopping: threading.Event
+
+
+@dataclass(frozen=True)
+class Done:
+    """An executor's answer: the step's result and what it cost."""
+
+    result: Any
+    cost: Cost = NO_COST
+
+
+Executor = Callable[[StepCall], Done]
+Probe = Callable[[StepCall], Done | None]  # the recorded effect if it happened, else None
+
+
+@dataclass
+class RunContext:
+    run: Run
+    fence: Fence
+    records: dict[int, Record]
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # Set when the worker shuts down gracefully: the run parks at its next step boundary.
+    draining: threading.Event = field(default_factory=threading.Event)
+    stop_reason: str = ""
+    seq: int = 0
+
+    @property
+    def run_id(self) -> int:
+        return self.fence.run_id
+
+    @property
+    def input(self) -> Any:
+        return self.run.input
+
+    # --- the generic step ------------------------------------------------------------------
+
+    def step(
+        self,
+        kind: str,
+        *,
+        effect: str,
+        name: str,
+        request: Any,
+        execute: Executor,
+        probe: Probe | None = None,
+    ) -> Any:
+        """Run one journaled step and return its result.
+
+        1. A recorded result is returned as recorded (after checking it is the same step).
+        2. Otherwise, before anything runs: stop if asked to or over budget; write the intent.
+        3. An intent without result means a previous attempt died mid-step; by effect class:
+           read/model_call/idempotent_write run again (the latter with the same idempotency key),
+           non_idempotent asks its probe, else the owner, and never retries blindly.
+        4. Execute, then record the result with its cost in one transaction.
+        """
+        self.seq += 1
+        seq = self.seq
+        recorded = self._recorded(seq, kind, name, request)
+        if recorded is not None and recorded.finished:
+            return recorded.result
+        self.check_stop()
+        call = StepCall(
+            run_id=self.run_id,
+            seq=seq,
+            idempotency_key=journal.idempotency_key(self.run_id, seq),
+            request=request,
+            replay=recorded is not None,
+            stopping=self.stopping,
+        )
+        if recorded is None:
+            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
+            journal.record_intent(
+                self.fence, seq=seq, kind=kind, effect=effect, name=name, request=request
+            )
+            self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
+            crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
+        elif effect == Effect.NON_IDEMPOTENT:
+            settled = self._reconcile(call, probe)
+            if settled is not None:
+                return self._record(call, kind, settled.done, settled.settled_by, executions=0)
+        done = execute(call)
+        crashpoints.hit("after_effect_before_result", run=self.run_id, seq=seq)
+        return self._record(call, kind, done, "executed", executions=1)
+
+    def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
+        recorded = self.records.get(seq)
+        if recorded is None:
+            return None
+        if recorded.kind != kind or (
+            recorded.request_hash and recorded.request_hash != journal.request_hash(kind, name, request)
+        ):
+            raise JournalMismatch(
+                f"Run {self.run_id} step {seq}: the journal holds a {recorded.kind} step"
+                f" {recorded.name!r}, the program now asks for a {kind} step {name!r}."
+                " The program is not deterministic, or changed since the run started."
+            )
+        return recorded
+
+    def _record(self, call: StepCall, kind: str, done: Done, settled_by: str, executions: int) -> Any:
+        debit = journal.record_result(
+            self.fence,
+            seq=call.seq,
+            result=done.result,
+            cost=done.cost,
+            settled_by=settled_by,
+            executions=executions,
+            turns=1 if kind == StepKind.MODEL_CALL else 0,
+            tool_calls=1 if kind == StepKind.TOOL_CALL else 0,
+            debit_ids=[*self.run.ancestors, self.run_id],
+            mission_id=self.run.mission_id,
+        )
+        self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)
+        crashpoints.hit("after_result_commit", run=self.run_id, seq=call.seq)
+        if debit is not None:
+            self._check_debit(debit)
+        return done.result
+
+    @dataclass(frozen=True)
+    class _Settled:
+        done: Done
+        settled_by: str
+
+    def _reconcile(self, call: StepCall, probe: Probe | None) -> RunContext._Settled | None:
+        """Settle an unfinished non-idempotent step without acting twice; None: safe to act."""
+        if probe is not None:
+            found = probe(call)
+            return RunContext._Settled(found, "probe") if found is not None else None
+        wait = self._open_wait(
+            call.seq,
+            WaitKind.RECONCILE,
+            {
+                "question": "A step that cannot be safely repeated was interrupted. Did it take"
+                " effect?",
+                "step": call.seq,
+                "request": call.request,
+                "answers": {DONE: "it took effect (give its result)", NOT_DONE: "it did not"},
+            },
+            due_at=None,
+        )
+        if wait.state == WaitState.ANSWERED and isinstance(wait.answer, dict):
+            if wait.answer.get("verdict") == DONE:
+                return RunContext._Settled(Done(wait.answer.get("result")), "owner")
+            if wait.answer.get("verdict") == NOT_DONE:
+                return None
+        raise Suspend(None, f"owner verdict needed on step {call.seq}")
+
+    # --- waits -----------------------------------------------------------------------------
+
+    def wait_human(self, question: Any, *, expires_in: timedelta) -> Any:
+        """Ask the owner and wait (durably) for the answer; expiry answers `{"refused": ...}`."""
+        return self._wait_step(
+            StepKind.WAIT_HUMAN, WaitKind.HUMAN, "owner", question, expires_in=expires_in
+        )
+
+    def sleep(self, duration: timedelta) -> Any:
+        """A durable timer: the run leaves the worker and is claimed again when it is due."""
+        return self._wait_step(StepKind.TIMER, WaitKind.TIMER, "timer", {}, expires_in=duration)
+
+    def _wait_step(
+        self, kind: str, wait_kind: str, name: str, question: Any, *, expires_in: timedelta
+    ) -> Any:
+        self.seq += 1
+        seq = self.seq
+        request = {"question": question, "seconds": expires_in.total_seconds()}
+        recorded = self._recorded(seq, kind, name, request)
+        if recorded is not None and recorded.finished:
+            return recorded.result
+        self.check_stop()
+        if recorded is None:
+            due = timezone.now() + expires_in
+            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
+            journal.record_intent(
+                self.fence, seq=seq, kind=kind, effect=Effect.READ, name=name, request=request,
+                wait=(wait_kind, question, due),
+            )
+            self.records[seq] = Record(seq, kind, Effect.READ, name, "", None, False, "")
+            crashpoints.hit("wait_recorded", run=self.run_id, seq=seq)
+        wait = Wait.objects.get(run_id=self.run_id, seq=seq, kind=wait_kind)
+        call = StepCall(self.run_id, seq, "", request, recorded is not None, self.stopping)
+        if wait.state == WaitState.ANSWERED:
+            return self._record(call, kind, Done({"answer": wait.answer}), "owner", executions=0)
+        assert wait.due_at is not None
+        if wait.due_at <= timezone.now():
+            Wait.objects.filter(pk=wait.pk, state=WaitState.OPEN).update(
+                state=WaitState.EXPIRED, settled_at=timezone.now()
+            )
+            result = (
+                {"fired_at": wait.due_at.isoformat()}
+                if wait_kind == WaitKind.TIMER
+                else {"refused": True, "reason": "expired"}
+            )
+            return self._record(call, kind, Done(result), "expiry", executions=0)
+        raise Suspend(wait.due_at, f"{wait_kind} wait on step {seq}")
+
+    def _open_wait(self, seq: int, kind: str, question: Any, *, due_at: datetime | None) -> Wait:
+        wait, created = Wait.objects.get_or_create(
+            run_id=self.run_id, seq=seq, kind=kind, defaults={"question": question, "due_at": due_at}
+        )
+        if created:
+            journal.append_event(
+                "wait.opened", run_id=self.run_id, mission_id=self.run.mission_id, seq=seq,
+                wait_kind=kind, wait=wait.pk,
+            )
+        return wait
+
+    # --- children --------------------------------------------------------------------------
+
+    def spawn(self, program: str, input: Any, *, caps: dict[str, Any] | None = None) -> int:  # noqa: A002
+        """Start a child run (once, even if this step is replayed); return its id."""
+
+        def create(call: StepCall) -> Done:
+            child = runs.spawn_child(
+                parent=self.run, seq=call.seq, program=program, input=input, caps=caps or {}
+            )
+            return Done({"run_id": child.pk})
+
+        result = self.step(
+            StepKind.SPAWN,
+            effect=Effect.IDEMPOTENT_WRITE,
+            name=program,
+            request={"input": input, "caps": caps or {}},
+            execute=create,
+        )
+        return int(result["run_id"])
+
+    def join(self, run_ids: list[int]) -> dict[str, Any]:
+        """Wait (durably) until every listed child has ended; return their status and output."""
+        self.seq += 1
+        seq = self.seq
+        request = {"runs": run_ids}
+        recorded = self._recorded(seq, StepKind.JOIN, "join", request)
+        if recorded is not None and recorded.finished:
+            return dict(recorded.result)
+        self.check_stop()
+        children = list(Run.objects.filter(pk__in=run_ids, parent_id=self.run_id))
+        if len(children) != len(set(run_ids)):
+            raise KernelError(f"Run {self.run_id} can only join its own children.")
+        if recorded is None:
+            journal.record_intent(
+                self.fence, seq=seq, kind=StepKind.JOIN, effect=Effect.READ, name="join",
+                request=request,
+            )
+            self.records[seq] = Record(seq, StepKind.JOIN, Effect.READ, "join", "", None, False, "")
+        if any(not child.is_terminal for child in children):
+            raise Suspend(None, f"joining {len(children)} child run(s) on step {seq}")
+        result = {
+            str(child.pk): {"status": child.status, "output": child.output} for child in children
+        }
+        call = StepCall(self.run_id, seq, "", request, False, self.stopping)
+        return dict(self._record(call, StepKind.JOIN, Done(result), "executed", executions=1))
+
+    # --- stops -----------------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """Called by the lease renewer: interrupt the current step, stop before the next one."""
+        self.stop_reason = reason or RunStatus.CANCELLED
+        self.stopping.set()
+
+    def check_stop(self) -> None:
+        if self.draining.is_set():
+            raise Suspend(timezone.now(), "worker shutting down")
+        if self.stopping.is_set():
+            crashpoints.hit("cancel_seen", run=self.run_id)
+            raise Stop(self.stop_reason or RunStatus.CANCELLED, "stop requested")
+        limit = self.run.max_seconds
+        if limit is not None and self.run.started_at is not None:
+            if timezone.now() - self.run.started_at >= timedelta(seconds=limit):
+                raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
+        if self._over_budget:
+            raise Stop(RunStatus.BUDGET_EXHAUSTED, self._over_budget)
+
+    _over_budget: str = ""
+
+    def _check_debit(self, debit: journal.Debit) -> None:
+        """After a result: note the first cap crossed, by this run, an ancestor, the mission, the day."""
+        mine = debit.runs.get(self.run_id)
+        if mine is not None and (cap := mine.crossed()):
+            self._over_budget = f"run {self.run_id} reached {cap}"
+            return
+        for ancestor in self.run.ancestors:
+            ledger = debit.runs.get(ancestor)
+            if ledger is not None and (cap := ledger.crossed()):
+                # The whole subtree of that ancestor stops, this run included.
+                runs.request_stop(ancestor, reason=RunStatus.BUDGET_EXHAUSTED, by="kernel")
+                self._over_budget = f"ancestor run {ancestor} reached {cap}"
+                return
+        if debit.mission is not None and (cap := debit.mission.crossed()):
+            self._over_budget = f"mission {self.run.mission_id} reached {cap}"
+            return
+        daily_cap = _daily_cap()
+        if daily_cap is not None and debit.day_usd_micros is not None:
+            if debit.day_usd_micros >= daily_cap:
+                self._over_budget = "the global daily spend cap is reached"
+
+
+def _daily_cap() -> int | None:
+    from kernel.models import GlobalBudget
+
+    return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first()
+
+
+__all__ = ["DONE", "NOT_DONE", "Done", "Ledger", "RunContext", "StepCall"]

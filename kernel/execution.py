@@ -1,0 +1,95 @@
+"""Executing one claimed run: replay its journal through its program, under a renewed lease."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import DatabaseError, close_old_connections, connection
+
+from kernel import crashpoints, journal, programs, scheduler
+from kernel.context import RunContext
+from kernel.exceptions import JournalMismatch, LeaseLost, Stop, Suspend
+from kernel.models import Run, RunStatus
+from kernel.scheduler import Claim
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the lease every third of its length; relays stop requests to the running step."""
+
+    def __init__(self, claim: Claim, context: RunContext) -> None:
+        super().__init__(name=f"lease-{claim.fence.run_id}", daemon=True)
+        self.claim = claim
+        self.context = context
+        self.done = threading.Event()
+        self.lost = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.done.wait(self.claim.lease_seconds / 3):
+                crashpoints.hit("lease_renew", run=self.claim.fence.run_id)
+                stop, reason = scheduler.renew_lease(
+                    self.claim.fence, lease_seconds=self.claim.lease_seconds
+                )
+                if stop:
+                    self.context.request_stop(reason)
+        except LeaseLost:
+            self.lost.set()
+            self.context.request_stop(RunStatus.CANCELLED)  # interrupt; its writes will fail
+        except DatabaseError:
+            logger.exception("lease renewal of run %s failed", self.claim.fence.run_id)
+        finally:
+            connection.close()
+
+
+def execute(claim: Claim, draining: threading.Event | None = None) -> str:
+    """Drive the run until it ends or waits; return what happened (for logs and tests).
+
+    Program errors end the run `failed`; infrastructure errors (database, lost lease) leave it
+    to its lease: another worker resumes it from the journal.
+    """
+    fence = claim.fence
+    try:
+        run = Run.objects.select_related("mission").get(pk=fence.run_id)
+        records = journal.load(fence.run_id)
+    except DatabaseError:
+        logger.exception("cannot load run %s", fence.run_id)
+        return "error"
+    context = RunContext(
+        run=run, fence=fence, records=records, draining=draining or threading.Event()
+    )
+    if run.cancel_requested:
+        context.request_stop(run.stop_reason)
+    keeper = LeaseKeeper(claim, context)
+    keeper.start()
+    try:
+        try:
+            context.check_stop()
+            outcome = programs.get(run.program)(context)
+        except Suspend as suspension:
+            scheduler.suspend(fence, runnable_at=suspension.runnable_at, reason=suspension.reason)
+            return "waiting"
+        except Stop as stop:
+            return scheduler.finish(fence, status=stop.status, error=stop.reason)
+        except (LeaseLost, DatabaseError):
+            raise
+        except JournalMismatch as mismatch:
+            return scheduler.finish(fence, status=RunStatus.FAILED, error=mismatch.message)
+        except Exception as error:  # the program's own failure: the run fails, never "succeeds"
+            logger.exception("run %s failed", fence.run_id)
+            return scheduler.finish(
+                fence, status=RunStatus.FAILED, error=f"{error.__class__.__name__}: {error}"
+            )
+        return scheduler.finish(fence, status=outcome.status, output=outcome.output)
+    except LeaseLost:
+        logger.warning("run %s: lease lost; another worker owns it now", fence.run_id)
+        return "lease_lost"
+    except DatabaseError:
+        logger.exception("run %s: database error; its lease will expire", fence.run_id)
+        return "error"
+    finally:
+        keeper.done.set()
+        keeper.join()
+        close_old_connections()

@@ -1,0 +1,346 @@
+"""The journal: the only writer of step intents, step results and events.
+
+Hot path (one run's steps) is two single-statement transactions per step, each fenced:
+
+1. intent: `INSERT` the step, in the same statement as a `FOR SHARE` lock on the run row held
+   only if the run's fence still equals the caller's token (a claim, which bumps the fence, waits
+   for it, so a zombie's intent can never land after a takeover);
+2. result: `UPDATE` the step (only if it has no result yet) and, when the step cost anything or
+   counts as a turn or tool call, debit the run, its ancestors, its mission and the day, all in
+   that same statement.
+
+Statements go straight to psycopg with server-side binding and prepared plans (see
+../shared/notes/performance.md: the ORM doubles the cost of a step). Zero rows means the fence
+moved: `LeaseLost`, nothing written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from django.db import connection
+from django.utils import timezone
+from psycopg.types.json import Jsonb, JsonbLoader, JsonLoader
+
+from kernel.budgets import Cost, Ledger
+from kernel.exceptions import KernelError, LeaseLost
+from kernel.models import Effect, Event, StepKind, Trust
+
+KINDS = frozenset(StepKind.values)
+EFFECTS = frozenset(Effect.values)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The right to write for one run: its id and the token of the claim that gave it."""
+
+    run_id: int
+    token: int
+
+
+@dataclass(frozen=True)
+class Record:
+    """One step as the journal holds it."""
+
+    seq: int
+    kind: str
+    effect: str
+    name: str
+    request_hash: str
+    result: Any
+    finished: bool
+    settled_by: str
+
+
+@dataclass(frozen=True)
+class Debit:
+    """Totals after a debit: per debited run (subtree totals), the mission's, and today's spend."""
+
+    runs: dict[int, Ledger]
+    mission: Ledger | None
+    day_usd_micros: int | None
+
+
+def request_hash(kind: str, name: str, request: Any) -> str:
+    body = json.dumps([kind, name, request], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def idempotency_key(run_id: int, seq: int) -> str:
+    """`hash(run_id, seq)`: the key an idempotent executor uses to find its earlier result."""
+    return hashlib.sha256(f"agentos-step:{run_id}:{seq}".encode()).hexdigest()
+
+
+def _cursor() -> psycopg.Cursor[Any]:
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    # psycopg's own Cursor (server-side binding, auto-prepared), not Django's ClientCursor.
+    cursor = psycopg.Cursor(raw)
+    # Django's backend loads json as text (its JSONField parses); the journal wants objects.
+    cursor.adapters.register_loader("jsonb", JsonbLoader)
+    cursor.adapters.register_loader("json", JsonLoader)
+    return cursor
+
+
+def load(run_id: int) -> dict[int, Record]:
+    """Every step of a run, in one query (resume reads the journal once, not per step)."""
+    with _cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, kind, effect, name, request_hash, result, finished_at IS NOT NULL,"
+            " settled_by FROM kernel_step WHERE run_id = %s ORDER BY seq",
+            (run_id,),
+            prepare=True,
+        )
+        return {row[0]: Record(*row) for row in cursor.fetchall()}
+
+
+_INTENT = """
+WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
+INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash, idempotency_key,
+    started_at, settled_by, executions, input_tokens, output_tokens, cache_read_tokens,
+    cache_write_tokens, usd_micros)
+SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, %(key)s, now(), '',
+    0, 0, 0, 0, 0, 0
+FROM fenced
+RETURNING id
+"""
+
+_INTENT_WITH_WAIT = """
+WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE),
+step AS (
+    INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash,
+        idempotency_key, started_at, settled_by, executions, input_tokens, output_tokens,
+        cache_read_tokens, cache_write_tokens, usd_micros)
+    SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, %(key)s, now(),
+        '', 0, 0, 0, 0, 0, 0
+    FROM fenced
+    RETURNING run_id)
+INSERT INTO kernel_wait (run_id, seq, kind, state, question, due_at, created_at)
+SELECT run_id, %(seq)s, %(wait_kind)s, 'open', %(question)s, %(due_at)s, now() FROM step
+RETURNING id
+"""
+
+
+def record_intent(
+    fence: Fence,
+    *,
+    seq: int,
+    kind: str,
+    effect: str,
+    name: str,
+    request: Any,
+    wait: tuple[str, Any, datetime | None] | None = None,
+) -> None:
+    """Commit the intent of step `seq` (and, for a wait step, its wait row) before it runs."""
+    if kind not in KINDS:
+        raise KernelError(f"Unknown step kind {kind!r}; expected one of {sorted(KINDS)}.")
+    if effect not in EFFECTS:
+        raise KernelError(f"Unknown effect class {effect!r}; expected one of {sorted(EFFECTS)}.")
+    params: dict[str, Any] = {
+        "run": fence.run_id,
+        "fence": fence.token,
+        "seq": seq,
+        "kind": kind,
+        "effect": effect,
+        "name": name,
+        "request": Jsonb(request),
+        "hash": request_hash(kind, name, request),
+        "key": idempotency_key(fence.run_id, seq),
+    }
+    sql = _INTENT
+    if wait is not None:
+        sql = _INTENT_WITH_WAIT
+        params["wait_kind"], question, params["due_at"] = wait
+        params["question"] = Jsonb(question)
+    try:
+        with _cursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            written = cursor.fetchone()
+    except psycopg.errors.UniqueViolation:
+        raise KernelError(
+            f"Step {seq} of run {fence.run_id} already has an intent.", code="duplicate_intent"
+        ) from None
+    if written is None:
+        raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale")
+
+
+_RESULT = """
+WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
+UPDATE kernel_step SET result = %(result)s, finished_at = now(), settled_by = %(settled_by)s,
+    executions = executions + %(executions)s, input_tokens = %(input_tokens)s,
+    output_tokens = %(output_tokens)s, cache_read_tokens = %(cache_read_tokens)s,
+    cache_write_tokens = %(cache_write_tokens)s, usd_micros = %(usd_micros)s
+WHERE run_id = %(run)s AND seq = %(seq)s AND finished_at IS NULL
+    AND EXISTS (SELECT 1 FROM fenced)
+RETURNING id
+"""
+
+# The same, plus the ledger: the run and its ancestors (ascending ids, so concurrent debits of
+# one tree lock rows in one order), the mission, and today's global spend.
+_RESULT_WITH_DEBIT = """
+WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE),
+step AS (
+    UPDATE kernel_step SET result = %(result)s, finished_at = now(), settled_by = %(settled_by)s,
+        executions = executions + %(executions)s, input_tokens = %(input_tokens)s,
+        output_tokens = %(output_tokens)s, cache_read_tokens = %(cache_read_tokens)s,
+        cache_write_tokens = %(cache_write_tokens)s, usd_micros = %(usd_micros)s
+    WHERE run_id = %(run)s AND seq = %(seq)s AND finished_at IS NULL
+        AND EXISTS (SELECT 1 FROM fenced)
+    RETURNING id),
+runs AS (
+    UPDATE kernel_run SET input_tokens = input_tokens + %(input_tokens)s,
+        output_tokens = output_tokens + %(output_tokens)s,
+        cache_read_tokens = cache_read_tokens + %(cache_read_tokens)s,
+        cache_write_tokens = cache_write_tokens + %(cache_write_tokens)s,
+        usd_micros = usd_micros + %(usd_micros)s, turns = turns + %(turns)s,
+        tool_calls = tool_calls + %(tool_calls)s
+    WHERE id = ANY(%(debit_ids)s) AND EXISTS (SELECT 1 FROM step)
+    RETURNING id, input_tokens + output_tokens + cache_read_tokens + cache_write_tokens AS tokens,
+        usd_micros,
+        turns, tool_calls, max_tokens, max_usd_micros, max_turns, max_tool_calls),
+mission AS (
+    UPDATE missions_mission SET spent_tokens = spent_tokens + %(tokens)s,
+        spent_usd_micros = spent_usd_micros + %(usd_micros)s, spent_turns = spent_turns + %(turns)s,
+        spent_tool_calls = spent_tool_calls + %(tool_calls)s
+    WHERE id = %(mission)s AND EXISTS (SELECT 1 FROM step)
+    RETURNING spent_tokens, spent_usd_micros, spent_turns, spent_tool_calls, max_tokens,
+        max_usd_micros, max_turns, max_tool_calls),
+day AS (
+    INSERT INTO kernel_dailyspend (day, usd_micros, tokens)
+    SELECT (now() AT TIME ZONE 'UTC')::date, %(usd_micros)s, %(tokens)s
+    WHERE EXISTS (SELECT 1 FROM step) AND %(tokens)s + %(usd_micros)s > 0
+    ON CONFLICT (day) DO UPDATE SET usd_micros = kernel_dailyspend.usd_micros + EXCLUDED.usd_micros,
+        tokens = kernel_dailyspend.tokens + EXCLUDED.tokens
+    RETURNING usd_micros)
+SELECT (SELECT count(*) FROM step), (SELECT json_agg(runs) FROM runs),
+    (SELECT json_agg(mission) FROM mission), (SELECT usd_micros FROM day)
+"""
+
+_LEDGER_COLUMNS = ("tokens", "usd_micros", "turns", "tool_calls")
+_CAPS = ("max_tokens", "max_usd_micros", "max_turns", "max_tool_calls")
+
+
+def record_result(
+    fence: Fence,
+    *,
+    seq: int,
+    result: Any,
+    cost: Cost,
+    settled_by: str = "executed",
+    executions: int = 1,
+    turns: int = 0,
+    tool_calls: int = 0,
+    debit_ids: list[int] | None = None,
+    mission_id: int | None = None,
+) -> Debit | None:
+    """Record the one result of step `seq` with its ledger update; return the new totals.
+
+    Returns None when nothing needed debiting. Raises `LeaseLost` when the fence moved and
+    `KernelError` when the step has no intent or already has a result.
+    """
+    params: dict[str, Any] = {
+        "run": fence.run_id,
+        "fence": fence.token,
+        "seq": seq,
+        "result": Jsonb(result),
+        "settled_by": settled_by,
+        "executions": executions,
+        **cost.as_dict(),
+    }
+    debit = not cost.is_zero or turns or tool_calls
+    with _cursor() as cursor:
+        if not debit:
+            cursor.execute(_RESULT, params, prepare=True)
+            if cursor.fetchone() is None:
+                _explain_refused_result(fence, seq)
+            return None
+        params.update(
+            turns=turns,
+            tool_calls=tool_calls,
+            tokens=cost.tokens,
+            debit_ids=debit_ids or [fence.run_id],
+            mission=mission_id,
+        )
+        cursor.execute(_RESULT_WITH_DEBIT, params, prepare=True)
+        row = cursor.fetchone()
+    assert row is not None
+    written, runs, missions, day = row
+    if not written:
+        _explain_refused_result(fence, seq)
+    return Debit(
+        runs={
+            r["id"]: Ledger(
+                tokens=r["tokens"],
+                usd_micros=r["usd_micros"],
+                turns=r["turns"],
+                tool_calls=r["tool_calls"],
+                caps={cap: r[cap] for cap in _CAPS},
+            )
+            for r in runs or []
+        },
+        mission=(
+            Ledger(
+                tokens=missions[0]["spent_tokens"],
+                usd_micros=missions[0]["spent_usd_micros"],
+                turns=missions[0]["spent_turns"],
+                tool_calls=missions[0]["spent_tool_calls"],
+                caps={cap: missions[0][cap] for cap in _CAPS},
+            )
+            if missions
+            else None
+        ),
+        day_usd_micros=day,
+    )
+
+
+def _explain_refused_result(fence: Fence, seq: int) -> None:
+    """A result that touched no row: say precisely why (rare path, so a second query is fine)."""
+    with _cursor() as cursor:
+        cursor.execute("SELECT fence FROM kernel_run WHERE id = %s", (fence.run_id,))
+        row = cursor.fetchone()
+        if row is None:
+            raise KernelError(f"No run {fence.run_id}.", code="not_found", status=404)
+        if row[0] != fence.token:
+            raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale (now {row[0]})")
+        cursor.execute(
+            "SELECT finished_at IS NOT NULL FROM kernel_step WHERE run_id = %s AND seq = %s",
+            (fence.run_id, seq),
+        )
+        step = cursor.fetchone()
+    if step is None:
+        raise KernelError(
+            f"Step {seq} of run {fence.run_id} has no intent: record the intent first.",
+            code="no_intent",
+        )
+    raise KernelError(
+        f"Step {seq} of run {fence.run_id} already has a result; a result is written once.",
+        code="duplicate_result",
+        status=409,
+    )
+
+
+def append_event(
+    kind: str,
+    *,
+    run_id: int | None = None,
+    mission_id: int | None = None,
+    seq: int | None = None,
+    trust: Trust = Trust.SYSTEM,
+    **data: Any,
+) -> Event:
+    """Append one event; with a transaction open, it commits (or not) with it."""
+    return Event.objects.create(
+        at=timezone.now(),
+        kind=kind,
+        run_id=run_id,
+        mission_id=mission_id,
+        seq=seq,
+        trust=trust,
+        data=data,
+    )

@@ -1,0 +1,153 @@
+"""Starting runs, stopping them, answering their waits: the kernel's entry points for others."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from kernel import journal, programs, scheduler
+from kernel.budgets import validate_caps
+from kernel.exceptions import KernelError
+from kernel.models import TERMINAL, Run, RunStatus, Trust, Wait, WaitState
+from missions.models import Mission
+
+MAX_DEPTH = 3
+
+
+def start_run(
+    *,
+    mission: Mission,
+    program: str,
+    input: Any = None,  # noqa: A002  # the run's input, as the contract calls it
+    caps: dict[str, Any] | None = None,
+    parent: Run | None = None,
+    spawned_by_seq: int | None = None,
+    model: str = "",
+    contract: dict[str, Any] | None = None,
+) -> Run:
+    """Create a runnable run (a root, or a child of `parent`) and ring the workers."""
+    if not programs.exists(program):
+        raise KernelError(f"No program named {program!r}.", code="unknown_program")
+    clean_caps = validate_caps(caps or {})
+    depth = 0 if parent is None else parent.depth + 1
+    if depth > MAX_DEPTH:
+        raise KernelError(
+            f"Run tree depth is limited to {MAX_DEPTH}; run {parent.pk if parent else '?'} is at"
+            f" depth {depth - 1}.",
+            code="depth_exceeded",
+        )
+    if parent is not None and parent.mission_id != mission.pk:
+        raise KernelError("A child run belongs to its parent's mission.", code="invalid_input")
+    with transaction.atomic():
+        run = Run.objects.create(
+            mission=mission,
+            parent=parent,
+            depth=depth,
+            ancestors=[*parent.ancestors, parent.pk] if parent else [],
+            spawned_by_seq=spawned_by_seq,
+            program=program,
+            input=input if input is not None else {},
+            contract=contract or {},
+            model=model,
+            status=RunStatus.QUEUED,
+            runnable_at=timezone.now(),
+            **clean_caps,
+        )
+        Run.objects.filter(pk=run.pk).update(root_id=parent.root_id if parent else run.pk)
+        run.root_id = parent.root_id if parent else run.pk
+        journal.append_event(
+            "run.created",
+            run_id=run.pk,
+            mission_id=mission.pk,
+            program=program,
+            parent=parent.pk if parent else None,
+        )
+        scheduler.ring()
+    return run
+
+
+def spawn_child(*, parent: Run, seq: int, program: str, input: Any, caps: dict[str, Any]) -> Run:  # noqa: A002
+    """The child of a spawn step: created once, found again when the step is replayed."""
+    existing = Run.objects.filter(parent=parent, spawned_by_seq=seq).first()
+    if existing is not None:
+        return existing
+    try:
+        return start_run(
+            mission=parent.mission,
+            program=program,
+            input=input,
+            caps=caps,
+            parent=parent,
+            spawned_by_seq=seq,
+        )
+    except IntegrityError:  # created meanwhile by a zombie of this very step
+        return Run.objects.get(parent=parent, spawned_by_seq=seq)
+
+
+def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "owner") -> int:
+    """Stop a run and all its descendants; return how many runs were asked to stop.
+
+    Waiting or queued runs are woken so that a worker ends them; executing ones see the request
+    at their next lease renewal (their current step is interrupted) or step.
+    """
+    if reason not in (RunStatus.CANCELLED, RunStatus.BUDGET_EXHAUSTED):
+        raise KernelError(f"A run stops as cancelled or budget_exhausted, not {reason!r}.")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            raise KernelError(f"No run {run_id}.", code="not_found", status=404)
+        subtree = Run.objects.filter(pk=run_id) | Run.objects.filter(ancestors__contains=[run_id])
+        ids = list(
+            subtree.exclude(status__in=TERMINAL)
+            .exclude(cancel_requested=True)
+            .values_list("pk", flat=True)
+        )
+        Run.objects.filter(pk__in=ids).update(cancel_requested=True, stop_reason=reason)
+        journal.append_event(
+            "run.stop_requested",
+            run_id=run_id,
+            mission_id=run.mission_id,
+            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            reason=reason,
+            runs=ids,
+            by=by,
+        )
+        if ids:
+            scheduler.wake(ids)
+    return len(ids)
+
+
+def answer_wait(wait_id: int, *, answer: Any, by: str = "owner") -> Wait:
+    """Answer an open wait (owner question, reconciliation verdict) and wake its run."""
+    with transaction.atomic():
+        wait = Wait.objects.select_for_update().filter(pk=wait_id).first()
+        if wait is None:
+            raise KernelError(f"No wait {wait_id}.", code="not_found", status=404)
+        if wait.state != WaitState.OPEN:
+            raise KernelError(
+                f"Wait {wait_id} is already {wait.state}; it cannot be answered again.",
+                code="already_settled",
+                status=409,
+            )
+        if wait.due_at is not None and wait.due_at <= timezone.now():
+            raise KernelError(
+                f"Wait {wait_id} expired at {wait.due_at.isoformat()}; expiry means refusal.",
+                code="expired",
+                status=409,
+            )
+        wait.state = WaitState.ANSWERED
+        wait.answer = answer
+        wait.settled_at = timezone.now()
+        wait.save(update_fields=["state", "answer", "settled_at"])
+        journal.append_event(
+            "wait.answered",
+            run_id=wait.run_id,
+            seq=wait.seq,
+            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            wait_kind=wait.kind,
+            by=by,
+        )
+        scheduler.wake([wait.run_id])
+    return wait

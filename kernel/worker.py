@@ -1,0 +1,129 @@
+"""The kernel loop of one worker process: claim runnable runs, execute each in a thread.
+
+Made of small steps that report whether there was work (`claim_one`), a doorbell (LISTEN on
+`agentos_kernel`, plus a slow poll), and a stop flag. Runs leave the worker when they end or wait;
+a crashed worker loses nothing: its leases expire and other workers resume from the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import psycopg
+from django.conf import settings
+from django.db import connection
+
+from kernel import execution, scheduler
+
+logger = logging.getLogger(__name__)
+
+
+class Doorbell(threading.Thread):
+    """LISTENs on its own connection and sets an event on every NOTIFY (or when stopped)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="kernel-doorbell", daemon=True)
+        self.rung = threading.Event()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as listener:
+                    listener.execute(f"LISTEN {scheduler.CHANNEL}")
+                    while not self.stopping.is_set():
+                        for _ in listener.notifies(timeout=1.0, stop_after=1):
+                            self.rung.set()
+            except psycopg.Error:
+                logger.warning("doorbell connection lost; polling until it is back")
+                self.stopping.wait(1.0)
+
+    def wait(self, timeout: float) -> None:
+        self.rung.wait(timeout)
+        self.rung.clear()
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        max_runs: int | None = None,
+        lease_seconds: float | None = None,
+        poll_seconds: float | None = None,
+    ) -> None:
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.max_runs = max_runs or settings.KERNEL_RUNS_PER_WORKER
+        self.lease_seconds = lease_seconds or settings.KERNEL_LEASE_SECONDS
+        self.poll_seconds = poll_seconds or settings.KERNEL_POLL_SECONDS
+        self.stopping = threading.Event()
+        self.active: dict[int, Future[str]] = {}
+        self._lock = threading.Lock()
+
+    def claim_one(self) -> scheduler.Claim | None:
+        return scheduler.claim_next_run(worker=self.name, lease_seconds=self.lease_seconds)
+
+    def work_one(self) -> str | None:
+        """Claim one run and execute it in this thread; None when nothing was runnable."""
+        claim = self.claim_one()
+        return execution.execute(claim, self.stopping) if claim else None
+
+    def run_until_idle(self, *, limit: int = 10_000) -> list[str]:
+        """Execute runnable runs one by one until none is left (tests, one-shot use)."""
+        outcomes = []
+        for _ in range(limit):
+            outcome = self.work_one()
+            if outcome is None:
+                break
+            outcomes.append(outcome)
+        return outcomes
+
+    def run_forever(self) -> None:
+        """Keep up to `max_runs` runs executing until `stopping` is set.
+
+        1. While there is a free slot, claim a run and submit it to the pool.
+        2. When nothing is claimable (or no slot is free), wait for the doorbell or the poll.
+        3. On stop, executing runs park themselves at their next step boundary (runnable at
+           once, for any worker), so a graceful stop hands work over without waiting for leases.
+        """
+        doorbell = Doorbell()
+        doorbell.start()
+        try:
+            with ThreadPoolExecutor(self.max_runs, thread_name_prefix="run") as pool:
+                while not self.stopping.is_set():
+                    claimed = False
+                    if self._free_slots() > 0:
+                        try:
+                            claim = self.claim_one()
+                        except Exception:
+                            logger.exception("claim failed")
+                            claim = None
+                        if claim is not None:
+                            claimed = True
+                            future = pool.submit(execution.execute, claim, self.stopping)
+                            with self._lock:
+                                self.active[claim.fence.run_id] = future
+                            future.add_done_callback(
+                                lambda _f, run_id=claim.fence.run_id: self._done(run_id, doorbell)
+                            )
+                    if not claimed:
+                        doorbell.wait(self.poll_seconds)
+        finally:
+            doorbell.stopping.set()
+            connection.close()
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            return self.max_runs - len(self.active)
+
+    def _done(self, run_id: int, doorbell: Doorbell) -> None:
+        with self._lock:
+            self.active.pop(run_id, None)
+        doorbell.rung.set()  # a slot is free: look for work now
