@@ -204,3 +204,50 @@ def check(run_ids: list[int], *, expected: dict[int, tuple[str, Any]], report: R
                 f"run {step.run_id} step {step.seq} ({step.name}) has a result but was applied"
                 f" {count} times"
             )
+
+
+# --- The harness: workers that crash on purpose, an owner that answers, and the checks --------
+
+
+@dataclass(frozen=True)
+class Target:
+    point: str
+    seq: int = 0
+
+
+QUICK_MATRIX: list[Target] = [
+    *(Target(point, 0) for point in ("claim_committed", "lease_renew", "before_finish")),
+    *(
+        Target(point, seq)
+        for point in (
+            "before_intent_commit",
+            "after_intent_commit",
+            "after_effect_before_result",
+            "after_result_commit",
+        )
+        for seq in (1, 3, 4, 5, 7)
+    ),
+    Target("wait_recorded", 6),
+    Target("wait_recorded", 9),
+    Target("cancel_seen", 0),
+]
+
+
+def full_matrix() -> list[Target]:
+    """Every crash point at every workflow step it can happen at."""
+    step_points = (
+        "before_intent_commit",
+        "after_intent_commit",
+        "after_effect_before_result",
+        "after_result_commit",
+    )
+    plain = [seq for seq in WORKFLOW_STEPS if seq not in (6, 8, 9)]
+    return [
+        *(Target(point, 0) for point in ("claim_committed", "lease_renew", "before_finish")),
+        *(Target(point, seq) for point in step_points for seq in plain),
+        *(Target(point, seq) for point in ("before_intent_commit", "after_result_commit")
+          for seq in (6, 8, 9)),
+        Target("wait_recorded", 6),
+        Target("wait_recorded", 9),
+        Target("cancel_seen", 0),
+    ]

@@ -209,7 +209,8 @@ class RunContext:
                 wait=(wait_kind, question, due),
             )
             self.records[seq] = Record(seq, kind, Effect.READ, name, "", None, False, "")
-            crashpoints.hit("wait_recorded", run=self.run_id, seq=seq)
+        # After the wait row is committed (now, or by an attempt that died), before acting on it.
+        crashpoints.hit("wait_recorded", run=self.run_id, seq=seq)
         wait = Wait.objects.get(run_id=self.run_id, seq=seq, kind=wait_kind)
         call = StepCall(self.run_id, seq, "", request, recorded is not None, self.stopping)
         if wait.state == WaitState.ANSWERED:

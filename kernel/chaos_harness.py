@@ -1,0 +1,178 @@
+"""Drives a chaos workload through real worker processes that SIGKILL themselves on purpose.
+
+1. Create one workflow run per crash target (plus crash-free baseline runs), write the crash
+   plan, and start `kernel_worker` processes with it.
+2. Until every run has ended: restart dead workers, answer the owner's waits like an owner
+   would (approve; for an interrupted non-idempotent step, look at the world and say whether it
+   happened), and cancel the runs meant to be cancelled once they wait.
+3. Check the journal and the external world (`kernel.chaos.check`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from agentos import database
+from kernel import runs
+from kernel.chaos import Report, Target, check
+from kernel.context import DONE, NOT_DONE
+from kernel.models import ChaosEffect, Run, RunStatus, Wait, WaitKind, WaitState
+from missions.models import Mission, Project
+
+# The read step outlasts a lease renewal (a third of the lease), so `lease_renew` can fire.
+WORKFLOW_INPUT = {"n": 1, "read_seconds": 1.0, "timer_seconds": 0.3}
+CANCEL_INPUT = {**WORKFLOW_INPUT, "timer_seconds": 3600}
+
+
+@dataclass
+class Pool:
+    """Worker processes, restarted when they die."""
+
+    size: int
+    env: dict[str, str]
+    lease: float
+    processes: list[subprocess.Popen[bytes]]
+    deaths: int = 0
+
+    def start_one(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "kernel_worker",
+             "--lease", str(self.lease), "--poll", "0.5", "--max-runs", "8"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def tend(self) -> None:
+        for index, process in enumerate(self.processes):
+            if process.poll() is not None:
+                self.deaths += 1
+                self.processes[index] = self.start_one()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def run_chaos(
+    targets: list[Target],
+    *,
+    workers: int = 2,
+    baseline_runs: int = 1,
+    lease: float = 2.0,
+    timeout: float = 300.0,
+    seed: int | None = None,
+    say: Callable[[str], None] = print,
+) -> Report:
+    rng = random.Random(seed)
+    project, _ = Project.objects.get_or_create(name="chaos")
+    mission = Mission.objects.create(
+        project=project, goal="chaos workload", max_concurrent_runs=64
+    )
+    expected: dict[int, tuple[str, Any]] = {}
+    plan: list[dict[str, Any]] = []
+    baseline: list[int] = []
+    for _ in range(baseline_runs):
+        run = runs.start_run(mission=mission, program="chaos.workflow", input=WORKFLOW_INPUT)
+        baseline.append(run.pk)
+    shuffled = list(targets)
+    rng.shuffle(shuffled)
+    to_cancel: set[int] = set()
+    for target in shuffled:
+        cancel = target.point == "cancel_seen"
+        run = runs.start_run(
+            mission=mission, program="chaos.workflow", input=CANCEL_INPUT if cancel else WORKFLOW_INPUT
+        )
+        plan.append({"run": run.pk, "point": target.point, "seq": target.seq})
+        if cancel:
+            to_cancel.add(run.pk)
+    workdir = Path(tempfile.mkdtemp(prefix="agentos-chaos-"))
+    fired = workdir / "fired"
+    fired.mkdir()
+    (workdir / "plan.json").write_text(json.dumps({"targets": plan, "fired_dir": str(fired)}))
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(connection.settings_dict),
+        "AGENTOS_DATA_DIR": str(workdir / "data"),
+        "KERNEL_CRASHPLAN": str(workdir / "plan.json"),
+    }
+    pool = Pool(size=workers, env=env, lease=lease, processes=[])
+    pool.processes = [pool.start_one() for _ in range(workers)]
+    all_runs = baseline + [entry["run"] for entry in plan]
+    deadline = time.monotonic() + timeout
+    say(f"chaos: {len(all_runs)} runs, {len(plan)} crash targets, {workers} workers, seed={seed}")
+    try:
+        while time.monotonic() < deadline:
+            pool.tend()
+            act_as_owner(to_cancel)
+            if not Run.objects.filter(pk__in=all_runs).exclude(status__in=_ENDED).exists():
+                break
+            time.sleep(0.1)
+        else:
+            say("chaos: timed out waiting for the runs to end")
+    finally:
+        pool.stop()
+    baseline_output = Run.objects.get(pk=baseline[0]).output if baseline else None
+    for run_id in all_runs:
+        expected[run_id] = (
+            (RunStatus.CANCELLED, None) if run_id in to_cancel else (RunStatus.DONE, baseline_output)
+        )
+    report = Report()
+    check(all_runs, expected=expected, report=report)
+    report.kills = len(list(fired.iterdir()))
+    if report.kills != len(plan):
+        missing = {f"{e['run']}-{e['point']}-{e['seq']}" for e in plan} - {
+            path.name for path in fired.iterdir()
+        }
+        report.violations.append(f"{len(missing)} crash point(s) never fired: {sorted(missing)}")
+    return report
+
+
+_ENDED = [status for status in RunStatus.values if status not in ("queued", "running", "waiting")]
+
+
+def act_as_owner(to_cancel: set[int]) -> None:
+    for wait in Wait.objects.filter(state=WaitState.OPEN).exclude(kind=WaitKind.TIMER):
+        if wait.kind == WaitKind.HUMAN:
+            answer: Any = {"approve": True}
+        else:  # reconcile: look at the world, as the owner would
+            from kernel import journal
+
+            effect = ChaosEffect.objects.filter(
+                key=journal.idempotency_key(wait.run_id, wait.seq)
+            ).first()
+            answer = (
+                {"verdict": DONE, "result": effect.value} if effect else {"verdict": NOT_DONE}
+            )
+        try:
+            runs.answer_wait(wait.pk, answer=answer, by="chaos-owner")
+        except runs.KernelError:
+            pass  # settled meanwhile
+    waiting = Run.objects.filter(
+        pk__in=to_cancel, status=RunStatus.WAITING, cancel_requested=False,
+        waits__kind=WaitKind.TIMER, waits__state=WaitState.OPEN,
+    )
+    for run in waiting:
+        runs.request_stop(run.pk, by="chaos-owner")
