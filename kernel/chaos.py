@@ -7,6 +7,7 @@ crashed-and-resumed run must end exactly like a run that never crashed.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -81,24 +82,40 @@ def workflow(ctx: RunContext) -> Outcome:
     n = int(ctx.input.get("n", 1))
     out: dict[str, Any] = {}
     out["plan"] = ctx.step(
-        StepKind.MODEL_CALL, effect=Effect.MODEL_CALL, name="fake-model",
-        request={"prompt": f"plan {n}"}, execute=fake_model,
+        StepKind.MODEL_CALL,
+        effect=Effect.MODEL_CALL,
+        name="fake-model",
+        request={"prompt": f"plan {n}"},
+        execute=fake_model,
     )
     out["read"] = ctx.step(
-        StepKind.TOOL_CALL, effect=Effect.READ, name="slow-read",
-        request={"n": n, "seconds": ctx.input.get("read_seconds", 0)}, execute=slow_read,
+        StepKind.TOOL_CALL,
+        effect=Effect.READ,
+        name="slow-read",
+        request={"n": n, "seconds": ctx.input.get("read_seconds", 0)},
+        execute=slow_read,
     )
     out["write"] = ctx.step(
-        StepKind.TOOL_CALL, effect=Effect.IDEMPOTENT_WRITE, name="ledger.put",
-        request={"value": n}, execute=idempotent_put,
+        StepKind.TOOL_CALL,
+        effect=Effect.IDEMPOTENT_WRITE,
+        name="ledger.put",
+        request={"value": n},
+        execute=idempotent_put,
     )
     out["send"] = ctx.step(
-        StepKind.TOOL_CALL, effect=Effect.NON_IDEMPOTENT, name="ledger.send",
-        request={"value": n + 1}, execute=blind_append, probe=probe,
+        StepKind.TOOL_CALL,
+        effect=Effect.NON_IDEMPOTENT,
+        name="ledger.send",
+        request={"value": n + 1},
+        execute=blind_append,
+        probe=probe,
     )
     out["pay"] = ctx.step(
-        StepKind.TOOL_CALL, effect=Effect.NON_IDEMPOTENT, name="ledger.pay",
-        request={"value": n + 2}, execute=blind_append,
+        StepKind.TOOL_CALL,
+        effect=Effect.NON_IDEMPOTENT,
+        name="ledger.pay",
+        request={"value": n + 2},
+        execute=blind_append,
     )
     ctx.sleep(timedelta(seconds=float(ctx.input.get("timer_seconds", 0.2))))
     out["timer"] = "fired"
@@ -106,15 +123,24 @@ def workflow(ctx: RunContext) -> Outcome:
     out["children"] = [entry for _, entry in sorted(ctx.join([child]).items())]
     out["owner"] = ctx.wait_human({"approve": f"workflow {n}"}, expires_in=timedelta(hours=1))
     ctx.step(
-        StepKind.CHECKPOINT, effect=Effect.IDEMPOTENT_WRITE, name="checkpoint",
-        request={"n": n}, execute=lambda call: Done({"saved": True}),
+        StepKind.CHECKPOINT,
+        effect=Effect.IDEMPOTENT_WRITE,
+        name="checkpoint",
+        request={"n": n},
+        execute=lambda call: Done({"saved": True}),
     )
     out["summary"] = ctx.step(
-        StepKind.COMPACTION, effect=Effect.MODEL_CALL, name="fake-model",
-        request={"prompt": f"summarise {n}"}, execute=fake_model,
+        StepKind.COMPACTION,
+        effect=Effect.MODEL_CALL,
+        name="fake-model",
+        request={"prompt": f"summarise {n}"},
+        execute=fake_model,
     )
     out["verdict"] = ctx.step(
-        StepKind.VERDICT, effect=Effect.READ, name="verdict", request={"n": n},
+        StepKind.VERDICT,
+        effect=Effect.READ,
+        name="verdict",
+        request={"n": n},
         execute=lambda call: Done({"passed": True}),
     )
     return Outcome(RunStatus.DONE, out)
@@ -123,12 +149,18 @@ def workflow(ctx: RunContext) -> Outcome:
 def child(ctx: RunContext) -> Outcome:
     n = int(ctx.input.get("n", 1))
     text = ctx.step(
-        StepKind.MODEL_CALL, effect=Effect.MODEL_CALL, name="fake-model",
-        request={"prompt": f"child {n}"}, execute=fake_model,
+        StepKind.MODEL_CALL,
+        effect=Effect.MODEL_CALL,
+        name="fake-model",
+        request={"prompt": f"child {n}"},
+        execute=fake_model,
     )
     stored = ctx.step(
-        StepKind.TOOL_CALL, effect=Effect.IDEMPOTENT_WRITE, name="ledger.put",
-        request={"value": n * 10}, execute=idempotent_put,
+        StepKind.TOOL_CALL,
+        effect=Effect.IDEMPOTENT_WRITE,
+        name="ledger.put",
+        request={"value": n * 10},
+        execute=idempotent_put,
     )
     return Outcome(RunStatus.DONE, {"text": text, "stored": stored})
 
@@ -137,7 +169,10 @@ def noop(ctx: RunContext) -> Outcome:
     """`steps` no-op checkpoints: the benchmark's workload."""
     for index in range(int(ctx.input.get("steps", 1))):
         ctx.step(
-            StepKind.CHECKPOINT, effect=Effect.READ, name="noop", request={"i": index},
+            StepKind.CHECKPOINT,
+            effect=Effect.READ,
+            name="noop",
+            request={"i": index},
             execute=lambda call: Done(None),
         )
     return Outcome(RunStatus.DONE, None)
@@ -145,9 +180,17 @@ def noop(ctx: RunContext) -> Outcome:
 
 def busy(ctx: RunContext) -> Outcome:
     """One long step that ignores stop requests (a stuck tool): the fencing test's workload."""
+
+    def sleep(call: StepCall) -> Done:
+        time.sleep(call.request["s"])
+        return Done({"slept": call.request["s"], "pid": os.getpid()})
+
     result = ctx.step(
-        StepKind.TOOL_CALL, effect=Effect.READ, name="busy", request={"s": ctx.input["seconds"]},
-        execute=lambda call: (time.sleep(call.request["s"]), Done({"slept": call.request["s"]}))[1],
+        StepKind.TOOL_CALL,
+        effect=Effect.READ,
+        name="busy",
+        request={"s": ctx.input["seconds"]},
+        execute=sleep,
     )
     return Outcome(RunStatus.DONE, result)
 
@@ -157,6 +200,7 @@ class Report:
     runs: int = 0
     steps: int = 0
     kills: int = 0
+    targets_fired: int = 0
     violations: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -245,8 +289,11 @@ def full_matrix() -> list[Target]:
     return [
         *(Target(point, 0) for point in ("claim_committed", "lease_renew", "before_finish")),
         *(Target(point, seq) for point in step_points for seq in plain),
-        *(Target(point, seq) for point in ("before_intent_commit", "after_result_commit")
-          for seq in (6, 8, 9)),
+        *(
+            Target(point, seq)
+            for point in ("before_intent_commit", "after_result_commit")
+            for seq in (6, 8, 9)
+        ),
         Target("wait_recorded", 6),
         Target("wait_recorded", 9),
         Target("cancel_seen", 0),

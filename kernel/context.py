@@ -57,6 +57,7 @@ class RunContext:
     # Set when the worker shuts down gracefully: the run parks at its next step boundary.
     draining: threading.Event = field(default_factory=threading.Event)
     stop_reason: str = ""
+    over_budget: str = ""  # the first cap a debit crossed: the run stops before its next step
     seq: int = 0
 
     @property
@@ -122,7 +123,8 @@ class RunContext:
         if recorded is None:
             return None
         if recorded.kind != kind or (
-            recorded.request_hash and recorded.request_hash != journal.request_hash(kind, name, request)
+            recorded.request_hash
+            and recorded.request_hash != journal.request_hash(kind, name, request)
         ):
             raise JournalMismatch(
                 f"Run {self.run_id} step {seq}: the journal holds a {recorded.kind} step"
@@ -131,7 +133,9 @@ class RunContext:
             )
         return recorded
 
-    def _record(self, call: StepCall, kind: str, done: Done, settled_by: str, executions: int) -> Any:
+    def _record(
+        self, call: StepCall, kind: str, done: Done, settled_by: str, executions: int
+    ) -> Any:
         debit = journal.record_result(
             self.fence,
             seq=call.seq,
@@ -205,7 +209,12 @@ class RunContext:
             due = timezone.now() + expires_in
             crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
             journal.record_intent(
-                self.fence, seq=seq, kind=kind, effect=Effect.READ, name=name, request=request,
+                self.fence,
+                seq=seq,
+                kind=kind,
+                effect=Effect.READ,
+                name=name,
+                request=request,
                 wait=(wait_kind, question, due),
             )
             self.records[seq] = Record(seq, kind, Effect.READ, name, "", None, False, "")
@@ -215,8 +224,7 @@ class RunContext:
         call = StepCall(self.run_id, seq, "", request, recorded is not None, self.stopping)
         if wait.state == WaitState.ANSWERED:
             return self._record(call, kind, Done({"answer": wait.answer}), "owner", executions=0)
-        assert wait.due_at is not None
-        if wait.due_at <= timezone.now():
+        if wait.due_at is not None and wait.due_at <= timezone.now():
             Wait.objects.filter(pk=wait.pk, state=WaitState.OPEN).update(
                 state=WaitState.EXPIRED, settled_at=timezone.now()
             )
@@ -226,22 +234,29 @@ class RunContext:
                 else {"refused": True, "reason": "expired"}
             )
             return self._record(call, kind, Done(result), "expiry", executions=0)
-        raise Suspend(wait.due_at, f"{wait_kind} wait on step {seq}")
+        raise Suspend(wait.due_at, f"{wait_kind} wait on step {seq}")  # due_at wakes it
 
     def _open_wait(self, seq: int, kind: str, question: Any, *, due_at: datetime | None) -> Wait:
         wait, created = Wait.objects.get_or_create(
-            run_id=self.run_id, seq=seq, kind=kind, defaults={"question": question, "due_at": due_at}
+            run_id=self.run_id,
+            seq=seq,
+            kind=kind,
+            defaults={"question": question, "due_at": due_at},
         )
         if created:
             journal.append_event(
-                "wait.opened", run_id=self.run_id, mission_id=self.run.mission_id, seq=seq,
-                wait_kind=kind, wait=wait.pk,
+                "wait.opened",
+                run_id=self.run_id,
+                mission_id=self.run.mission_id,
+                seq=seq,
+                wait_kind=kind,
+                wait=wait.pk,
             )
         return wait
 
     # --- children --------------------------------------------------------------------------
 
-    def spawn(self, program: str, input: Any, *, caps: dict[str, Any] | None = None) -> int:  # noqa: A002
+    def spawn(self, program: str, input: Any, *, caps: dict[str, Any] | None = None) -> int:
         """Start a child run (once, even if this step is replayed); return its id."""
 
         def create(call: StepCall) -> Done:
@@ -273,7 +288,11 @@ class RunContext:
             raise KernelError(f"Run {self.run_id} can only join its own children.")
         if recorded is None:
             journal.record_intent(
-                self.fence, seq=seq, kind=StepKind.JOIN, effect=Effect.READ, name="join",
+                self.fence,
+                seq=seq,
+                kind=StepKind.JOIN,
+                effect=Effect.READ,
+                name="join",
                 request=request,
             )
             self.records[seq] = Record(seq, StepKind.JOIN, Effect.READ, "join", "", None, False, "")
@@ -299,34 +318,32 @@ class RunContext:
             crashpoints.hit("cancel_seen", run=self.run_id)
             raise Stop(self.stop_reason or RunStatus.CANCELLED, "stop requested")
         limit = self.run.max_seconds
-        if limit is not None and self.run.started_at is not None:
-            if timezone.now() - self.run.started_at >= timedelta(seconds=limit):
-                raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
-        if self._over_budget:
-            raise Stop(RunStatus.BUDGET_EXHAUSTED, self._over_budget)
-
-    _over_budget: str = ""
+        started = self.run.started_at
+        if limit is not None and started and timezone.now() - started >= timedelta(seconds=limit):
+            raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
+        if self.over_budget:
+            raise Stop(RunStatus.BUDGET_EXHAUSTED, self.over_budget)
 
     def _check_debit(self, debit: journal.Debit) -> None:
-        """After a result: note the first cap crossed, by this run, an ancestor, the mission, the day."""
+        """After a debit, note the first cap crossed (own, ancestor, mission or day)."""
         mine = debit.runs.get(self.run_id)
         if mine is not None and (cap := mine.crossed()):
-            self._over_budget = f"run {self.run_id} reached {cap}"
+            self.over_budget = f"run {self.run_id} reached {cap}"
             return
         for ancestor in self.run.ancestors:
             ledger = debit.runs.get(ancestor)
             if ledger is not None and (cap := ledger.crossed()):
                 # The whole subtree of that ancestor stops, this run included.
                 runs.request_stop(ancestor, reason=RunStatus.BUDGET_EXHAUSTED, by="kernel")
-                self._over_budget = f"ancestor run {ancestor} reached {cap}"
+                self.over_budget = f"ancestor run {ancestor} reached {cap}"
                 return
         if debit.mission is not None and (cap := debit.mission.crossed()):
-            self._over_budget = f"mission {self.run.mission_id} reached {cap}"
+            self.over_budget = f"mission {self.run.mission_id} reached {cap}"
             return
         daily_cap = _daily_cap()
-        if daily_cap is not None and debit.day_usd_micros is not None:
-            if debit.day_usd_micros >= daily_cap:
-                self._over_budget = "the global daily spend cap is reached"
+        spent_today = debit.day_usd_micros
+        if daily_cap is not None and spent_today is not None and spent_today >= daily_cap:
+            self.over_budget = "the global daily spend cap is reached"
 
 
 def _daily_cap() -> int | None:

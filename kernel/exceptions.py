@@ -11,7 +11,7 @@ class KernelError(DomainError):
     """Refused input or an impossible journal operation; nothing was written."""
 
 
-class LeaseLost(Exception):  # noqa: N818  # a condition, not a programming error
+class LeaseLost(Exception):  # a condition, not a programming error
     """A fenced write touched zero rows: another worker owns the run now. Stop, write nothing."""
 
 
@@ -22,7 +22,7 @@ class JournalMismatch(KernelError):
     status = 409
 
 
-class Suspend(Exception):  # noqa: N818  # control flow, raised through the run's program
+class Suspend(Exception):  # control flow, raised through the run's program
     """The run waits (owner, timer, children). It leaves the worker; the wait is a journal row."""
 
     def __init__(self, runnable_at: datetime | None, reason: str) -> None:
@@ -31,7 +31,7 @@ class Suspend(Exception):  # noqa: N818  # control flow, raised through the run'
         self.reason = reason
 
 
-class Stop(Exception):  # noqa: N818  # control flow, raised through the run's program
+class Stop(Exception):  # control flow, raised through the run's program
     """The run must end now with `status` (cancelled, budget_exhausted), before its next step."""
 
     def __init__(self, status: str, reason: str) -> None:
@@ -40,5 +40,5 @@ class Stop(Exception):  # noqa: N818  # control flow, raised through the run's p
         self.reason = reason
 
 
-class StepFailed(Exception):  # noqa: N818
+class StepFailed(Exception):
     """Raised by a step's executor for a failure the program may handle (recorded as the result)."""

@@ -79,7 +79,8 @@ def idempotency_key(run_id: int, seq: int) -> str:
 def _cursor() -> psycopg.Cursor[Any]:
     connection.ensure_connection()
     raw = connection.connection
-    assert raw is not None
+    if raw is None:
+        raise RuntimeError("no database connection")
     # psycopg's own Cursor (server-side binding, auto-prepared), not Django's ClientCursor.
     cursor = psycopg.Cursor(raw)
     # Django's backend loads json as text (its JSONField parses); the journal wants objects.
@@ -269,8 +270,7 @@ def record_result(
         )
         cursor.execute(_RESULT_WITH_DEBIT, params, prepare=True)
         row = cursor.fetchone()
-    assert row is not None
-    written, runs, missions, day = row
+    written, runs, missions, day = row or (0, None, None, None)
     if not written:
         _explain_refused_result(fence, seq)
     return Debit(

@@ -315,6 +315,9 @@ class ChaosEffect(models.Model):
     value = models.JSONField(default=dict)
     applied_at = models.DateTimeField(auto_now_add=True)
 
+    def __str__(self) -> str:
+        return f"{self.effect} {self.key[:12]} (run {self.run_id_value} step {self.seq})"
+
 
 class WorkerBeat(models.Model):
     """The last sign of life of one worker process of the huey pool (one row per process)."""

@@ -20,7 +20,7 @@ def start_run(
     *,
     mission: Mission,
     program: str,
-    input: Any = None,  # noqa: A002  # the run's input, as the contract calls it
+    input: Any = None,  # the run's input, as the contract calls it
     caps: dict[str, Any] | None = None,
     parent: Run | None = None,
     spawned_by_seq: int | None = None,
@@ -68,7 +68,7 @@ def start_run(
     return run
 
 
-def spawn_child(*, parent: Run, seq: int, program: str, input: Any, caps: dict[str, Any]) -> Run:  # noqa: A002
+def spawn_child(*, parent: Run, seq: int, program: str, input: Any, caps: dict[str, Any]) -> Run:
     """The child of a spawn step: created once, found again when the step is replayed."""
     existing = Run.objects.filter(parent=parent, spawned_by_seq=seq).first()
     if existing is not None:

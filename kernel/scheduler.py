@@ -2,21 +2,25 @@
 
 A claim is the only place a fence grows. Claims are serialised by a transaction-scoped advisory
 lock so the per-mission and global caps are exact; they are rare next to steps, which take no
-global lock. `LISTEN/NOTIFY` on `agentos_kernel` is a doorbell only: workers also poll slowly.
+global lock. Times come from the application's clock (one host runs the control plane), so
+leases, timers and expiries all follow one clock. `LISTEN/NOTIFY` on `agentos_kernel` is a
+doorbell only: workers also poll slowly.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from kernel import crashpoints, journal
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
-from kernel.models import GlobalBudget, TERMINAL
+from kernel.models import TERMINAL, GlobalBudget
 
 CLAIM_LOCK = 0x6167656E  # "agen": the advisory lock key of claims
 CHANNEL = "agentos_kernel"
@@ -31,10 +35,11 @@ class Claim:
 
 _CLAIM = """
 SELECT r.id FROM kernel_run r JOIN missions_mission m ON m.id = r.mission_id
-WHERE r.status IN ('queued', 'running', 'waiting') AND r.runnable_at <= now()
-    AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
+WHERE r.status IN ('queued', 'running', 'waiting') AND r.runnable_at <= %(now)s
+    AND (r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s)
     AND (SELECT count(*) FROM kernel_run a
-         WHERE a.mission_id = r.mission_id AND a.lease_expires_at >= now()) < m.max_concurrent_runs
+         WHERE a.mission_id = r.mission_id AND a.lease_expires_at >= %(now)s)
+        < m.max_concurrent_runs
 ORDER BY r.runnable_at, r.id
 LIMIT 1
 FOR UPDATE OF r SKIP LOCKED
@@ -50,27 +55,27 @@ def claim_next_run(*, worker: str, lease_seconds: float) -> Claim | None:
        other transactions hold.
     4. Bump its fence and lease it to `worker`.
     """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
-            cap = GlobalBudget.objects.values_list("max_running_runs", flat=True).first()
-            if cap is not None:
-                cursor.execute("SELECT count(*) FROM kernel_run WHERE lease_expires_at >= now()")
-                (running,) = cursor.fetchone() or (0,)
-                if running >= cap:
-                    return None
-            cursor.execute(_CLAIM)
-            row = cursor.fetchone()
-            if row is None:
+    now = timezone.now()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
+        cap = GlobalBudget.objects.values_list("max_running_runs", flat=True).first()
+        if cap is not None:
+            cursor.execute("SELECT count(*) FROM kernel_run WHERE lease_expires_at >= %s", [now])
+            (running,) = cursor.fetchone() or (0,)
+            if running >= cap:
                 return None
-            cursor.execute(
-                "UPDATE kernel_run SET fence = fence + 1, lease_owner = %s,"
-                " lease_expires_at = now() + make_interval(secs => %s), status = 'running',"
-                " wake_pending = false, started_at = COALESCE(started_at, now())"
-                " WHERE id = %s RETURNING fence",
-                [worker[:200], lease_seconds, row[0]],
-            )
-            (token,) = cursor.fetchone() or (0,)
+        cursor.execute(_CLAIM, {"now": now})
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        cursor.execute(
+            "UPDATE kernel_run SET fence = fence + 1, lease_owner = %s,"
+            " lease_expires_at = %s, status = 'running',"
+            " wake_pending = false, started_at = COALESCE(started_at, %s)"
+            " WHERE id = %s RETURNING fence",
+            [worker[:200], now + timedelta(seconds=lease_seconds), now, row[0]],
+        )
+        (token,) = cursor.fetchone() or (0,)
     claim = Claim(fence=Fence(run_id=row[0], token=token), lease_seconds=lease_seconds)
     crashpoints.hit("claim_committed", run=row[0])
     return claim
@@ -80,9 +85,9 @@ def renew_lease(fence: Fence, *, lease_seconds: float) -> tuple[bool, str]:
     """Extend the lease; return (stop requested, stop reason). `LeaseLost` if taken over."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE kernel_run SET lease_expires_at = now() + make_interval(secs => %s)"
+            "UPDATE kernel_run SET lease_expires_at = %s"
             " WHERE id = %s AND fence = %s RETURNING cancel_requested, stop_reason",
-            [lease_seconds, fence.run_id, fence.token],
+            [timezone.now() + timedelta(seconds=lease_seconds), fence.run_id, fence.token],
         )
         row = cursor.fetchone()
     if row is None:
@@ -94,33 +99,32 @@ def release(fence: Fence) -> None:
     """Give the run back at once (graceful shutdown), instead of letting the lease expire."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE kernel_run SET lease_expires_at = NULL, lease_owner = '', runnable_at = now()"
+            "UPDATE kernel_run SET lease_expires_at = NULL, lease_owner = '', runnable_at = %s"
             " WHERE id = %s AND fence = %s AND status = 'running'",
-            [fence.run_id, fence.token],
+            [timezone.now(), fence.run_id, fence.token],
         )
     ring()
 
 
 def suspend(fence: Fence, *, runnable_at: datetime | None, reason: str) -> None:
     """Park the run until `runnable_at` (or a wake-up). A wake-up that came meanwhile wins."""
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE kernel_run SET status = 'waiting', lease_owner = '', lease_expires_at = NULL,"
-                " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN now() ELSE %s END,"
-                " wake_pending = false WHERE id = %s AND fence = %s RETURNING mission_id",
-                [runnable_at, fence.run_id, fence.token],
-            )
-            row = cursor.fetchone()
-            if row is None:
-                raise LeaseLost(f"run {fence.run_id}: lease taken over")
-            journal.append_event(
-                "run.waiting",
-                run_id=fence.run_id,
-                mission_id=row[0],
-                reason=reason,
-                until=runnable_at.isoformat() if runnable_at else None,
-            )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE kernel_run SET status = 'waiting', lease_owner = '', lease_expires_at = NULL,"
+            " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %s ELSE %s END,"
+            " wake_pending = false WHERE id = %s AND fence = %s RETURNING mission_id",
+            [timezone.now(), runnable_at, fence.run_id, fence.token],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            raise LeaseLost(f"run {fence.run_id}: lease taken over")
+        journal.append_event(
+            "run.waiting",
+            run_id=fence.run_id,
+            mission_id=row[0],
+            reason=reason,
+            until=runnable_at.isoformat() if runnable_at else None,
+        )
 
 
 def finish(fence: Fence, *, status: str, output: Any = None, error: str = "") -> str:
@@ -129,32 +133,29 @@ def finish(fence: Fence, *, status: str, output: Any = None, error: str = "") ->
     A run asked to stop ends with its stop reason whatever its program returned: a cancelled
     run never ends `done`. Its parent, if waiting for it, is woken.
     """
-    from psycopg.types.json import Jsonb
-
     crashpoints.hit("before_finish", run=fence.run_id)
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE kernel_run SET status = CASE WHEN cancel_requested"
-                " THEN COALESCE(NULLIF(stop_reason, ''), 'cancelled') ELSE %s END,"
-                " output = %s, error = %s, finished_at = now(), lease_owner = '',"
-                " lease_expires_at = NULL, runnable_at = NULL, wake_pending = false"
-                " WHERE id = %s AND fence = %s RETURNING status, parent_id, mission_id",
-                [status, Jsonb(output), error[:10000], fence.run_id, fence.token],
-            )
-            row = cursor.fetchone()
-            if row is None:
-                raise LeaseLost(f"run {fence.run_id}: lease taken over")
-            final, parent_id, mission_id = row
-            journal.append_event(
-                "run.finished",
-                run_id=fence.run_id,
-                mission_id=mission_id,
-                status=final,
-                error=error[:500],
-            )
-            if parent_id is not None:
-                wake([parent_id])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE kernel_run SET status = CASE WHEN cancel_requested"
+            " THEN COALESCE(NULLIF(stop_reason, ''), 'cancelled') ELSE %s END,"
+            " output = %s::jsonb, error = %s, finished_at = %s, lease_owner = '',"
+            " lease_expires_at = NULL, runnable_at = NULL, wake_pending = false"
+            " WHERE id = %s AND fence = %s RETURNING status, parent_id, mission_id",
+            [status, json.dumps(output), error[:10000], timezone.now(), fence.run_id, fence.token],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            raise LeaseLost(f"run {fence.run_id}: lease taken over")
+        final, parent_id, mission_id = row
+        journal.append_event(
+            "run.finished",
+            run_id=fence.run_id,
+            mission_id=mission_id,
+            status=final,
+            error=error[:500],
+        )
+        if parent_id is not None:
+            wake([parent_id])
     return str(final)
 
 
@@ -163,9 +164,9 @@ def wake(run_ids: list[int]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE kernel_run SET wake_pending = (status <> 'waiting'),"
-            " runnable_at = CASE WHEN status = 'waiting' THEN now() ELSE runnable_at END"
+            " runnable_at = CASE WHEN status = 'waiting' THEN %s ELSE runnable_at END"
             " WHERE id = ANY(%s) AND NOT (status = ANY(%s))",
-            [run_ids, list(_TERMINAL)],
+            [timezone.now(), run_ids, list(_TERMINAL)],
         )
     ring()
 

@@ -7,6 +7,7 @@ a crashed worker loses nothing: its leases expire and other workers resume from 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -111,7 +112,7 @@ class Worker:
                             with self._lock:
                                 self.active[claim.fence.run_id] = future
                             future.add_done_callback(
-                                lambda _f, run_id=claim.fence.run_id: self._done(run_id, doorbell)
+                                functools.partial(self._done, claim.fence.run_id, doorbell)
                             )
                     if not claimed:
                         doorbell.wait(self.poll_seconds)
@@ -123,7 +124,7 @@ class Worker:
         with self._lock:
             return self.max_runs - len(self.active)
 
-    def _done(self, run_id: int, doorbell: Doorbell) -> None:
+    def _done(self, run_id: int, doorbell: Doorbell, _future: Future[str]) -> None:
         with self._lock:
             self.active.pop(run_id, None)
         doorbell.rung.set()  # a slot is free: look for work now

@@ -12,7 +12,7 @@ def make_mission(**caps: Any) -> Mission:
     return Mission.objects.create(project=project, goal="exercise the kernel", **caps)
 
 
-def start(program: str, input: Any = None, *, mission: Mission | None = None, **kwargs: Any) -> Run:  # noqa: A002
+def start(program: str, input: Any = None, *, mission: Mission | None = None, **kwargs: Any) -> Run:
     return runs.start_run(
         mission=mission or make_mission(), program=program, input=input or {}, **kwargs
     )

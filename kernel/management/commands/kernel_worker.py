@@ -22,8 +22,14 @@ class Command(BaseCommand):
         parser.add_argument("--lease", type=float, default=None, help="Lease length (seconds).")
         parser.add_argument("--poll", type=float, default=None, help="Slow poll (seconds).")
 
-    def handle(self, *args: Any, max_runs: int | None, lease: float | None, poll: float | None,
-               **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        max_runs: int | None,
+        lease: float | None,
+        poll: float | None,
+        **options: Any,
+    ) -> None:
         for name, value in (("--max-runs", max_runs), ("--lease", lease), ("--poll", poll)):
             if value is not None and value <= 0:
                 raise CommandError(f"{name} must be positive, not {value}.")

@@ -1,0 +1,84 @@
+"""A worker paused past its lease (SIGSTOP) can write nothing once it resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from agentos import database
+from kernel.models import Event, Run, Step
+from tests.kernel.factories import start
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+
+def worker(tmp_path: Path, *, lease: float, log: Path | None = None) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(connection.settings_dict),
+        "AGENTOS_DATA_DIR": str(tmp_path),
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(settings.BASE_DIR) / "manage.py"),
+            "kernel_worker",
+            "--lease",
+            str(lease),
+            "--poll",
+            "0.2",
+        ],
+        env=env,
+        stderr=log.open("wb") if log else None,
+    )
+
+
+def wait_until(condition: object, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_it_fences_out_a_worker_paused_past_its_lease(tmp_path: Path) -> None:
+    run = start("chaos.busy", {"seconds": 3})
+    zombie_log = tmp_path / "zombie.log"
+    paused = worker(tmp_path, lease=1, log=zombie_log)
+    taker = None
+    try:
+        wait_until(lambda: Step.objects.filter(run=run).exists())  # the first worker is busy
+        paused.send_signal(signal.SIGSTOP)
+        wait_until(lambda: Run.objects.get(pk=run.pk).lease_expires_at is not None)
+        time.sleep(1.2)  # let the lease run out: this is what the test is about
+
+        taker = worker(tmp_path, lease=30)
+        wait_until(lambda: Run.objects.get(pk=run.pk).fence == 2)  # taken over
+        paused.send_signal(signal.SIGCONT)  # it finishes its sleep and tries to write
+        wait_until(lambda: Run.objects.get(pk=run.pk).status == "done")
+        time.sleep(1.0)  # give the zombie every chance to write after the run ended
+    finally:
+        for process in (paused, taker):
+            if process is not None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+                process.wait(timeout=15)
+
+    run.refresh_from_db()
+    step = Step.objects.get(run=run)
+    assert taker is not None
+    assert isinstance(step.result, dict)
+    assert isinstance(run.output, dict)
+    assert step.executions == 1
+    assert step.result["pid"] == taker.pid  # the zombie's result never landed
+    assert run.output["pid"] == taker.pid
+    assert Event.objects.filter(run_id=run.pk, kind="run.finished").count() == 1
+    assert f"run {run.pk}: lease lost" in zombie_log.read_text()  # it did try, and was refused
