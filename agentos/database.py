@@ -113,3 +113,46 @@ def build_url(entry: dict[str, Any]) -> str:
         netloc += host + (f":{entry['PORT']}" if entry.get("PORT") else "")
     suffix = f"?{urlencode(query)}" if query else ""
     return f"postgresql://{netloc}/{quote(entry['NAME'])}{suffix}"
+
+
+def crash_and_restart_embedded() -> None:
+    """Stop the embedded server as a crash would (`-m immediate`, no checkpoint), then restart it.
+
+    For the chaos tests: committed intents and results must survive. Only for the embedded
+    server this process started (settings read its data dir and socket).
+    """
+    import subprocess
+
+    from django.conf import settings
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    if os.environ.get("DATABASE_URL"):
+        raise ImproperlyConfigured("Only the embedded database can be crashed and restarted.")
+    pgdata = settings.DATA_DIR / "pg"
+    socket_dir = settings.DATABASES["default"]["HOST"]
+    user = "pgserver" if os.geteuid() == 0 else None
+    pg_ctl = str(POSTGRES_BIN_PATH / "pg_ctl")
+    subprocess.run(  # noqa: S603  # our own bundled binary
+        [pg_ctl, "-D", str(pgdata), "-m", "immediate", "-w", "stop"],
+        check=True,
+        user=user,
+        capture_output=True,
+    )
+    subprocess.run(  # noqa: S603
+        [
+            pg_ctl,
+            "-D",
+            str(pgdata),
+            "-w",
+            "-o",
+            '-h ""',
+            "-o",
+            f"-k {socket_dir}",
+            "-l",
+            str(pgdata / "log"),
+            "start",
+        ],
+        check=True,
+        user=user,
+        capture_output=True,
+    )

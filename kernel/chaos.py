@@ -201,6 +201,8 @@ class Report:
     steps: int = 0
     kills: int = 0
     targets_fired: int = 0
+    pauses: int = 0
+    database_restarts: int = 0
     violations: list[str] = field(default_factory=list)
 
     def line(self) -> str:

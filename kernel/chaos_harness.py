@@ -20,12 +20,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from agentos import database
 from kernel import runs
@@ -69,15 +69,33 @@ class Pool:
             stderr=subprocess.DEVNULL,
         )
 
+    paused: dict[int, float] = field(default_factory=dict)  # pid -> when to SIGCONT it
+    pauses: int = 0
+
     def tend(self) -> None:
+        now = time.monotonic()
         for index, process in enumerate(self.processes):
             if process.poll() is not None:
                 self.deaths += 1
+                self.paused.pop(process.pid, None)
                 self.processes[index] = self.start_one()
+            elif self.paused.get(process.pid, now + 1) <= now:
+                process.send_signal(signal.SIGCONT)  # a zombie now: its leases were taken over
+                del self.paused[process.pid]
+
+    def pause_one(self, rng: random.Random) -> None:
+        """SIGSTOP a worker past its leases, so others take its runs over while it sleeps."""
+        candidates = [p for p in self.processes if p.poll() is None and p.pid not in self.paused]
+        if candidates:
+            process = rng.choice(candidates)
+            process.send_signal(signal.SIGSTOP)
+            self.paused[process.pid] = time.monotonic() + self.lease * 2
+            self.pauses += 1
 
     def stop(self) -> None:
         for process in self.processes:
             if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
                 process.send_signal(signal.SIGTERM)
         for process in self.processes:
             try:
@@ -97,12 +115,18 @@ def run_chaos(
     lease: float = 2.0,
     timeout: float = 300.0,
     seed: int | None = None,
+    pause_every: float | None = None,
+    restart_database_after: float | None = None,
     say: Callable[[str], None] = print,
 ) -> Report:
+    """Run the workload; optionally SIGSTOP a random worker every `pause_every` seconds and stop
+    the database abruptly (`pg_ctl stop -m immediate`) once, `restart_database_after` seconds in.
+    """
     rng = random.Random(seed)  # noqa: S311  # reproducible shuffles, not secrets
     project, _ = Project.objects.get_or_create(name="chaos")
     mission = Mission.objects.create(project=project, goal="chaos workload", max_concurrent_runs=64)
     expected: dict[int, tuple[str, Any]] = {}
+    report_restarts = 0
     plan: list[dict[str, Any]] = []
     baseline: list[int] = []
     for _ in range(baseline_runs):
@@ -132,17 +156,31 @@ def run_chaos(
         "AGENTOS_DATA_DIR": str(workdir / "data"),
         "KERNEL_CRASHPLAN": str(workdir / "plan.json"),
     }
-    pool = Pool(
-        size=workers, env=env, lease=lease, runs_per_worker=runs_per_worker, processes=[]
-    )
+    pool = Pool(size=workers, env=env, lease=lease, runs_per_worker=runs_per_worker, processes=[])
     pool.processes = [pool.start_one() for _ in range(workers)]
     all_runs = baseline + [entry["run"] for entry in plan]
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    next_pause = started + pause_every if pause_every else None
+    restart_at = started + restart_database_after if restart_database_after else None
     say(f"chaos: {len(all_runs)} runs, {len(plan)} crash targets, {workers} workers, seed={seed}")
     try:
         while time.monotonic() < deadline:
             pool.tend()
-            act_as_owner(to_cancel)
+            now = time.monotonic()
+            if next_pause is not None and pause_every and now >= next_pause:
+                pool.pause_one(rng)
+                next_pause = now + pause_every
+            if restart_at is not None and now >= restart_at:
+                restart_at = None
+                say("chaos: stopping the database abruptly (pg_ctl stop -m immediate)")
+                database.crash_and_restart_embedded()
+                report_restarts += 1
+            try:
+                act_as_owner(to_cancel)
+            except DatabaseError:
+                connection.close()  # the database restarted under us: reconnect next time
+                continue
             if not Run.objects.filter(pk__in=all_runs).exclude(status__in=_ENDED).exists():
                 break
             time.sleep(0.1)
@@ -157,7 +195,7 @@ def run_chaos(
             if run_id in to_cancel
             else (RunStatus.DONE, baseline_output)
         )
-    report = Report()
+    report = Report(pauses=pool.pauses, database_restarts=report_restarts)
     check(all_runs, expected=expected, report=report)
     # With several runs per worker, one run's crash also kills the others mid-step: more chaos,
     # but a run killed that way may pass its own crash point on replay without stopping there.

@@ -287,6 +287,7 @@ class RunContext:
         if len(children) != len(set(run_ids)):
             raise KernelError(f"Run {self.run_id} can only join its own children.")
         if recorded is None:
+            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
             journal.record_intent(
                 self.fence,
                 seq=seq,

@@ -1,0 +1,525 @@
+"""The kernel benchmark: each kernel figure next to a floor measured in the same run.
+
+Absolute numbers drift between runs on shared machines, ratios do not (see
+../shared/notes/performance.md), so every part measures its own floor:
+
+1. one durable step: raw psycopg doing the journal's two commits vs a `chaos.noop` run;
+2. resume: reading a 1,000-step journal and replaying the program through `RunContext`;
+3. throughput at K = 32: 32 threads of the floor vs 32 runs on two `kernel_worker` processes.
+
+It writes runs, scratch tables and worker logs: `manage.py bench_kernel` refuses to run outside a
+dedicated data dir (`make bench` uses `.data/bench`).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import math
+import os
+import pstats
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from django.conf import settings
+from django.db import connection
+from psycopg.rows import TupleRow
+from psycopg.types.json import Jsonb
+
+from agentos import database
+from kernel import journal, programs, runs, scheduler
+from kernel.context import RunContext
+from kernel.journal import Fence
+from kernel.models import TERMINAL, Run, RunStatus
+from kernel.worker import Worker
+from missions.models import Mission, Project
+
+PROGRAM = "chaos.noop"
+RESUME_STEPS = 1000
+RATIO_TARGET = 1.3  # kernel µs/step ÷ floor µs/step, at most
+RESUME_TARGET_MS = 20.0  # at most
+THROUGHPUT_TARGET = 0.7  # kernel steps/s ÷ floor steps/s at K = 32, at least
+POLL_SECONDS = 0.05
+RUNS_TIMEOUT = 300.0
+
+Say = Callable[[str], None]
+RawConnection = psycopg.Connection[TupleRow]
+
+
+class BenchError(Exception):
+    """The benchmark could not measure (a run failed, workers did not come up): not a miss."""
+
+
+# --- the floor: raw psycopg, the journal's two commits per step ------------------------------
+
+# Scratch tables with the columns that cost: jsonb request and result, timestamps, the foreign
+# key and the one-intent-per-seq unique index of kernel_step.
+_CREATE = (
+    "DROP TABLE IF EXISTS bench_step, bench_run",
+    "CREATE TABLE bench_run (id bigint PRIMARY KEY, steps integer NOT NULL DEFAULT 0,"
+    " updated_at timestamptz)",
+    "CREATE TABLE bench_step (id bigserial PRIMARY KEY,"
+    " run_id bigint NOT NULL REFERENCES bench_run (id), seq integer NOT NULL,"
+    " kind varchar(20) NOT NULL, request jsonb NOT NULL, started_at timestamptz NOT NULL,"
+    " result jsonb, finished_at timestamptz, UNIQUE (run_id, seq))",
+)
+_DROP = "DROP TABLE IF EXISTS bench_step, bench_run"
+# Each measurement starts from empty tables, so rounds compare alike.
+_EMPTY = "TRUNCATE bench_step, bench_run"
+
+# Commit 1: the intent.
+_FLOOR_INTENT = (
+    "INSERT INTO bench_step (run_id, seq, kind, request, started_at)"
+    " VALUES (%s, %s, 'checkpoint', %s, now())"
+)
+# Commit 2: the result and the run's state in one statement (one transaction, one round trip:
+# the fewest a client can do for it, which is what makes it a floor).
+_FLOOR_RESULT = (
+    "WITH step AS (UPDATE bench_step SET result = %s, finished_at = now()"
+    " WHERE run_id = %s AND seq = %s AND finished_at IS NULL RETURNING run_id)"
+    " UPDATE bench_run SET steps = steps + 1, updated_at = now()"
+    " WHERE id = (SELECT run_id FROM step)"
+)
+
+
+def raw_connect() -> RawConnection:
+    """A psycopg connection of our own, to the database Django uses, in autocommit."""
+    params = connection.get_connection_params()
+    # Django's cursor factory (client-side binding) and adapters context are not the floor's.
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=True)
+
+
+@contextmanager
+def scratch_tables() -> Iterator[None]:
+    with raw_connect() as conn:
+        for statement in _CREATE:
+            conn.execute(statement)
+        try:
+            yield
+        finally:
+            conn.execute(_DROP)
+
+
+@dataclass
+class FloorRun:
+    """One floor "run": a bench_run row and its steps, written over one connection."""
+
+    conn: RawConnection
+    run_id: int
+    seq: int = 0
+
+    @classmethod
+    def create(cls, conn: RawConnection, run_id: int) -> FloorRun:
+        conn.execute("INSERT INTO bench_run (id) VALUES (%s)", (run_id,))
+        return cls(conn, run_id)
+
+    def step(self) -> None:
+        self.seq += 1
+        self.conn.execute(
+            _FLOOR_INTENT, (self.run_id, self.seq, Jsonb({"i": self.seq})), prepare=True
+        )
+        self.conn.execute(_FLOOR_RESULT, (Jsonb(None), self.run_id, self.seq), prepare=True)
+
+    def steps(self, count: int) -> None:
+        for _ in range(count):
+            self.step()
+
+
+def measure_floor_step(steps: int, *, warmup: int) -> float:
+    """µs per step of the floor, sequential, after `warmup` steps on the same connection."""
+    with raw_connect() as conn:
+        conn.execute(_EMPTY)
+        run = FloorRun.create(conn, run_id=1)
+        run.steps(warmup)
+        started = time.perf_counter()
+        run.steps(steps)
+        return (time.perf_counter() - started) / steps * 1e6
+
+
+def measure_floor_throughput(k: int, steps: int) -> float:
+    """Steps/s of `k` threads, each a floor run on its own connection, started together."""
+    with raw_connect() as conn:
+        conn.execute(_EMPTY)
+    barrier = threading.Barrier(k + 1)
+
+    def one(index: int) -> None:
+        with raw_connect() as conn:
+            run = FloorRun.create(conn, run_id=index + 1)
+            run.step()  # prepares the statements: the floor is the steady state
+            barrier.wait(timeout=60)
+            run.steps(steps)
+
+    with ThreadPoolExecutor(k) as pool:
+        futures = [pool.submit(one, index) for index in range(k)]
+        barrier.wait(timeout=60)
+        started = time.perf_counter()
+        for future in futures:
+            future.result()
+        elapsed = time.perf_counter() - started
+    return k * steps / elapsed
+
+
+# --- the kernel ---------------------------------------------------------------------------
+
+
+def make_mission() -> Mission:
+    project, _ = Project.objects.get_or_create(name="kernel benchmark")
+    return Mission.objects.create(
+        project=project, goal="benchmark the kernel", max_concurrent_runs=64
+    )
+
+
+def retire_leftovers() -> int:
+    """Cancel unfinished runs of an interrupted earlier benchmark: they would be claimed first."""
+    return Run.objects.exclude(status__in=TERMINAL).update(
+        status=RunStatus.CANCELLED, runnable_at=None, lease_expires_at=None, lease_owner=""
+    )
+
+
+def start_noop(mission: Mission, steps: int) -> Run:
+    return runs.start_run(mission=mission, program=PROGRAM, input={"steps": steps})
+
+
+def execute_one(mission: Mission, steps: int) -> float:
+    """Start a run, claim and execute it in this thread; return its wall time in seconds."""
+    run = start_noop(mission, steps)
+    started = time.perf_counter()
+    outcome = Worker(lease_seconds=60).work_one()
+    elapsed = time.perf_counter() - started
+    _expect_done([run.pk], outcome)
+    return elapsed
+
+
+def measure_kernel_step(mission: Mission, steps: int) -> float:
+    """µs per step of one `chaos.noop` run claimed and executed in this thread."""
+    return execute_one(mission, steps) / steps * 1e6
+
+
+def profile_kernel_step(mission: Mission, steps: int, *, top: int = 25) -> str:
+    """cProfile of one in-process run: where a step's time goes, by own time."""
+    run = start_noop(mission, steps)
+    profiler = cProfile.Profile()
+    outcome = profiler.runcall(Worker(lease_seconds=60).work_one)
+    _expect_done([run.pk], outcome)
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.strip_dirs().sort_stats(pstats.SortKey.TIME).print_stats(top)
+    stats.sort_stats(pstats.SortKey.CUMULATIVE).print_stats(top)
+    return out.getvalue()
+
+
+def _expect_done(run_ids: list[int], outcome: str | None = "done") -> None:
+    statuses = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
+    wrong = {pk: status for pk, status in statuses.items() if status != RunStatus.DONE}
+    if outcome != "done" or wrong:
+        raise BenchError(f"benchmark runs did not end done (outcome {outcome!r}): {wrong}")
+
+
+# --- resume -------------------------------------------------------------------------------
+
+
+def make_resumable(run_id: int) -> None:
+    """Bench-only: make an ended run claimable again, as if its worker had died."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE kernel_run SET status = 'running', runnable_at = now(), lease_owner = '',"
+            " lease_expires_at = NULL, finished_at = NULL, output = NULL WHERE id = %s",
+            [run_id],
+        )
+
+
+def replay(run_id: int) -> None:
+    """What a resume costs the kernel: read the run and its journal, replay every step."""
+    run = Run.objects.select_related("mission").get(pk=run_id)
+    records = journal.load(run_id)
+    context = RunContext(run=run, fence=Fence(run_id=run_id, token=run.fence), records=records)
+    outcome = programs.get(run.program)(context)
+    if outcome.status != RunStatus.DONE or context.seq != len(records):
+        raise BenchError(f"replay of run {run_id} did not return every recorded step")
+
+
+@dataclass(frozen=True)
+class Resume:
+    fresh_ms: float  # a new connection, as a worker thread resuming a run has
+    warm_ms: float  # connection open, statements prepared
+    execution_ms: float  # the whole `work_one`: claim, lease keeper, replay, finish
+
+
+def measure_resume(mission: Mission, *, repeats: int) -> Resume:
+    """Medians over `repeats` resumes of one `RESUME_STEPS`-step run (writes: only finish)."""
+    run_id = start_noop(mission, RESUME_STEPS).pk
+    _expect_done([run_id], Worker(lease_seconds=60).work_one())
+    replay(run_id)  # warm-up: imports, plans
+
+    def fresh() -> float:
+        connection.close()
+        return _timed(lambda: replay(run_id))
+
+    def execution() -> float:
+        make_resumable(run_id)
+        started = time.perf_counter()
+        outcome = Worker(lease_seconds=60).work_one()
+        elapsed = time.perf_counter() - started
+        _expect_done([run_id], outcome)
+        return elapsed
+
+    return Resume(
+        fresh_ms=_median_ms(fresh, repeats),
+        warm_ms=_median_ms(lambda: _timed(lambda: replay(run_id)), repeats),
+        execution_ms=_median_ms(execution, repeats),
+    )
+
+
+def _timed(action: Callable[[], None]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def _median_ms(sample: Callable[[], float], repeats: int) -> float:
+    return statistics.median(sample() for _ in range(repeats)) * 1e3
+
+
+# --- throughput: the real worker pool -------------------------------------------------------
+
+
+@dataclass
+class WorkerPool:
+    """`kernel_worker` processes on this benchmark's database; stderr goes to the data dir."""
+
+    size: int
+    max_runs: int
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database.build_url(connection.settings_dict),
+            "AGENTOS_DATA_DIR": str(settings.DATA_DIR),
+        }
+        argv = [
+            sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "kernel_worker",
+            "--max-runs", str(self.max_runs), "--lease", "30", "--poll", "1",
+        ]  # fmt: skip
+        for index in range(self.size):
+            log = (settings.DATA_DIR / f"bench-worker-{index}.log").open("wb")
+            # Our own program with a fixed argv, no shell.
+            process = subprocess.Popen(argv, env=env, stdout=log, stderr=log)  # noqa: S603
+            log.close()  # the child holds its own descriptor
+            self.processes.append(process)
+
+    def wait_listening(self, timeout: float = 60) -> None:
+        """Until every worker LISTENs for the doorbell: its Django and its loop are up."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+                    [f"LISTEN {scheduler.CHANNEL}"],
+                )
+                (listening,) = cursor.fetchone() or (0,)
+            if listening >= self.size:
+                return
+            time.sleep(POLL_SECONDS)
+        raise BenchError(f"workers not listening after {timeout:.0f} s (see bench-worker-*.log)")
+
+    def _check_alive(self) -> None:
+        dead = [p.pid for p in self.processes if p.poll() is not None]
+        if dead:
+            raise BenchError(
+                f"kernel_worker {dead} exited (see {settings.DATA_DIR}/bench-worker-*.log)"
+            )
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def run_batch(self, mission: Mission, k: int, steps: int) -> float:
+        """Start `k` runs and wait (polling) until all are done; seconds from first start."""
+        started = time.perf_counter()
+        run_ids = [start_noop(mission, steps).pk for _ in range(k)]
+        deadline = time.monotonic() + RUNS_TIMEOUT
+        while True:
+            statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
+            if all(status in TERMINAL for status in statuses):
+                elapsed = time.perf_counter() - started
+                _expect_done(run_ids)
+                return elapsed
+            if time.monotonic() > deadline:
+                raise BenchError(f"{k} runs not ended after {RUNS_TIMEOUT:.0f} s")
+            self._check_alive()
+            time.sleep(POLL_SECONDS)
+
+
+@contextmanager
+def worker_pool(size: int, max_runs: int) -> Iterator[WorkerPool]:
+    pool = WorkerPool(size=size, max_runs=max_runs)
+    try:
+        pool.start()
+        pool.wait_listening()
+        yield pool
+    finally:
+        pool.stop()
+
+
+def measure_kernel_throughput(pool: WorkerPool, mission: Mission, k: int, steps: int) -> float:
+    """Steps/s of `k` runs on the (started, warmed-up) pool, run creation included."""
+    return k * steps / pool.run_batch(mission, k, steps)
+
+
+# --- the whole benchmark --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    """Samples of every round; figures are medians, ratios are of medians."""
+
+    steps: int
+    k: int
+    k_steps: int
+    floor_us: list[float]
+    kernel_us: list[float]
+    resume: Resume
+    floor_steps_s: list[float]
+    kernel_steps_s: list[float]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.kernel_us) / statistics.median(self.floor_us)
+
+    @property
+    def throughput_ratio(self) -> float:
+        return statistics.median(self.kernel_steps_s) / statistics.median(self.floor_steps_s)
+
+    def lines(self) -> list[str]:
+        resume_met = self.resume.fresh_ms <= RESUME_TARGET_MS
+        return [
+            f"1. One durable step (intent commit, then result + state commit), N = {self.steps}",
+            _row("floor, raw psycopg 3, prepared", self.floor_us, "µs/step"),
+            _row(f"kernel, {PROGRAM} in-process", self.kernel_us, "µs/step"),
+            _row("kernel / floor", [self.ratio], "", _target(self.ratio, "≤", RATIO_TARGET)),
+            f"2. Resume of a {RESUME_STEPS:,}-step run (median)",
+            _row("read + replay, new connection", [self.resume.fresh_ms], "ms",
+                 f"{verdict(resume_met)} (target ≤ {RESUME_TARGET_MS:g} ms)"),
+            _row("read + replay, open connection", [self.resume.warm_ms], "ms"),
+            _row("whole execution, claim to finish", [self.resume.execution_ms], "ms"),
+            f"3. Throughput, K = {self.k} runs x {self.k_steps} steps",
+            _row(f"floor, {self.k} threads, own connections", self.floor_steps_s, "steps/s"),
+            _row("kernel, kernel_worker processes", self.kernel_steps_s, "steps/s"),
+            _row("kernel / floor", [self.throughput_ratio], "",
+                 _target(self.throughput_ratio, "≥", THROUGHPUT_TARGET)),
+        ]  # fmt: skip
+
+    def summary(self) -> str:
+        """The last line, read by scripts: keep its keys stable."""
+        return (
+            f"kernel_step_us={fig(statistics.median(self.kernel_us))}"
+            f" floor_us={fig(statistics.median(self.floor_us))}"
+            f" ratio={fig(self.ratio)} resume_1000_ms={fig(self.resume.fresh_ms)}"
+            f" throughput_ratio_k32={fig(self.throughput_ratio)}"
+        )
+
+
+def _row(label: str, samples: list[float], unit: str, note: str = "") -> str:
+    """`label  median unit  note  (each round's sample when there are several)`."""
+    rounds = f"  rounds: {' '.join(fig(x) for x in samples)}" if len(samples) > 1 else ""
+    line = f"   {label:<40} {fig(statistics.median(samples)):>7} {unit:<8}{note}{rounds}"
+    return line.rstrip()
+
+
+def _target(value: float, sense: str, target: float) -> str:
+    met = value <= target if sense == "≤" else value >= target
+    return f"{verdict(met)} (target {sense} {target:g})"
+
+
+def fig(value: float, digits: int = 3) -> str:
+    """`digits` significant digits, never in exponent form (1234, 987, 1.25, 0.812)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def run(
+    *,
+    steps: int = 2000,
+    rounds: int = 3,
+    repeats: int = 7,
+    k: int = 32,
+    k_steps: int = 100,
+    workers: int = 2,
+    say: Say = print,
+) -> Report:
+    """Measure everything; floor and kernel alternate over `rounds` rounds, so that a noisy
+    neighbour on the machine weighs on both alike. `say` gets progress lines."""
+    call_migrate()
+    retired = retire_leftovers()
+    if retired:
+        say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")
+    mission = make_mission()
+    warmup = max(100, steps // 10)
+    floor_us: list[float] = []
+    kernel_us: list[float] = []
+    floor_steps_s: list[float] = []
+    kernel_steps_s: list[float] = []
+    with scratch_tables():
+        say(f"one step: {rounds} rounds of {steps} steps, floor then kernel …")
+        measure_floor_step(warmup, warmup=warmup)
+        execute_one(mission, warmup)
+        for _ in range(rounds):
+            floor_us.append(measure_floor_step(steps, warmup=warmup))
+            kernel_us.append(measure_kernel_step(mission, steps))
+        say(f"resume: a {RESUME_STEPS}-step run, {repeats} times …")
+        resume = measure_resume(mission, repeats=repeats)
+        say(f"throughput: {rounds} rounds of {k} runs x {k_steps} steps, floor then kernel …")
+        with worker_pool(workers, max_runs=math.ceil(k / workers)) as pool:
+            pool.run_batch(mission, k, 10)  # warm-up: each worker's code paths and plans
+            for _ in range(rounds):
+                floor_steps_s.append(measure_floor_throughput(k, k_steps))
+                kernel_steps_s.append(measure_kernel_throughput(pool, mission, k, k_steps))
+    return Report(
+        steps=steps,
+        k=k,
+        k_steps=k_steps,
+        floor_us=floor_us,
+        kernel_us=kernel_us,
+        resume=resume,
+        floor_steps_s=floor_steps_s,
+        kernel_steps_s=kernel_steps_s,
+    )
+
+
+def call_migrate() -> None:
+    """A new benchmark data dir starts empty."""
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def is_dedicated_database() -> bool:
+    """True when the database is the embedded one of a data dir named `bench`."""
+    return settings.DATA_DIR.name == "bench" and not os.environ.get("DATABASE_URL")

@@ -1,0 +1,59 @@
+"""`manage.py bench_kernel`: the kernel benchmark (`make bench`), on its own database.
+
+The last line is `kernel_step_us=… floor_us=… ratio=… resume_1000_ms=… throughput_ratio_k32=…`.
+A missed target is reported, not an error: only a benchmark that could not measure exits non-zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from kernel import bench
+
+
+class Command(BaseCommand):
+    help = "Benchmark the kernel's step, resume and throughput against floors measured alongside."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--steps", type=int, default=2000, help="Steps of the sequential runs.")
+        parser.add_argument("--repeats", type=int, default=7, help="Resumes measured (median).")
+        parser.add_argument(
+            "--profile", action="store_true", help="Also print a cProfile of one kernel run."
+        )
+        parser.add_argument(
+            "--any-database",
+            action="store_true",
+            help="Run on the configured database even if it is not a dedicated bench one.",
+        )
+
+    def handle(
+        self,
+        *args: Any,
+        steps: int,
+        repeats: int,
+        profile: bool,
+        any_database: bool,
+        **options: Any,
+    ) -> None:
+        if steps < 1 or repeats < 1:
+            raise CommandError("--steps and --repeats must be positive.")
+        # It writes runs and cancels unfinished ones: never on the owner's data by accident.
+        if not any_database and not bench.is_dedicated_database():
+            raise CommandError(
+                f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
+                " `make bench` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
+            )
+        say = self.stdout.write
+        say(f"kernel benchmark, data dir {settings.DATA_DIR}")
+        try:
+            report = bench.run(steps=steps, repeats=repeats, say=say)
+            if profile:
+                say(bench.profile_kernel_step(bench.make_mission(), steps))
+        except bench.BenchError as error:
+            raise CommandError(str(error)) from error
+        for line in report.lines():
+            say(line)
+        say(report.summary())
