@@ -50,11 +50,11 @@ typecheck: $(VENV)/.installed-dev ## mypy --strict with django-stubs
 
 check: lint typecheck test ## Everything CI runs
 
-chaos: $(VENV)/.installed-dev ## Chaos tests of the kernel (arrive with the kernel issue)
-	$(BIN)/python -m pytest -m chaos
+chaos: $(VENV)/.installed-dev ## Long kernel chaos run (>= 200 kills) on its own database (.data/chaos)
+	AGENTOS_DATA_DIR=.data/chaos $(BIN)/python manage.py chaos $(CHAOS_ARGS)
 
-bench: $(VENV)/.installed-dev ## Benchmarks (arrive with the kernel issue)
-	@echo "No benchmark yet: the journal benchmark arrives with the kernel issue."
+bench: $(VENV)/.installed-dev ## Kernel benchmark vs its floors, on its own database (.data/bench)
+	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_kernel $(BENCH_ARGS)
 
 lock: | $(BIN)/python ## Re-pin every dependency from pyproject.toml
 	$(BIN)/pip install --quiet pip-tools

@@ -113,10 +113,14 @@ class RunContext:
         elif effect == Effect.NON_IDEMPOTENT:
             settled = self._reconcile(call, probe)
             if settled is not None:
-                return self._record(call, kind, settled.done, settled.settled_by, executions=0)
+                return self._record(
+                    call, kind, settled.done, settled.settled_by, executions=0, replayable=False
+                )
         done = execute(call)
         crashpoints.hit("after_effect_before_result", run=self.run_id, seq=seq)
-        return self._record(call, kind, done, "executed", executions=1)
+        return self._record(
+            call, kind, done, "executed", executions=1, replayable=effect == Effect.READ
+        )
 
     def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
         recorded = self.records.get(seq)
@@ -134,7 +138,14 @@ class RunContext:
         return recorded
 
     def _record(
-        self, call: StepCall, kind: str, done: Done, settled_by: str, executions: int
+        self,
+        call: StepCall,
+        kind: str,
+        done: Done,
+        settled_by: str,
+        executions: int,
+        *,
+        replayable: bool = True,
     ) -> Any:
         debit = journal.record_result(
             self.fence,
@@ -147,6 +158,7 @@ class RunContext:
             tool_calls=1 if kind == StepKind.TOOL_CALL else 0,
             debit_ids=[*self.run.ancestors, self.run_id],
             mission_id=self.run.mission_id,
+            replayable=replayable,
         )
         self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)
         crashpoints.hit("after_result_commit", run=self.run_id, seq=call.seq)

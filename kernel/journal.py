@@ -16,14 +16,17 @@ moved: `LeaseLost`, nothing written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.utils import timezone
 from psycopg.types.json import Jsonb, JsonbLoader, JsonLoader
 
@@ -76,17 +79,30 @@ def idempotency_key(run_id: int, seq: int) -> str:
     return hashlib.sha256(f"agentos-step:{run_id}:{seq}".encode()).hexdigest()
 
 
-def _cursor() -> psycopg.Cursor[Any]:
+# One cursor per psycopg connection (connections are per thread), made once: the hot path
+# should not rebuild a cursor and its adapters twice per step.
+_cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@contextlib.contextmanager
+def _cursor() -> Iterator[psycopg.Cursor[Any]]:
     connection.ensure_connection()
     raw = connection.connection
     if raw is None:
         raise RuntimeError("no database connection")
-    # psycopg's own Cursor (server-side binding, auto-prepared), not Django's ClientCursor.
-    cursor = psycopg.Cursor(raw)
-    # Django's backend loads json as text (its JSONField parses); the journal wants objects.
-    cursor.adapters.register_loader("jsonb", JsonbLoader)
-    cursor.adapters.register_loader("json", JsonLoader)
-    return cursor
+    cursor = _cursors.get(raw)
+    if cursor is None or cursor.closed:
+        # psycopg's own Cursor (server-side binding, auto-prepared), not Django's ClientCursor.
+        cursor = psycopg.Cursor(raw)
+        # Django's backend loads json as text (its JSONField parses); the journal wants objects.
+        cursor.adapters.register_loader("jsonb", JsonbLoader)
+        cursor.adapters.register_loader("json", JsonLoader)
+        _cursors[raw] = cursor
+    # Django's error wrapping, so callers see DatabaseError like everywhere else.
+    with connection.wrap_database_errors:
+        yield cursor
 
 
 def load(run_id: int) -> dict[int, Record]:
@@ -163,7 +179,7 @@ def record_intent(
         with _cursor() as cursor:
             cursor.execute(sql, params, prepare=True)
             written = cursor.fetchone()
-    except psycopg.errors.UniqueViolation:
+    except IntegrityError:
         raise KernelError(
             f"Step {seq} of run {fence.run_id} already has an intent.", code="duplicate_intent"
         ) from None
@@ -181,6 +197,15 @@ WHERE run_id = %(run)s AND seq = %(seq)s AND finished_at IS NULL
     AND EXISTS (SELECT 1 FROM fenced)
 RETURNING id
 """
+
+# The result of a free, replayable step (a `read`, or a settled wait) commits without waiting for
+# its WAL flush: if the database crashed before the flush, the step would simply be replayed.
+# `set_config(..., true)` in the statement applies to this statement's own transaction, and the
+# next intent's (synchronous) commit flushes this record along with its own.
+_RESULT_REPLAYABLE = _RESULT.replace(
+    "AND EXISTS (SELECT 1 FROM fenced)",
+    "AND EXISTS (SELECT 1 FROM fenced) AND set_config('synchronous_commit', 'off', true) = 'off'",
+)
 
 # The same, plus the ledger: the run and its ancestors (ascending ids, so concurrent debits of
 # one tree lock rows in one order), the mission, and today's global spend.
@@ -239,9 +264,11 @@ def record_result(
     tool_calls: int = 0,
     debit_ids: list[int] | None = None,
     mission_id: int | None = None,
+    replayable: bool = False,
 ) -> Debit | None:
     """Record the one result of step `seq` with its ledger update; return the new totals.
 
+    `replayable` (a free step that is safe to run again) lets the commit skip its WAL flush.
     Returns None when nothing needed debiting. Raises `LeaseLost` when the fence moved and
     `KernelError` when the step has no intent or already has a result.
     """
@@ -257,7 +284,7 @@ def record_result(
     debit = not cost.is_zero or turns or tool_calls
     with _cursor() as cursor:
         if not debit:
-            cursor.execute(_RESULT, params, prepare=True)
+            cursor.execute(_RESULT_REPLAYABLE if replayable else _RESULT, params, prepare=True)
             if cursor.fetchone() is None:
                 _explain_refused_result(fence, seq)
             return None

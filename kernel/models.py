@@ -158,7 +158,9 @@ class Run(models.Model):
 class Step(models.Model):
     """The journaled unit: an intent (committed before it runs) and at most one result."""
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps")
+    # No index of its own: the unique (run, seq) index serves every lookup by run, and each
+    # extra index is paid on every intent of the hot path.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps", db_index=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=20, choices=StepKind.choices)
     effect = models.CharField(max_length=20, choices=Effect.choices)

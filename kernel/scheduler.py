@@ -33,27 +33,30 @@ class Claim:
     lease_seconds: float
 
 
-_CLAIM = """
-SELECT r.id FROM kernel_run r JOIN missions_mission m ON m.id = r.mission_id
+_CANDIDATES = """
+SELECT r.id, r.mission_id FROM kernel_run r
 WHERE r.status IN ('queued', 'running', 'waiting') AND r.runnable_at <= %(now)s
     AND (r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s)
-    AND (SELECT count(*) FROM kernel_run a
-         WHERE a.mission_id = r.mission_id AND a.lease_expires_at >= %(now)s)
-        < m.max_concurrent_runs
 ORDER BY r.runnable_at, r.id
-LIMIT 1
+LIMIT %(limit)s
 FOR UPDATE OF r SKIP LOCKED
 """
 
+_ACTIVE_PER_MISSION = """
+SELECT m.id, m.max_concurrent_runs,
+    (SELECT count(*) FROM kernel_run a WHERE a.mission_id = m.id AND a.lease_expires_at >= %s)
+FROM missions_mission m WHERE m.id = ANY(%s)
+"""
 
-def claim_next_run(*, worker: str, lease_seconds: float) -> Claim | None:
-    """Take the next runnable run, or None.
+
+def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Claim]:
+    """Take up to `limit` runnable runs, oldest first.
 
     1. Serialise claims (advisory lock), so caps cannot be overshot by two claimers at once.
-    2. Check the global cap on running runs.
-    3. Pick the oldest runnable run whose mission is under its concurrency cap, skipping rows
-       other transactions hold.
-    4. Bump its fence and lease it to `worker`.
+    2. Respect the global cap on running runs.
+    3. Lock runnable candidates, skipping rows other transactions hold; keep those whose mission
+       stays under its concurrency cap.
+    4. Bump their fences and lease them to `worker`, in the same transaction.
     """
     now = timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
@@ -62,23 +65,42 @@ def claim_next_run(*, worker: str, lease_seconds: float) -> Claim | None:
         if cap is not None:
             cursor.execute("SELECT count(*) FROM kernel_run WHERE lease_expires_at >= %s", [now])
             (running,) = cursor.fetchone() or (0,)
-            if running >= cap:
-                return None
-        cursor.execute(_CLAIM, {"now": now})
-        row = cursor.fetchone()
-        if row is None:
-            return None
+            limit = min(limit, cap - running)
+        if limit <= 0:
+            return []
+        # Over-fetch a little: some candidates may belong to missions at their cap.
+        cursor.execute(_CANDIDATES, {"now": now, "limit": limit * 4})
+        candidates = cursor.fetchall()
+        if not candidates:
+            return []
+        cursor.execute(_ACTIVE_PER_MISSION, [now, list({m for _, m in candidates})])
+        room = {mission: cap - active for mission, cap, active in cursor.fetchall()}
+        chosen: list[int] = []
+        for run_id, mission_id in candidates:
+            if len(chosen) < limit and room[mission_id] > 0:
+                room[mission_id] -= 1
+                chosen.append(run_id)
+        if not chosen:
+            return []
         cursor.execute(
             "UPDATE kernel_run SET fence = fence + 1, lease_owner = %s,"
             " lease_expires_at = %s, status = 'running',"
             " wake_pending = false, started_at = COALESCE(started_at, %s)"
-            " WHERE id = %s RETURNING fence",
-            [worker[:200], now + timedelta(seconds=lease_seconds), now, row[0]],
+            " WHERE id = ANY(%s) RETURNING id, fence",
+            [worker[:200], now + timedelta(seconds=lease_seconds), now, chosen],
         )
-        (token,) = cursor.fetchone() or (0,)
-    claim = Claim(fence=Fence(run_id=row[0], token=token), lease_seconds=lease_seconds)
-    crashpoints.hit("claim_committed", run=row[0])
-    return claim
+        claims = [
+            Claim(fence=Fence(run_id=run_id, token=token), lease_seconds=lease_seconds)
+            for run_id, token in cursor.fetchall()
+        ]
+    for claim in claims:
+        crashpoints.hit("claim_committed", run=claim.fence.run_id)
+    return claims
+
+
+def claim_next_run(*, worker: str, lease_seconds: float) -> Claim | None:
+    claims = claim_runs(worker=worker, lease_seconds=lease_seconds, limit=1)
+    return claims[0] if claims else None
 
 
 def renew_lease(fence: Fence, *, lease_seconds: float) -> tuple[bool, str]:

@@ -99,26 +99,30 @@ class Worker:
         try:
             with ThreadPoolExecutor(self.max_runs, thread_name_prefix="run") as pool:
                 while not self.stopping.is_set():
-                    claimed = False
-                    if self._free_slots() > 0:
-                        try:
-                            claim = self.claim_one()
-                        except Exception:
-                            logger.exception("claim failed")
-                            claim = None
-                        if claim is not None:
-                            claimed = True
-                            future = pool.submit(execution.execute, claim, self.stopping)
-                            with self._lock:
-                                self.active[claim.fence.run_id] = future
-                            future.add_done_callback(
-                                functools.partial(self._done, claim.fence.run_id, doorbell)
-                            )
-                    if not claimed:
+                    claims = self._claim(self._free_slots())
+                    for claim in claims:
+                        future = pool.submit(execution.execute, claim, self.stopping)
+                        with self._lock:
+                            self.active[claim.fence.run_id] = future
+                        future.add_done_callback(
+                            functools.partial(self._done, claim.fence.run_id, doorbell)
+                        )
+                    if not claims:
                         doorbell.wait(self.poll_seconds)
         finally:
             doorbell.stopping.set()
             connection.close()
+
+    def _claim(self, slots: int) -> list[scheduler.Claim]:
+        if slots <= 0:
+            return []
+        try:
+            return scheduler.claim_runs(
+                worker=self.name, lease_seconds=self.lease_seconds, limit=slots
+            )
+        except Exception:  # the database may be restarting: retry after the poll
+            logger.exception("claim failed")
+            return []
 
     def _free_slots(self) -> int:
         with self._lock:

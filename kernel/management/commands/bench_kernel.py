@@ -19,6 +19,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--steps", type=int, default=2000, help="Steps of the sequential runs.")
+        parser.add_argument("--rounds", type=int, default=3, help="Floor/kernel alternations.")
         parser.add_argument("--repeats", type=int, default=7, help="Resumes measured (median).")
         parser.add_argument(
             "--profile", action="store_true", help="Also print a cProfile of one kernel run."
@@ -33,13 +34,14 @@ class Command(BaseCommand):
         self,
         *args: Any,
         steps: int,
+        rounds: int,
         repeats: int,
         profile: bool,
         any_database: bool,
         **options: Any,
     ) -> None:
-        if steps < 1 or repeats < 1:
-            raise CommandError("--steps and --repeats must be positive.")
+        if min(steps, rounds, repeats) < 1:
+            raise CommandError("--steps, --rounds and --repeats must be positive.")
         # It writes runs and cancels unfinished ones: never on the owner's data by accident.
         if not any_database and not bench.is_dedicated_database():
             raise CommandError(
@@ -49,7 +51,7 @@ class Command(BaseCommand):
         say = self.stdout.write
         say(f"kernel benchmark, data dir {settings.DATA_DIR}")
         try:
-            report = bench.run(steps=steps, repeats=repeats, say=say)
+            report = bench.run(steps=steps, rounds=rounds, repeats=repeats, say=say)
             if profile:
                 say(bench.profile_kernel_step(bench.make_mission(), steps))
         except bench.BenchError as error:

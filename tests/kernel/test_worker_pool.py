@@ -1,0 +1,40 @@
+"""The kernel loop runs inside the real huey worker pool that `make run` starts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel import runs
+from kernel.models import Run, Wait, WaitKind
+from tests.kernel.factories import start
+from tests.live import running_stack
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(condition: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_it_runs_a_workflow_on_the_huey_pool_and_resumes_it_when_the_owner_answers(
+    tmp_path: Path,
+) -> None:
+    with running_stack(tmp_path, workers=2) as stack:
+        stack.wait_for_workers()
+        run = start("chaos.workflow", {"n": 2, "timer_seconds": 0.2})
+
+        wait_for(lambda: Wait.objects.filter(run=run, kind=WaitKind.HUMAN).exists())
+        runs.answer_wait(Wait.objects.get(run=run, kind=WaitKind.HUMAN).pk, answer="go")
+        wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal)
+
+    run.refresh_from_db()
+    assert run.status == "done", (run.error, stack.log())
+    assert isinstance(run.output, dict)
+    assert run.output["owner"] == {"answer": "go"}
+    assert run.children.get().status == "done"
