@@ -27,6 +27,11 @@ class Outcome:
 
 Program = Callable[["RunContext"], Outcome]
 
+# Recorded on every run; workers only claim runs of their own version, so a long run resumes
+# with the engine that started it (or is migrated explicitly). Bump it when a program's steps
+# change in a way that would not replay.
+ENGINE_VERSION = "1"
+
 # name -> "module:function", imported on first use.
 _PROGRAMS: dict[str, str] = {
     "chaos.workflow": "kernel.chaos:workflow",

@@ -26,6 +26,8 @@ def start_run(
     spawned_by_seq: int | None = None,
     model: str = "",
     contract: dict[str, Any] | None = None,
+    prompt_hash: str = "",
+    tools_hash: str = "",
 ) -> Run:
     """Create a runnable run (a root, or a child of `parent`) and ring the workers."""
     if not programs.exists(program):
@@ -51,6 +53,9 @@ def start_run(
             input=input if input is not None else {},
             contract=contract or {},
             model=model,
+            engine_version=programs.ENGINE_VERSION,
+            prompt_hash=prompt_hash,
+            tools_hash=tools_hash,
             status=RunStatus.QUEUED,
             runnable_at=timezone.now(),
             **clean_caps,

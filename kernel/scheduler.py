@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kernel import crashpoints, journal
+from kernel import crashpoints, journal, programs
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
 from kernel.models import TERMINAL, GlobalBudget
@@ -36,6 +36,7 @@ class Claim:
 _CANDIDATES = """
 SELECT r.id, r.mission_id FROM kernel_run r
 WHERE r.status IN ('queued', 'running', 'waiting') AND r.runnable_at <= %(now)s
+    AND r.engine_version = %(engine)s
     AND (r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s)
 ORDER BY r.runnable_at, r.id
 LIMIT %(limit)s
@@ -69,7 +70,9 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
         if limit <= 0:
             return []
         # Over-fetch a little: some candidates may belong to missions at their cap.
-        cursor.execute(_CANDIDATES, {"now": now, "limit": limit * 4})
+        cursor.execute(
+            _CANDIDATES, {"now": now, "limit": limit * 4, "engine": programs.ENGINE_VERSION}
+        )
         candidates = cursor.fetchall()
         if not candidates:
             return []

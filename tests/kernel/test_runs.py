@@ -278,3 +278,20 @@ def test_it_refuses_a_run_that_is_its_own_parent() -> None:
     run = start("chaos.noop")
     with pytest.raises(IntegrityError):
         Run.objects.filter(pk=run.pk).update(parent_id=run.pk)
+
+
+def test_it_leaves_runs_of_another_engine_version_to_their_own_workers() -> None:
+    run = start("chaos.noop")
+    Run.objects.filter(pk=run.pk).update(engine_version="0")
+
+    assert work() == []
+
+    Run.objects.filter(pk=run.pk).update(engine_version=run.engine_version)
+    assert work() == ["done"]
+
+
+def test_it_refuses_a_child_in_another_mission() -> None:
+    parent = start("chaos.noop")
+
+    with pytest.raises(KernelError, match="belongs to its parent's mission"):
+        runs.start_run(mission=make_mission(), program="chaos.noop", parent=parent)
