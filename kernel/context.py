@@ -351,6 +351,7 @@ class RunContext:
                 self.over_budget = f"ancestor run {ancestor} reached {cap}"
                 return
         if debit.mission is not None and (cap := debit.mission.crossed()):
+            runs.stop_mission(self.run.mission_id, reason=RunStatus.BUDGET_EXHAUSTED)
             self.over_budget = f"mission {self.run.mission_id} reached {cap}"
             return
         daily_cap = _daily_cap()

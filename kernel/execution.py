@@ -30,16 +30,20 @@ class LeaseKeeper(threading.Thread):
         try:
             while not self.done.wait(self.claim.lease_seconds / 3):
                 crashpoints.hit("lease_renew", run=self.claim.fence.run_id)
-                stop, reason = scheduler.renew_lease(
-                    self.claim.fence, lease_seconds=self.claim.lease_seconds
-                )
+                try:
+                    stop, reason = scheduler.renew_lease(
+                        self.claim.fence, lease_seconds=self.claim.lease_seconds
+                    )
+                except DatabaseError:
+                    # Keep trying: the lease may survive a short database outage.
+                    logger.warning("lease renewal of run %s failed", self.claim.fence.run_id)
+                    connection.close()
+                    continue
                 if stop:
                     self.context.request_stop(reason)
         except LeaseLost:
             self.lost.set()
             self.context.request_stop(RunStatus.CANCELLED)  # interrupt; its writes will fail
-        except DatabaseError:
-            logger.exception("lease renewal of run %s failed", self.claim.fence.run_id)
         finally:
             connection.close()
 

@@ -124,6 +124,16 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
     return len(ids)
 
 
+def stop_mission(mission_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "kernel") -> int:
+    """Stop every unfinished run tree of a mission (its budget is spent, or the owner says so)."""
+    roots = Run.objects.filter(mission_id=mission_id, parent__isnull=True).exclude(
+        status__in=TERMINAL
+    )
+    return sum(
+        request_stop(root, reason=reason, by=by) for root in roots.values_list("pk", flat=True)
+    )
+
+
 def answer_wait(wait_id: int, *, answer: Any, by: str = "owner") -> Wait:
     """Answer an open wait (owner question, reconciliation verdict) and wake its run."""
     with transaction.atomic():

@@ -295,3 +295,15 @@ def test_it_refuses_a_child_in_another_mission() -> None:
 
     with pytest.raises(KernelError, match="belongs to its parent's mission"):
         runs.start_run(mission=make_mission(), program="chaos.noop", parent=parent)
+
+
+def test_it_stops_every_run_of_a_mission_that_reached_its_cap() -> None:
+    mission = make_mission(max_usd_micros=2000)
+    patient = start("test.asker", mission=mission)
+    work()
+    start("test.spender", {"calls": 5}, mission=mission)
+
+    work()
+
+    assert Run.objects.get(pk=patient.pk).status == "budget_exhausted"
+    assert set(Run.objects.values_list("status", flat=True)) == {"budget_exhausted"}
