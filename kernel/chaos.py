@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db.models import Count
 
+from kernel import leases
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext, StepCall
 from kernel.models import ChaosEffect, Effect, Run, RunStatus, Step, StepKind
@@ -50,16 +51,23 @@ def slow_read(call: StepCall) -> Done:
 
 
 def idempotent_put(call: StepCall) -> Done:
-    """Writes once per idempotency key; a replay finds and returns the earlier result."""
-    existing = ChaosEffect.objects.filter(key=call.idempotency_key).first()
-    if existing is None:
-        existing = _apply(call, Effect.IDEMPOTENT_WRITE)
+    """Writes once per idempotency key; a replay finds and returns the earlier result.
+
+    The world checks the fencing token (`leases.fenced`), so a zombie that wakes up mid-write
+    after a takeover cannot write a second time behind the new owner's back.
+    """
+    with leases.fenced(call.fence):
+        existing = ChaosEffect.objects.filter(key=call.idempotency_key).first()
+        if existing is None:
+            existing = _apply(call, Effect.IDEMPOTENT_WRITE)
     return Done(existing.value)
 
 
 def blind_append(call: StepCall) -> Done:
-    """Applies the effect every time it is called: only the kernel may keep it from repeating."""
-    return Done(_apply(call, Effect.NON_IDEMPOTENT).value)
+    """Applies the effect every time it is called: only the kernel may keep it from repeating
+    (and the fencing token, which this world checks, from a zombie)."""
+    with leases.fenced(call.fence):
+        return Done(_apply(call, Effect.NON_IDEMPOTENT).value)
 
 
 def probe(call: StepCall) -> Done | None:

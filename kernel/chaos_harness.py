@@ -155,6 +155,7 @@ def run_chaos(
         "DATABASE_URL": database.build_url(connection.settings_dict),
         "AGENTOS_DATA_DIR": str(workdir / "data"),
         "KERNEL_CRASHPLAN": str(workdir / "plan.json"),
+        "AGENTOS_LEASE_SECONDS": str(max(1, round(lease))),
     }
     pool = Pool(size=workers, env=env, lease=lease, runs_per_worker=runs_per_worker, processes=[])
     pool.processes = [pool.start_one() for _ in range(workers)]

@@ -26,7 +26,8 @@ DONE, NOT_DONE = "done", "not_done"
 
 @dataclass(frozen=True)
 class StepCall:
-    """What a step's executor gets: enough to be idempotent, and a way to notice a stop."""
+    """What a step's executor gets: enough to be idempotent, to fence its effect
+    (`kernel.leases.fenced(call.fence)`), and a way to notice a stop."""
 
     run_id: int
     seq: int
@@ -34,6 +35,7 @@ class StepCall:
     request: Any
     replay: bool  # the intent was recorded before: a previous attempt may have acted
     stopping: threading.Event
+    fence: Fence
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class RunContext:
             request=request,
             replay=recorded is not None,
             stopping=self.stopping,
+            fence=self.fence,
         )
         if recorded is None:
             crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
@@ -233,7 +236,9 @@ class RunContext:
         # After the wait row is committed (now, or by an attempt that died), before acting on it.
         crashpoints.hit("wait_recorded", run=self.run_id, seq=seq)
         wait = Wait.objects.get(run_id=self.run_id, seq=seq, kind=wait_kind)
-        call = StepCall(self.run_id, seq, "", request, recorded is not None, self.stopping)
+        call = StepCall(
+            self.run_id, seq, "", request, recorded is not None, self.stopping, self.fence
+        )
         if wait.state == WaitState.ANSWERED:
             return self._record(call, kind, Done({"answer": wait.answer}), "owner", executions=0)
         if wait.due_at is not None and wait.due_at <= timezone.now():
@@ -314,7 +319,7 @@ class RunContext:
         result = {
             str(child.pk): {"status": child.status, "output": child.output} for child in children
         }
-        call = StepCall(self.run_id, seq, "", request, False, self.stopping)
+        call = StepCall(self.run_id, seq, "", request, False, self.stopping, self.fence)
         return dict(self._record(call, StepKind.JOIN, Done(result), "executed", executions=1))
 
     # --- stops -----------------------------------------------------------------------------

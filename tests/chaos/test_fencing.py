@@ -82,3 +82,23 @@ def test_it_fences_out_a_worker_paused_past_its_lease(tmp_path: Path) -> None:
     assert run.output["pid"] == taker.pid
     assert Event.objects.filter(run_id=run.pk, kind="run.finished").count() == 1
     assert f"run {run.pk}: lease lost" in zombie_log.read_text()  # it did try, and was refused
+
+
+def test_it_refuses_a_fenced_effect_of_a_worker_that_lost_its_lease() -> None:
+    from kernel import leases, scheduler
+    from kernel.exceptions import LeaseLost
+    from kernel.models import ChaosEffect
+
+    run = start("chaos.noop")
+    stale = scheduler.claim_next_run(worker="a", lease_seconds=30)
+    assert stale is not None
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=None)
+    fresh = scheduler.claim_next_run(worker="b", lease_seconds=30)
+    assert fresh is not None
+
+    with pytest.raises(LeaseLost), leases.fenced(stale.fence):
+        ChaosEffect.objects.create(key="k", run_id_value=run.pk, seq=1, effect="x")
+    with leases.fenced(fresh.fence):
+        ChaosEffect.objects.create(key="k", run_id_value=run.pk, seq=1, effect="x")
+
+    assert ChaosEffect.objects.count() == 1
