@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +48,27 @@ class Done:
 
 
 Executor = Callable[[StepCall], Done]
+
+
+@dataclass(frozen=True)
+class ReadStep:
+    """One step of `RunContext.parallel`: a read, safe to run alongside others and again."""
+
+    kind: str
+    name: str
+    request: Any
+    execute: Executor
+
+
+def _in_thread(execute: Executor, call: StepCall) -> Done:
+    from django.db import connection
+
+    try:
+        return execute(call)
+    finally:
+        connection.close()  # this pool thread's own connection, if the executor opened one
+
+
 Probe = Callable[[StepCall], Done | None]  # the recorded effect if it happened, else None
 
 
@@ -124,6 +146,54 @@ class RunContext:
         return self._record(
             call, kind, done, "executed", executions=1, replayable=effect == Effect.READ
         )
+
+    def parallel(self, steps: list[ReadStep]) -> list[Any]:
+        """Independent `read` steps: intents in order, executed at once, results in order.
+
+        Each step keeps its own seq, intent and result, so a crash mid-batch replays only the
+        steps without a result (reads: safe to run again).
+        """
+        results: dict[int, Any] = {}
+        pending: list[tuple[StepCall, ReadStep]] = []
+        for spec in steps:
+            self.seq += 1
+            seq = self.seq
+            recorded = self._recorded(seq, spec.kind, spec.name, spec.request)
+            if recorded is not None and recorded.finished:
+                results[seq] = recorded.result
+                continue
+            self.check_stop()
+            if recorded is None:
+                crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
+                journal.record_intent(
+                    self.fence,
+                    seq=seq,
+                    kind=spec.kind,
+                    effect=Effect.READ,
+                    name=spec.name,
+                    request=spec.request,
+                )
+                self.records[seq] = Record(
+                    seq, spec.kind, Effect.READ, spec.name, "", None, False, ""
+                )
+                crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
+            call = StepCall(
+                run_id=self.run_id,
+                seq=seq,
+                idempotency_key=journal.idempotency_key(self.run_id, seq),
+                request=spec.request,
+                replay=recorded is not None,
+                stopping=self.stopping,
+                fence=self.fence,
+            )
+            pending.append((call, spec))
+        if pending:
+            with ThreadPoolExecutor(min(len(pending), 8), thread_name_prefix="read") as pool:
+                done = list(pool.map(lambda item: _in_thread(item[1].execute, item[0]), pending))
+            for (call, spec), outcome in zip(pending, done, strict=True):
+                crashpoints.hit("after_effect_before_result", run=self.run_id, seq=call.seq)
+                results[call.seq] = self._record(call, spec.kind, outcome, "executed", executions=1)
+        return [results[seq] for seq in sorted(results)]
 
     def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
         recorded = self.records.get(seq)

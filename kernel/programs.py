@@ -38,6 +38,7 @@ _PROGRAMS: dict[str, str] = {
     "chaos.child": "kernel.chaos:child",
     "chaos.noop": "kernel.chaos:noop",
     "chaos.busy": "kernel.chaos:busy",
+    "agent": "missions.engine.loop:agent",
 }
 _loaded: dict[str, Program] = {}
 

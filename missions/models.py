@@ -38,9 +38,84 @@ class Mission(models.Model):
     spent_usd_micros = models.PositiveBigIntegerField(default=0)
     spent_turns = models.PositiveIntegerField(default=0)
     spent_tool_calls = models.PositiveIntegerField(default=0)
+    # Per-role overrides of the routing defaults: {"executor": {"provider": ..., "model": ...,
+    # "effort": ...}}.
+    routes = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return self.goal[:60]
+
+
+class ModelPrice(models.Model):
+    """One model's prices in one version of the price table (editable in the admin).
+
+    Prices are in micro-dollars per million tokens, so a step's cost is an exact integer. A step
+    is priced with the newest version whose `valid_from` is not after the step.
+    """
+
+    version = models.CharField(_("version"), max_length=40)
+    valid_from = models.DateTimeField(_("valid from"))
+    provider = models.CharField(_("provider"), max_length=20)
+    model = models.CharField(_("model"), max_length=100)
+    input_per_mtok = models.PositiveBigIntegerField(_("input, µ$ per million tokens"))
+    output_per_mtok = models.PositiveBigIntegerField(_("output, µ$ per million tokens"))
+    cache_read_per_mtok = models.PositiveBigIntegerField(_("cache read, µ$ per million tokens"))
+    cache_write_per_mtok = models.PositiveBigIntegerField(_("cache write, µ$ per million tokens"))
+    source = models.CharField(_("source"), max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["provider", "model", "-valid_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["version", "provider", "model"], name="price_once_per_version"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model} ({self.version})"
+
+
+class ModelInfo(models.Model):
+    """The model catalog: what the providers' model-listing APIs said, and when."""
+
+    provider = models.CharField(max_length=20)
+    model = models.CharField(max_length=100)
+    display_name = models.CharField(max_length=200, blank=True)
+    context_window = models.PositiveIntegerField(null=True, blank=True)  # null: unknown
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    capabilities = models.JSONField(default=dict, blank=True)
+    fetched_at = models.DateTimeField(null=True, blank=True)  # null: seeded, never fetched
+
+    class Meta:
+        ordering = ["provider", "model"]
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "model"], name="model_info_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+
+class Role(models.TextChoices):
+    PLANNER = "planner", _("planner")
+    EXECUTOR = "executor", _("executor")
+    EVALUATOR = "evaluator", _("evaluator")
+    CONSOLIDATOR = "memory_consolidator", _("memory consolidator")
+    CLASSIFIER = "classifier", _("classifier")
+
+
+class RoleRoute(models.Model):
+    """The default model and effort of a role; a mission may override it (`Mission.routes`)."""
+
+    role = models.CharField(max_length=30, choices=Role.choices, unique=True)
+    provider = models.CharField(max_length=20)
+    model = models.CharField(max_length=100)
+    effort = models.CharField(
+        max_length=10, blank=True, choices=[("low", "low"), ("medium", "medium"), ("high", "high")]
+    )
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.provider}/{self.model} {self.effort}".strip()

@@ -1,0 +1,219 @@
+"""The agent loop: a kernel program. A turn = one model response + its tool calls.
+
+Every model response and every tool call is a journaled kernel step, so a run resumed after a
+crash replays recorded responses without calling the model again, and continues at the first
+step without a result. The conversation is rebuilt from recorded results, in the provider's
+native format, and only ever appended to.
+
+Ends: an answer without tool calls → `done`; a refusal → `blocked`; the turn cap → `partial`;
+budgets and cancellation → the kernel's `budget_exhausted` / `cancelled`; a permanent provider
+error or a bad run input → `failed` with the precise error.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kernel.context import Done, ReadStep, RunContext, StepCall
+from kernel.exceptions import StepFailed
+from kernel.models import Effect, RunStatus, StepKind
+from kernel.programs import Outcome
+from missions import pricing
+from missions.engine.context import assemble
+from missions.providers import registry
+from missions.providers.base import (
+    Completed,
+    Conversation,
+    Options,
+    Provider,
+    ProviderError,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+)
+from tools import registry as tool_registry
+from tools.base import Tool, ToolInputError
+
+RETRIES = 3  # transient provider errors, within one model step (nothing is journaled meanwhile)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a run of the loop is, as recorded in its input when it started."""
+
+    goal: str
+    provider: str
+    model: str
+    role: str = "executor"
+    effort: str | None = None
+    tools: list[str] = field(default_factory=list)
+    max_turns: int = 50
+    max_output_tokens: int = 8192
+    instructions: str = ""
+    memory_index: str = ""
+    script: dict[str, Any] | None = None
+
+    @classmethod
+    def from_input(cls, data: Any) -> Spec:
+        if not isinstance(data, dict) or not str(data.get("goal", "")).strip():
+            raise StepFailed("The run's input needs a goal.")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise StepFailed(f"Unknown run input field(s): {', '.join(unknown)}.")
+        return cls(**data)
+
+
+def agent(ctx: RunContext) -> Outcome:
+    spec = Spec.from_input(ctx.input)
+    tools = tool_registry.frozen(spec.tools)
+    prefix = assemble(
+        role=spec.role, instructions=spec.instructions, memory_index=spec.memory_index, tools=tools
+    )
+    provider = registry.build(spec.provider, script=spec.script)
+    options = Options(
+        model=spec.model,
+        max_output_tokens=spec.max_output_tokens,
+        effort=spec.effort,  # type: ignore[arg-type]  # validated by the routing layer
+    )
+    conversation = Conversation(
+        provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]
+    )
+    by_name = {tool.name: tool for tool in tools}
+    for turn in range(1, spec.max_turns + 1):
+        response = ctx.step(
+            StepKind.MODEL_CALL,
+            effect=Effect.MODEL_CALL,
+            name=spec.model,
+            request={"turn": turn, "provider": provider.name, "model": spec.model},
+            execute=lambda call: _call_model(provider, conversation, prefix.tools, options, spec),
+        )
+        conversation.items.extend(response["items"])
+        if response["stop_reason"] == "refusal":
+            return Outcome(RunStatus.BLOCKED, {"refusal": response.get("refusal"), "turn": turn})
+        calls = response["tool_calls"]
+        if not calls:
+            return Outcome(RunStatus.DONE, {"answer": response["text"], "turns": turn})
+        results = _run_tools(ctx, calls, by_name)
+        conversation.items.extend(provider.tool_results(results))
+    return Outcome(RunStatus.PARTIAL, {"reason": f"turn cap {spec.max_turns} reached"})
+
+
+def _call_model(
+    provider: Provider,
+    conversation: Conversation,
+    tools: list[Any],
+    options: Options,
+    spec: Spec,
+) -> Done:
+    """One model response, retried on transient errors; the recorded result is JSON."""
+    for attempt in range(RETRIES + 1):
+        try:
+            completed, text, reasoning, calls = _collect(provider, conversation, tools, options)
+            break
+        except ProviderError as error:
+            if error.permanent or attempt == RETRIES:
+                raise StepFailed(f"{provider.name}: {error.code}: {error.message}") from error
+            time.sleep(min(error.retry_after or 2**attempt, 60))
+    priced = pricing.price_of(provider=provider.name, model=spec.model, usage=completed.usage)
+    return Done(
+        {
+            "items": completed.items,
+            "text": text,
+            "reasoning": reasoning,
+            "tool_calls": [asdict(call) for call in calls],
+            "stop_reason": completed.stop_reason,
+            "refusal": completed.refusal,
+            "usage": asdict(completed.usage),
+            "price_version": priced.price_version,
+        },
+        priced.cost,
+    )
+
+
+def _collect(
+    provider: Provider, conversation: Conversation, tools: list[Any], options: Options
+) -> tuple[Completed, str, str, list[ToolCall]]:
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: list[ToolCall] = []
+    for event in provider.stream(conversation, tools, options):
+        if isinstance(event, TextDelta):
+            text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            reasoning.append(event.text)
+        elif isinstance(event, ToolCall):
+            calls.append(event)
+        elif isinstance(event, Completed):
+            return event, "".join(text), "".join(reasoning), calls
+    raise StepFailed(f"{provider.name}: the stream ended without a completed response")
+
+
+def _run_tools(
+    ctx: RunContext, calls: list[dict[str, Any]], tools: dict[str, Tool]
+) -> list[ToolResult]:
+    """Reads of a turn run in parallel, writes one at a time, in the model's order."""
+    results: list[ToolResult] = []
+    batch: list[tuple[dict[str, Any], ReadStep]] = []
+
+    def flush() -> None:
+        outputs = ctx.parallel([step for _, step in batch])
+        results.extend(
+            ToolResult(call["call_id"], out["output"], out["is_error"])
+            for (call, _), out in zip(batch, outputs, strict=True)
+        )
+        batch.clear()
+
+    for call in calls:
+        tool = tools.get(call["name"])
+        request = {"call_id": call["call_id"], "arguments": call["arguments"]}
+        execute = _executor(call, tool, tools)
+        if tool is not None and tool.effect == Effect.READ and tool.parallel_safe:
+            batch.append((call, ReadStep(StepKind.TOOL_CALL, call["name"], request, execute)))
+            continue
+        if batch:
+            flush()
+        out = ctx.step(
+            StepKind.TOOL_CALL,
+            effect=tool.effect if tool else Effect.READ,
+            name=call["name"],
+            request=request,
+            execute=execute,
+            probe=_probe(tool, call) if tool and tool.probe else None,
+        )
+        results.append(ToolResult(call["call_id"], out["output"], out["is_error"]))
+    if batch:
+        flush()
+    return results
+
+
+def _executor(call: dict[str, Any], tool: Tool | None, tools: dict[str, Tool]) -> Any:
+    def execute(step: StepCall) -> Done:
+        # Refusals are journaled like any result: the model is told precisely, nothing runs.
+        if tool is None:
+            known = ", ".join(sorted(tools)) or "none"
+            return Done(
+                {"output": f"Unknown tool {call['name']!r}; tools: {known}.", "is_error": True}
+            )
+        if call["arguments"] is None:
+            return Done(
+                {"output": f"Invalid arguments for {tool.name}: {call['error']}", "is_error": True}
+            )
+        try:
+            arguments = tool.validate(call["arguments"])
+        except ToolInputError as error:
+            return Done({"output": str(error), "is_error": True})
+        return Done({"output": tool.run(step, arguments), "is_error": False})
+
+    return execute
+
+
+def _probe(tool: Tool, call: dict[str, Any]) -> Any:
+    def probe(step: StepCall) -> Done | None:
+        found = tool.probe(step, call["arguments"] or {}) if tool.probe else None
+        return Done({"output": found, "is_error": False}) if found is not None else None
+
+    return probe

@@ -1,0 +1,187 @@
+"""The one interface every model provider speaks: `stream(conversation, tools, options)`.
+
+An adapter turns its provider's stream into the normalised events below, and keeps the
+conversation in the provider's **native** format: what the model produced (Anthropic thinking
+blocks with their signatures, OpenAI encrypted reasoning items) is appended back unchanged, and a
+thread is never converted from one provider to another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+# --- What goes in -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass
+class Conversation:
+    """A thread in one provider's native format.
+
+    `items` are the provider's own message/item dicts (Anthropic `messages`, OpenAI Responses
+    `input` items), appended to only: the frozen prefix (`system`, tools) never changes mid-run.
+    """
+
+    provider: str
+    system: str
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+
+Effort = Literal["low", "medium", "high"]
+
+
+@dataclass(frozen=True)
+class Options:
+    model: str
+    max_output_tokens: int = 8192
+    effort: Effort | None = None
+    thinking: bool = False  # Anthropic extended thinking / OpenAI reasoning summaries
+    cache_prefix: bool = True  # Anthropic prompt-cache breakpoints on tools + system
+    timeout_seconds: float = 600.0
+
+
+# --- What comes out -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """A summary of the model's reasoning (never the hidden reasoning itself)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A complete tool call. `arguments` is None when the model sent malformed JSON; the raw
+    text and the parse error are kept so the loop can answer the model precisely."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause", "other"]
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The end of one response: why it stopped, what it cost, and the native items to append to
+    the conversation exactly as received."""
+
+    stop_reason: StopReason
+    usage: Usage
+    items: list[dict[str, Any]]
+    refusal: str | None = None
+
+
+Event = TextDelta | ReasoningDelta | ToolCall | Completed
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call_id: str
+    output: str
+    is_error: bool = False
+
+
+# --- Errors -------------------------------------------------------------------------------------
+
+
+class ProviderError(Exception):
+    """A provider failure. `permanent` errors are not retried; others may be, after
+    `retry_after` seconds when the provider said so."""
+
+    permanent = False
+    code = "provider_error"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class RateLimited(ProviderError):
+    code = "rate_limited"
+
+
+class Overloaded(ProviderError):
+    code = "overloaded"
+
+
+class ServerError(ProviderError):
+    code = "server_error"
+
+
+class StreamInterrupted(ProviderError):
+    """The connection dropped mid-stream: nothing of the partial response is kept."""
+
+    code = "stream_interrupted"
+
+
+class AuthenticationFailed(ProviderError):
+    permanent = True
+    code = "authentication_failed"
+
+
+class UnknownModel(ProviderError):
+    permanent = True
+    code = "unknown_model"
+
+
+class BadRequest(ProviderError):
+    permanent = True
+    code = "bad_request"
+
+
+class ContextTooLong(ProviderError):
+    permanent = True
+    code = "context_too_long"
+
+
+# --- The interface ------------------------------------------------------------------------------
+
+
+class Provider(Protocol):
+    """A model provider. Implementations: `anthropic`, `openai`, `scripted` (offline)."""
+
+    name: str
+
+    def stream(
+        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+    ) -> Iterator[Event]:
+        """Send the conversation; yield deltas and tool calls, then exactly one `Completed`.
+
+        Raises a `ProviderError` subclass; never yields a `Completed` for a partial response.
+        """
+        ...
+
+    def user_message(self, text: str) -> dict[str, Any]:
+        """A native item carrying the owner's (or the harness's) text."""
+        ...
+
+    def tool_results(self, results: list[ToolResult]) -> list[dict[str, Any]]:
+        """Native items answering the tool calls of the last response."""
+        ...

@@ -1,0 +1,90 @@
+"""The offline provider: plays a JSON script of model turns, deterministically.
+
+What `make run` uses when no API key is set; everything it produces says it is scripted. A
+script is `{"turns": [{"text": ..., "reasoning": ..., "tool_calls": [{"name": ..., "arguments":
+{...}}], "usage": {"input_tokens": ..., ...}}, ...]}`; the turn played is the number of
+assistant items already in the conversation, so a replayed conversation gets the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from missions.providers.base import (
+    BadRequest,
+    Completed,
+    Conversation,
+    Event,
+    Options,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
+
+NAME = "scripted"
+LABEL = "[scripted offline model] "
+
+
+class ScriptedProvider:
+    name = NAME
+
+    def __init__(self, script: dict[str, Any]) -> None:
+        turns = script.get("turns")
+        if not isinstance(turns, list) or not turns:
+            raise BadRequest("A script needs a non-empty list of turns.")
+        self.turns: list[dict[str, Any]] = turns
+        self.calls = 0  # how many times the model was asked: tests count replays with it
+
+    def stream(
+        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+    ) -> Iterator[Event]:
+        self.calls += 1
+        index = sum(1 for item in conversation.items if item.get("role") == "assistant")
+        if index >= len(self.turns):
+            raise BadRequest(f"The script has {len(self.turns)} turns; turn {index + 1} asked.")
+        turn = self.turns[index]
+        text = LABEL + str(turn.get("text", "")) if turn.get("text") else ""
+        if turn.get("reasoning"):
+            yield ReasoningDelta(str(turn["reasoning"]))
+        if text:
+            yield TextDelta(text)
+        calls = []
+        for number, call in enumerate(turn.get("tool_calls", [])):
+            raw = call.get("raw_arguments")
+            raw = raw if isinstance(raw, str) else json.dumps(call.get("arguments", {}))
+            try:
+                arguments, error = json.loads(raw), None
+            except json.JSONDecodeError as problem:
+                arguments, error = None, f"invalid JSON arguments: {problem}"
+            tool_call = ToolCall(
+                call_id=f"call_{index}_{number}",
+                name=call["name"],
+                arguments=arguments,
+                raw_arguments=raw,
+                error=error,
+            )
+            calls.append(tool_call)
+            yield tool_call
+        usage = Usage(**{k: int(v) for k, v in turn.get("usage", {}).items()})
+        item = {
+            "role": "assistant",
+            "text": text,
+            "tool_calls": [
+                {"id": c.call_id, "name": c.name, "arguments": c.raw_arguments} for c in calls
+            ],
+        }
+        yield Completed(stop_reason="tool_use" if calls else "end_turn", usage=usage, items=[item])
+
+    def user_message(self, text: str) -> dict[str, Any]:
+        return {"role": "user", "text": text}
+
+    def tool_results(self, results: list[ToolResult]) -> list[dict[str, Any]]:
+        return [
+            {"role": "tool", "call_id": r.call_id, "output": r.output, "is_error": r.is_error}
+            for r in results
+        ]

@@ -1,0 +1,159 @@
+"""The agent loop on the offline scripted provider, through a real in-process worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kernel import runs
+from kernel.context import StepCall
+from kernel.models import Effect, Run, Step
+from kernel.worker import Worker
+from missions.providers import scripted
+from tests.kernel.factories import make_mission
+from tools import registry
+from tools.base import Risk, Tool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+WRITES: list[str] = []
+
+
+def _note(call: StepCall, arguments: dict[str, Any]) -> str:
+    WRITES.append(arguments["text"])
+    return "noted"
+
+
+NOTE = registry.register(
+    Tool(
+        name="note",
+        description="Write a note.",
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+        effect=Effect.IDEMPOTENT_WRITE,
+        risk=Risk.WORKSPACE_WRITE,
+        run=_note,
+    )
+)
+
+
+def agent_run(turns: list[dict[str, Any]], *, tools: list[str], **extra: Any) -> Run:
+    return runs.start_run(
+        mission=make_mission(),
+        program="agent",
+        input={
+            "goal": "Check twice, note once, answer.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": tools,
+            "script": {"turns": turns},
+            **extra,
+        },
+    )
+
+
+def work() -> list[str]:
+    return Worker(lease_seconds=30).run_until_idle()
+
+
+USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_read_tokens": 50}
+
+
+def test_it_runs_turns_of_model_and_tool_steps_to_an_answer() -> None:
+    WRITES.clear()
+    run = agent_run(
+        [
+            {
+                "text": "Looking.",
+                "usage": USAGE,
+                "tool_calls": [
+                    {"name": "noop", "arguments": {"note": "a"}},
+                    {"name": "noop", "arguments": {"note": "b"}},
+                    {"name": "note", "arguments": {"text": "seen"}},
+                ],
+            },
+            {"text": "All done.", "usage": USAGE},
+        ],
+        tools=["noop", "note"],
+    )
+
+    assert work() == ["done"]
+
+    run.refresh_from_db()
+    assert run.output == {"answer": scripted.LABEL + "All done.", "turns": 2}
+    assert list(Step.objects.filter(run=run).values_list("kind", "name")) == [
+        ("model_call", "scripted"),
+        ("tool_call", "noop"),
+        ("tool_call", "noop"),
+        ("tool_call", "note"),
+        ("model_call", "scripted"),
+    ]
+    assert WRITES == ["seen"]
+    assert (run.turns, run.tool_calls) == (2, 3)
+    assert (run.input_tokens, run.cache_read_tokens) == (200, 100)
+    assert run.usd_micros == 0  # the scripted model is free, and says so
+
+
+def test_it_answers_unknown_tools_and_bad_arguments_to_the_model_without_running_them() -> None:
+    WRITES.clear()
+    run = agent_run(
+        [
+            {
+                "text": "Trying.",
+                "tool_calls": [
+                    {"name": "rm_rf", "arguments": {}},
+                    {"name": "note", "raw_arguments": "{not json"},
+                    {"name": "note", "arguments": {"text": 42}},
+                ],
+            },
+            {"text": "Understood."},
+        ],
+        tools=["note"],
+    )
+
+    assert work() == ["done"]
+
+    results = Step.objects.filter(run=run, kind="tool_call").values_list("result", flat=True)
+    outputs = [result["output"] for result in results if result is not None]
+    assert outputs[0] == "Unknown tool 'rm_rf'; tools: note."
+    assert outputs[1].startswith("Invalid arguments for note: invalid JSON arguments")
+    assert outputs[2] == "note: text: 42 is not of type 'string'"
+    assert WRITES == []
+
+
+def test_it_stops_at_the_turn_cap_as_partial() -> None:
+    loop = {"text": "Again.", "tool_calls": [{"name": "noop", "arguments": {}}]}
+    run = agent_run([loop] * 5, tools=["noop"], max_turns=3)
+
+    assert work() == ["partial"]
+    assert Run.objects.get(pk=run.pk).output == {"reason": "turn cap 3 reached"}
+
+
+def test_it_fails_precisely_when_the_script_runs_out() -> None:
+    run = agent_run(
+        [{"text": "Once.", "tool_calls": [{"name": "noop", "arguments": {}}]}], tools=["noop"]
+    )
+
+    assert work() == ["failed"]
+    assert "bad_request: The script has 1 turns; turn 2 asked." in Run.objects.get(pk=run.pk).error
+
+
+def test_it_fails_a_run_whose_input_has_no_goal() -> None:
+    run = runs.start_run(mission=make_mission(), program="agent", input={"provider": "scripted"})
+
+    assert work() == ["failed"]
+    assert Run.objects.get(pk=run.pk).error == "StepFailed: The run's input needs a goal."
+
+
+def test_it_keeps_the_request_prefix_identical_across_turns() -> None:
+    from missions.engine.context import assemble
+
+    tools = registry.frozen(["note", "noop"])
+    first = assemble(role="executor", instructions="x", memory_index="m", tools=tools)
+    again = assemble(role="executor", instructions="x", memory_index="m", tools=tools)
+
+    assert first == again
+    assert [tool.name for tool in first.tools] == ["noop", "note"]  # frozen, sorted

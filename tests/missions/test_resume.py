@@ -1,0 +1,114 @@
+"""A real worker, SIGKILLed after its third model step, resumes the conversation: the provider
+(the real Anthropic SDK against a local wire-format server) sees no request twice."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from agentos import database
+from kernel import runs
+from kernel.models import Run, Step
+from tests.kernel.factories import make_mission
+from tests.providers.anthropic_wire import reply, text, tool_use
+from tests.providers.wire import Stream, wire_server
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+
+def worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(settings.BASE_DIR) / "manage.py"),
+            "kernel_worker",
+            "--lease",
+            "2",
+            "--poll",
+            "0.2",
+        ],
+        env=env,
+    )
+
+
+def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) -> None:
+    with wire_server() as server:
+        for turn in (1, 2, 3):
+            server.queue(
+                Stream(
+                    reply(
+                        text(0, f"Turn {turn}."),
+                        tool_use(1, f"toolu_{turn}", "noop", '{"note": ', f'"{turn}"}}'),
+                        stop_reason="tool_use",
+                    )
+                )
+            )
+        server.queue(Stream(reply(text(0, "Finished."))))
+        run = runs.start_run(
+            mission=make_mission(),
+            program="agent",
+            input={
+                "goal": "Call noop three times, then finish.",
+                "provider": "anthropic",
+                "model": "claude-opus-5-5",
+                "tools": ["noop"],
+            },
+        )
+        # Steps: model 1, tool 2, model 3, tool 4, model 5 (the third model step) ...
+        plan = tmp_path / "plan.json"
+        (tmp_path / "fired").mkdir()
+        plan.write_text(
+            json.dumps(
+                {
+                    "targets": [{"run": run.pk, "point": "after_result_commit", "seq": 5}],
+                    "fired_dir": str(tmp_path / "fired"),
+                }
+            )
+        )
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "agentos.settings",
+            "DATABASE_URL": database.build_url(connection.settings_dict),
+            "AGENTOS_DATA_DIR": str(tmp_path),
+            "KERNEL_CRASHPLAN": str(plan),
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": server.url,
+        }
+        first = worker(env)
+        assert first.wait(timeout=60) == -9  # it killed itself at the crash point
+        assert len(server.received) == 3
+        second = worker(env)
+        try:
+            deadline = time.monotonic() + 60
+            while not Run.objects.get(pk=run.pk).is_terminal:
+                assert time.monotonic() < deadline, "the run did not finish"
+                time.sleep(0.05)
+        finally:
+            second.terminate()
+            second.wait(timeout=15)
+
+    run.refresh_from_db()
+    assert run.status == "done", run.error
+    assert run.output == {"answer": "Finished.", "turns": 4}
+    requests = [r.body for r in server.received]
+    assert len(requests) == 4  # four turns, four requests: none repeated after the kill
+    assert [len(body["messages"]) for body in requests] == [1, 3, 5, 7]
+    for earlier, later in itertools.pairwise(requests):
+        # The prefix is byte-identical and the conversation only grows.
+        assert json.dumps(later["system"]) == json.dumps(earlier["system"])
+        assert json.dumps(later["tools"]) == json.dumps(earlier["tools"])
+        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+    model_steps = Step.objects.filter(run=run, kind="model_call")
+    assert [s.executions for s in model_steps] == [1, 1, 1, 1]
+    # claude-opus-5-5 at 4 $ / 20 $ per Mtok: 12 input and 20 output tokens a turn.
+    assert [s.usd_micros for s in model_steps] == [448] * 4
+    assert run.usd_micros == 448 * 4

@@ -1,0 +1,128 @@
+"""A local HTTP server that speaks a provider's wire format, for driving the real SDKs.
+
+Tests queue the answers (an SSE event stream, an error status with headers and a JSON body, or a
+stream cut after N events) and read back every request the SDK sent. The SDKs use httpx2, which
+no httpx mock intercepts: a real socket is the honest way.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stream:
+    """`events` as (event name, data) pairs; with `cut_after`, the connection drops after that
+    many events, mid-stream, without a terminating chunk."""
+
+    events: list[tuple[str, dict[str, Any]]]
+    cut_after: int | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Answer = Stream | Failure
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    raw: bytes
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Tests cut streams and clients hang up on errors on purpose: not worth a traceback.
+        pass
+
+
+class WireServer:
+    def __init__(self) -> None:
+        self.answers: deque[Answer] = deque()
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        self.httpd = _QuietServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def queue(self, *answers: Answer) -> None:
+        self.answers.extend(answers)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # the stdlib's naming
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with server._lock:
+                    server.received.append(
+                        Received(self.path, dict(self.headers), json.loads(raw or b"{}"), raw)
+                    )
+                    answer = server.answers.popleft() if server.answers else None
+                if answer is None:
+                    self._json(500, {"error": {"type": "api_error", "message": "no answer queued"}})
+                elif isinstance(answer, Failure):
+                    self._json(answer.status, answer.body, answer.headers)
+                else:
+                    self._stream(answer)
+
+            def _json(
+                self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, answer: Stream) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for index, (name, data) in enumerate(answer.events):
+                    if answer.cut_after is not None and index >= answer.cut_after:
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(2)  # drop it mid-stream, no final chunk
+                        return
+                    chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+
+        return Handler
+
+
+@contextmanager
+def wire_server() -> Iterator[WireServer]:
+    server = WireServer()
+    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
