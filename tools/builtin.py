@@ -28,4 +28,37 @@ NOOP = Tool(
     run=_noop,
 )
 
-BUILTIN = [NOOP]
+
+def _read_artifact(call: StepCall, arguments: dict[str, Any]) -> str:
+    from kernel import artifacts
+    from kernel.models import Artifact
+
+    found = Artifact.objects.filter(sha256=arguments["sha256"]).first()
+    if found is None:
+        return f"No artifact {arguments['sha256']}."
+    with artifacts.open_artifact(found) as handle:
+        handle.seek(arguments.get("offset", 0))
+        chunk = handle.read(arguments.get("length", 8000))
+    return chunk.decode(errors="replace")
+
+
+READ_ARTIFACT = Tool(
+    name="read_artifact",
+    description="Read part of an artifact (e.g. an offloaded tool output) by its sha256.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "offset": {"type": "integer", "minimum": 0},
+            "length": {"type": "integer", "minimum": 1, "maximum": 50000},
+        },
+        "required": ["sha256"],
+        "additionalProperties": False,
+    },
+    effect=Effect.READ,
+    risk=Risk.READ,
+    parallel_safe=True,
+    run=_read_artifact,
+)
+
+BUILTIN = [NOOP, READ_ARTIFACT]

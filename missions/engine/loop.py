@@ -12,16 +12,21 @@ error or a bad run input → `failed` with the precise error.
 
 from __future__ import annotations
 
+import functools
+import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
-from kernel.models import Effect, RunStatus, StepKind
+from kernel.models import Effect, Run, RunStatus, StepKind
 from kernel.programs import Outcome
 from missions import pricing
+from missions.engine import relief
 from missions.engine.context import assemble
+from missions.engine.relief import Verbatim
+from missions.models import ModelInfo
 from missions.providers import registry
 from missions.providers.base import (
     Completed,
@@ -50,7 +55,9 @@ class Spec:
     role: str = "executor"
     effort: str | None = None
     tools: list[str] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)
     max_turns: int = 50
+    context_window: int | None = None  # else the catalog's figure, else relief.DEFAULT_WINDOW
     max_output_tokens: int = 8192
     instructions: str = ""
     memory_index: str = ""
@@ -83,23 +90,126 @@ def agent(ctx: RunContext) -> Outcome:
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]
     )
     by_name = {tool.name: tool for tool in tools}
+    # Recorded once: a window edited in the catalog mid-run must not move the compaction points
+    # of a replay (the journal would no longer match the program).
+    window = ctx.step(
+        StepKind.CHECKPOINT,
+        effect=Effect.READ,
+        name="context-window",
+        request={},
+        execute=lambda call: Done(spec.context_window or _window(provider.name, spec.model)),
+    )
+    verbatim = Verbatim(goal=spec.goal, constraints=spec.constraints, owner_messages=[])
+    size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(conversation.items)
+    compactions = 0
     for turn in range(1, spec.max_turns + 1):
+        if size > relief.COMPACT_AT * window:
+            compactions += 1
+            conversation = _compact(
+                ctx,
+                provider,
+                conversation,
+                options,
+                spec,
+                verbatim,
+                turn=turn,
+                compactions=compactions,
+            )
+            size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(
+                conversation.items
+            )
+        conversation.turn = turn
         response = ctx.step(
             StepKind.MODEL_CALL,
             effect=Effect.MODEL_CALL,
             name=spec.model,
             request={"turn": turn, "provider": provider.name, "model": spec.model},
-            execute=lambda call: _call_model(provider, conversation, prefix.tools, options, spec),
+            execute=functools.partial(
+                _model_step, provider, conversation, prefix.tools, options, spec
+            ),
         )
         conversation.items.extend(response["items"])
+        usage = response["usage"]
+        # The provider counted this request exactly; what we append next is estimated.
+        size = (
+            usage["input_tokens"]
+            + usage["cache_read_tokens"]
+            + usage["cache_write_tokens"]
+            + usage["output_tokens"]
+        ) or size + relief.estimate_tokens(response["items"])
         if response["stop_reason"] == "refusal":
             return Outcome(RunStatus.BLOCKED, {"refusal": response.get("refusal"), "turn": turn})
         calls = response["tool_calls"]
         if not calls:
             return Outcome(RunStatus.DONE, {"answer": response["text"], "turns": turn})
         results = _run_tools(ctx, calls, by_name)
-        conversation.items.extend(provider.tool_results(results))
+        answers = provider.tool_results(results)
+        conversation.items.extend(answers)
+        size += relief.estimate_tokens(answers)
     return Outcome(RunStatus.PARTIAL, {"reason": f"turn cap {spec.max_turns} reached"})
+
+
+def _window(provider: str, model: str) -> int:
+    known = (
+        ModelInfo.objects.filter(provider=provider, model=model)
+        .values_list("context_window", flat=True)
+        .first()
+    )
+    return known or relief.DEFAULT_WINDOW
+
+
+def _compact(
+    ctx: RunContext,
+    provider: Provider,
+    conversation: Conversation,
+    options: Options,
+    spec: Spec,
+    verbatim: Verbatim,
+    *,
+    turn: int,
+    compactions: int,
+) -> Conversation:
+    """Fold the conversation into our structured summary (a journaled `compaction` step).
+
+    The goal, constraints and owner instructions are copied by the harness, word for word; the
+    model only writes the progress narrative. The new conversation starts from that summary.
+    """
+
+    def summarise(call: StepCall) -> Done:
+        transcript = Conversation(
+            provider=provider.name,
+            system=relief.COMPACTION_SYSTEM,
+            items=[provider.user_message(json.dumps(conversation.items, ensure_ascii=False))],
+            turn=turn,
+        )
+        done = _call_model(provider, transcript, [], replace(options, purpose="compaction"), spec)
+        return Done({"narrative": done.result["text"], "usage": done.result["usage"]}, done.cost)
+
+    result = ctx.step(
+        StepKind.COMPACTION,
+        effect=Effect.MODEL_CALL,
+        name=spec.model,
+        request={"turn": turn, "compaction": compactions},
+        execute=summarise,
+    )
+    summary = relief.summary_message(verbatim, result["narrative"], compactions=compactions)
+    return Conversation(
+        provider=provider.name,
+        system=conversation.system,
+        items=[provider.user_message(summary)],
+        turn=turn,
+    )
+
+
+def _model_step(
+    provider: Provider,
+    conversation: Conversation,
+    tools: list[Any],
+    options: Options,
+    spec: Spec,
+    call: StepCall,
+) -> Done:
+    return _call_model(provider, conversation, tools, options, spec)
 
 
 def _call_model(
@@ -170,7 +280,7 @@ def _run_tools(
     for call in calls:
         tool = tools.get(call["name"])
         request = {"call_id": call["call_id"], "arguments": call["arguments"]}
-        execute = _executor(call, tool, tools)
+        execute = _executor(call, tool, tools, ctx.run)
         if tool is not None and tool.effect == Effect.READ and tool.parallel_safe:
             batch.append((call, ReadStep(StepKind.TOOL_CALL, call["name"], request, execute)))
             continue
@@ -190,7 +300,7 @@ def _run_tools(
     return results
 
 
-def _executor(call: dict[str, Any], tool: Tool | None, tools: dict[str, Tool]) -> Any:
+def _executor(call: dict[str, Any], tool: Tool | None, tools: dict[str, Tool], run: Run) -> Any:
     def execute(step: StepCall) -> Done:
         # Refusals are journaled like any result: the model is told precisely, nothing runs.
         if tool is None:
@@ -206,7 +316,9 @@ def _executor(call: dict[str, Any], tool: Tool | None, tools: dict[str, Tool]) -
             arguments = tool.validate(call["arguments"])
         except ToolInputError as error:
             return Done({"output": str(error), "is_error": True})
-        return Done({"output": tool.run(step, arguments), "is_error": False})
+        # A big output goes to an artifact; the journal and the context keep a preview.
+        output = relief.offload(tool.run(step, arguments), tool=tool.name, run=run)
+        return Done({"output": output, "is_error": False})
 
     return execute
 

@@ -33,6 +33,9 @@ class Conversation:
     provider: str
     system: str
     items: list[dict[str, Any]] = field(default_factory=list)
+    # The number of the turn being asked for, compacted turns included (the loop keeps it; the
+    # scripted provider plays its script by it).
+    turn: int = 1
 
 
 Effort = Literal["low", "medium", "high"]
@@ -46,6 +49,7 @@ class Options:
     thinking: bool = False  # Anthropic extended thinking / OpenAI reasoning summaries
     cache_prefix: bool = True  # Anthropic prompt-cache breakpoints on tools + system
     timeout_seconds: float = 600.0
+    purpose: Literal["turn", "compaction"] = "turn"
 
 
 # --- What comes out -----------------------------------------------------------------------------

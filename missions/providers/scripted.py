@@ -2,8 +2,10 @@
 
 What `make run` uses when no API key is set; everything it produces says it is scripted. A
 script is `{"turns": [{"text": ..., "reasoning": ..., "tool_calls": [{"name": ..., "arguments":
-{...}}], "usage": {"input_tokens": ..., ...}}, ...]}`; the turn played is the number of
-assistant items already in the conversation, so a replayed conversation gets the same answer.
+{...}}], "usage": {"input_tokens": ..., ...}}, ...]}`. The turn played is the conversation's turn
+number (compacted turns included), so a replayed conversation gets the same answer. A turn with
+`"echo_context": true` answers with the whole context it was given (how tests see what the model
+saw); compaction requests get a fixed summary and use no turn.
 """
 
 from __future__ import annotations
@@ -44,11 +46,18 @@ class ScriptedProvider:
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
     ) -> Iterator[Event]:
         self.calls += 1
-        index = sum(1 for item in conversation.items if item.get("role") == "assistant")
+        if options.purpose == "compaction":
+            yield from self._summary(conversation)
+            return
+        index = conversation.turn - 1
         if index >= len(self.turns):
             raise BadRequest(f"The script has {len(self.turns)} turns; turn {index + 1} asked.")
         turn = self.turns[index]
         text = LABEL + str(turn.get("text", "")) if turn.get("text") else ""
+        if turn.get("echo_context"):
+            text = LABEL + json.dumps(
+                {"system": conversation.system, "items": conversation.items}, ensure_ascii=False
+            )
         if turn.get("reasoning"):
             yield ReasoningDelta(str(turn["reasoning"]))
         if text:
@@ -70,7 +79,15 @@ class ScriptedProvider:
             )
             calls.append(tool_call)
             yield tool_call
-        usage = Usage(**{k: int(v) for k, v in turn.get("usage", {}).items()})
+        # Unless the script says otherwise, usage is what the request and answer would weigh
+        # (4 characters a token), so context sizes grow as they would with a real model.
+        usage = Usage(
+            **{
+                "input_tokens": len(conversation.system + json.dumps(conversation.items)) // 4,
+                "output_tokens": len(text) // 4,
+                **{k: int(v) for k, v in turn.get("usage", {}).items()},
+            }
+        )
         item = {
             "role": "assistant",
             "text": text,
@@ -79,6 +96,14 @@ class ScriptedProvider:
             ],
         }
         yield Completed(stop_reason="tool_use" if calls else "end_turn", usage=usage, items=[item])
+
+    def _summary(self, conversation: Conversation) -> Iterator[Event]:
+        text = LABEL + f"Decisions: continue. Compacted {len(conversation.items)} item(s)."
+        yield TextDelta(text)
+        usage = Usage(input_tokens=len(json.dumps(conversation.items)) // 4, output_tokens=20)
+        yield Completed(
+            stop_reason="end_turn", usage=usage, items=[{"role": "assistant", "text": text}]
+        )
 
     def user_message(self, text: str) -> dict[str, Any]:
         return {"role": "user", "text": text}

@@ -85,6 +85,7 @@ def test_it_runs_turns_of_model_and_tool_steps_to_an_answer() -> None:
     run.refresh_from_db()
     assert run.output == {"answer": scripted.LABEL + "All done.", "turns": 2}
     assert list(Step.objects.filter(run=run).values_list("kind", "name")) == [
+        ("checkpoint", "context-window"),
         ("model_call", "scripted"),
         ("tool_call", "noop"),
         ("tool_call", "noop"),
@@ -157,3 +158,78 @@ def test_it_keeps_the_request_prefix_identical_across_turns() -> None:
 
     assert first == again
     assert [tool.name for tool in first.tools] == ["noop", "note"]  # frozen, sorted
+
+
+def test_it_offloads_a_big_tool_result_to_an_artifact_readable_back() -> None:
+    from kernel.models import Artifact
+
+    big = "line of output\n" * 2000  # ~30,000 characters, over the ~3,000-token limit
+    registry.register(
+        Tool(
+            name="dump",
+            description="Print a lot.",
+            input_schema={"type": "object"},
+            effect=Effect.READ,
+            risk=Risk.READ,
+            run=lambda call, arguments: big,
+        )
+    )
+    run = agent_run(
+        [
+            {"text": "Dumping.", "tool_calls": [{"name": "dump", "arguments": {}}]},
+            {
+                "text": "Reading.",
+                "tool_calls": [
+                    {
+                        "name": "read_artifact",
+                        "arguments": {
+                            "sha256": __import__("hashlib").sha256(big.encode()).hexdigest(),
+                            "offset": 15,
+                            "length": 14,
+                        },
+                    }
+                ],
+            },
+            {"text": "Done."},
+        ],
+        tools=["dump", "read_artifact"],
+    )
+
+    assert work() == ["done"]
+
+    dumped, read_back = Step.objects.filter(run=run, kind="tool_call").order_by("seq")
+    assert isinstance(dumped.result, dict)
+    assert len(dumped.result["output"]) < 2000  # the journal keeps the preview
+    assert "offloaded to artifact" in dumped.result["output"]
+    assert Artifact.objects.get().size == len(big)
+    assert isinstance(read_back.result, dict)
+    assert read_back.result["output"] == "line of output"
+
+
+def test_it_compacts_three_times_and_keeps_goal_constraints_verbatim() -> None:
+    # A small window and wordy turns: the context crosses 55 % of 3,000 tokens every few turns.
+    turns = [
+        {
+            "text": f"Step {n}: " + "thinking aloud " * 100,
+            "tool_calls": [{"name": "noop", "arguments": {}}],
+        }
+        for n in range(1, 14)
+    ]
+    turns.append({"echo_context": True})
+    run = agent_run(
+        turns,
+        tools=["noop"],
+        constraints=["Never push to main.", "Keep the tests green."],
+        context_window=3000,
+    )
+
+    assert work() == ["done"]
+
+    run.refresh_from_db()
+    assert Step.objects.filter(run=run, kind="compaction").count() >= 3
+    assert isinstance(run.output, dict)
+    seen = run.output["answer"]
+    assert "Check twice, note once, answer." in seen  # the goal, verbatim
+    assert "Never push to main." in seen
+    assert "Keep the tests green." in seen
+    assert "Working summary after compaction" in seen

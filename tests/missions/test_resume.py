@@ -63,13 +63,13 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
                 "tools": ["noop"],
             },
         )
-        # Steps: model 1, tool 2, model 3, tool 4, model 5 (the third model step) ...
+        # Steps: window checkpoint 1, model 2, tool 3, model 4, tool 5, model 6 (the third) ...
         plan = tmp_path / "plan.json"
         (tmp_path / "fired").mkdir()
         plan.write_text(
             json.dumps(
                 {
-                    "targets": [{"run": run.pk, "point": "after_result_commit", "seq": 5}],
+                    "targets": [{"run": run.pk, "point": "after_result_commit", "seq": 6}],
                     "fired_dir": str(tmp_path / "fired"),
                 }
             )
