@@ -119,3 +119,30 @@ class RoleRoute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.provider}/{self.model} {self.effort}".strip()
+
+
+class OwnerMessage(models.Model):
+    """A steering message from the owner to a running agent.
+
+    Delivered into the conversation just before the run's next model call (so after the tool
+    calls in flight end), and recorded in that model step's result, which makes the delivery
+    part of the journal: a replay puts it at the same place.
+    """
+
+    run = models.ForeignKey("kernel.Run", on_delete=models.CASCADE, related_name="owner_messages")
+    text = models.TextField(_("message"))
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_seq = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(
+                fields=["run"],
+                name="owner_message_pending",
+                condition=models.Q(delivered_seq__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"to run {self.run_id}: {self.text[:40]}"

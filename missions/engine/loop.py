@@ -12,6 +12,7 @@ error or a bad run input → `failed` with the precise error.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import time
@@ -22,7 +23,7 @@ from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, RunStatus, StepKind
 from kernel.programs import Outcome
-from missions import pricing
+from missions import pricing, steering
 from missions.engine import relief
 from missions.engine.context import assemble
 from missions.engine.relief import Verbatim
@@ -128,6 +129,9 @@ def agent(ctx: RunContext) -> Outcome:
                 _model_step, provider, conversation, prefix.tools, options, spec
             ),
         )
+        for text in response.get("owner_messages", []):
+            _append_user_text(provider, conversation.items, OWNER_PREFIX + text)
+            verbatim.owner_messages.append(text)
         conversation.items.extend(response["items"])
         usage = response["usage"]
         # The provider counted this request exactly; what we append next is estimated.
@@ -209,7 +213,38 @@ def _model_step(
     spec: Spec,
     call: StepCall,
 ) -> Done:
-    return _call_model(provider, conversation, tools, options, spec)
+    """Deliver the owner's queued messages, then ask the model. The delivered messages are
+    part of the recorded result, so a replay appends them at the same place."""
+    delivered = steering.take_pending(run_id=call.run_id, seq=call.seq)
+    asked = conversation
+    if delivered:
+        # The loop appends them to the real conversation from the recorded result (live or
+        # replayed alike); the request is built on a copy.
+        items = [*conversation.items[:-1], copy.deepcopy(conversation.items[-1])]
+        for text in delivered:
+            _append_user_text(provider, items, OWNER_PREFIX + text)
+        asked = replace(conversation, items=items)
+    done = _call_model(provider, asked, tools, options, spec)
+    return Done({**done.result, "owner_messages": delivered}, done.cost)
+
+
+OWNER_PREFIX = "Message from the owner: "
+
+
+def _append_user_text(provider: Provider, items: list[dict[str, Any]], text: str) -> None:
+    """Add a user message; merged into a trailing user message (tool results) where the
+    provider's format has content lists, since some providers want roles to alternate."""
+    item = provider.user_message(text)
+    last = items[-1] if items else None
+    if (
+        last is not None
+        and last.get("role") == "user"
+        and isinstance(last.get("content"), list)
+        and isinstance(item.get("content"), list)
+    ):
+        last["content"] = [*last["content"], *item["content"]]
+    else:
+        items.append(item)
 
 
 def _call_model(

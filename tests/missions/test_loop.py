@@ -233,3 +233,48 @@ def test_it_compacts_three_times_and_keeps_goal_constraints_verbatim() -> None:
     assert "Never push to main." in seen
     assert "Keep the tests green." in seen
     assert "Working summary after compaction" in seen
+
+
+def test_it_delivers_an_owner_message_at_the_next_model_call_and_keeps_it_on_replay() -> None:
+    from kernel import journal, scheduler
+    from kernel.context import RunContext
+    from missions import steering
+    from missions.engine.loop import agent
+
+    run = agent_run(
+        [
+            {"text": "Working.", "tool_calls": [{"name": "noop", "arguments": {}}]},
+            {"echo_context": True},
+        ],
+        tools=["noop"],
+    )
+    steering.send_message(run_id=run.pk, text="Use the staging database, not production.")
+
+    assert work() == ["done"]
+
+    run.refresh_from_db()
+    assert isinstance(run.output, dict)
+    assert "Message from the owner: Use the staging database" in run.output["answer"]
+    # Replaying the whole journal gives the same conversation, message included, once.
+    Run.objects.filter(pk=run.pk).update(
+        status="running", finished_at=None, runnable_at=run.created_at
+    )
+    claim = scheduler.claim_next_run(worker="replay", lease_seconds=30)
+    assert claim is not None
+    replayed = agent(
+        RunContext(run=Run.objects.get(pk=run.pk), fence=claim.fence, records=journal.load(run.pk))
+    )
+    assert replayed.output == run.output
+    assert run.output["answer"].count("Use the staging database") == 1
+
+
+def test_it_refuses_empty_messages_and_messages_to_ended_runs() -> None:
+    from kernel.exceptions import KernelError
+    from missions import steering
+
+    run = agent_run([{"text": "Hi."}], tools=[])
+    with pytest.raises(KernelError, match="cannot be empty"):
+        steering.send_message(run_id=run.pk, text="  ")
+    work()
+    with pytest.raises(KernelError, match="has ended"):
+        steering.send_message(run_id=run.pk, text="too late")
