@@ -208,7 +208,7 @@ def test_it_offloads_a_big_tool_result_to_an_artifact_readable_back() -> None:
 
 def test_it_compacts_three_times_and_keeps_goal_constraints_verbatim() -> None:
     # A small window and wordy turns: the context crosses 55 % of 3,000 tokens every few turns.
-    turns = [
+    turns: list[dict[str, Any]] = [
         {
             "text": f"Step {n}: " + "thinking aloud " * 100,
             "tool_calls": [{"name": "noop", "arguments": {}}],
