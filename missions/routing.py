@@ -1,0 +1,56 @@
+"""Which model a run uses: per-role defaults, overridden per mission, fixed for the run.
+
+Rules (DESIGN.md §5): the model is fixed **per run** — changing model means delegating to a
+sub-agent; effort is the first cost lever; failover to the other provider happens only at a
+sub-agent boundary (a new child run), never inside a running conversation, whose transcript is
+in one provider's native format. Without the provider's API key, the offline scripted model
+stands in, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernel.exceptions import KernelError
+from missions.models import Mission, Role, RoleRoute
+from missions.providers.registry import has_key
+
+OTHER_PROVIDER = {"anthropic": "openai", "openai": "anthropic"}
+
+
+@dataclass(frozen=True)
+class Route:
+    provider: str
+    model: str
+    effort: str | None
+    scripted_stand_in: bool = False  # the configured provider has no key: offline model used
+
+
+def route_for(mission: Mission, role: str) -> Route:
+    """The mission's override for `role`, else the role's default; scripted without a key."""
+    if role not in Role.values:
+        raise KernelError(f"Unknown role {role!r}; roles: {', '.join(Role.values)}.")
+    override = mission.routes.get(role) if isinstance(mission.routes, dict) else None
+    if override:
+        route = Route(override["provider"], override["model"], override.get("effort") or None)
+    else:
+        default = RoleRoute.objects.filter(role=role).first()
+        if default is None:
+            raise KernelError(f"No route for role {role!r}: set one in the admin.")
+        route = Route(default.provider, default.model, default.effort or None)
+    if route.provider != "scripted" and not has_key(route.provider):
+        return Route("scripted", "scripted", None, scripted_stand_in=True)
+    return route
+
+
+def failover_for(route: Route) -> Route | None:
+    """The route a *new child run* may take when `route`'s provider is down or rate-limited.
+
+    Only at a sub-agent boundary: the caller spawns a child with this route; a running
+    conversation is never moved to another provider.
+    """
+    other = OTHER_PROVIDER.get(route.provider)
+    if other is None or not has_key(other):
+        return None
+    default = RoleRoute.objects.filter(provider=other).order_by("role").first()
+    return Route(other, default.model, route.effort) if default else None
