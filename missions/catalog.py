@@ -1,13 +1,29 @@
-"""The model catalog, prices and routing defaults that a fresh installation starts with.
+"""The model catalog, prices and routing defaults that a fresh installation starts with, and the
+catalog's refresh from the providers' model-listing APIs.
 
 First version of the price table: ARCHITECTURE.fr.md §7, figures of 2026-11-10. All of it is
-editable in the admin; `seed` only adds what is missing.
+editable in the admin; `seed` only adds what is missing, `refresh` only adds and updates.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from missions.models import ModelInfo, Role, RoleRoute
+from missions.providers import registry
+from missions.providers.base import (
+    AuthenticationFailed,
+    BadRequest,
+    ProviderError,
+    StreamInterrupted,
+    UnknownModel,
+)
 
 VERSION = "2026-11-10"
 SOURCE = "ARCHITECTURE.fr.md §7, 2026-11-10"
@@ -58,3 +74,149 @@ def seed(price: Any, info: Any, route: Any) -> None:
         route.objects.get_or_create(
             role=role, defaults={"provider": provider, "model": model, "effort": effort}
         )
+
+
+def default_model(provider: str) -> str | None:
+    """The executor's model when the executor runs on `provider`, else its first seeded model."""
+    route = RoleRoute.objects.filter(role=Role.EXECUTOR, provider=provider).first()
+    if route is not None:
+        return route.model
+    return next((model for name, model, *_ in PRICES if name == provider), None)
+
+
+# --- Refresh from the model-listing APIs ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One model as a listing API described it; None where the API said nothing."""
+
+    model: str
+    display_name: str | None = None
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    capabilities: dict[str, Any] | None = None
+
+
+def refresh(provider: str, *, client: Any | None = None) -> list[ModelInfo]:
+    """Upsert one `ModelInfo` per model the provider lists; return them in the API's order.
+
+    1. List every model (all pages) through the official SDK, with the adapter's client setup
+       (key and base URL from the environment unless `client` is given). A failure raises the
+       adapters' typed `ProviderError` before anything is written.
+    2. Write in one transaction, stamping `fetched_at`. Only what the API reported is written: a
+       field it left out keeps its value, so a new row keeps null (unknown stays unknown) and an
+       owner's figure typed in the admin is not erased by a terser API. Models missing from the
+       listing are never deleted: seeded rows and their prices stay usable.
+    """
+    listed = _list_models(provider, client)
+    now = timezone.now()
+    rows = []
+    with transaction.atomic():
+        for entry in listed:
+            reported = {
+                key: value
+                for key, value in asdict(entry).items()
+                if value is not None and key != "model"
+            }
+            row, _ = ModelInfo.objects.update_or_create(
+                provider=provider, model=entry.model, defaults={**reported, "fetched_at": now}
+            )
+            rows.append(row)
+    return rows
+
+
+def refresh_if_stale(
+    provider: str, max_age: timedelta = timedelta(days=1), *, client: Any | None = None
+) -> list[ModelInfo] | None:
+    """The catalog as a cache of the listing API: call it only when a key is set and the newest
+    fetch is older than `max_age` (or there was none). None: the API was not called.
+
+    A failed refresh raises and stamps nothing, so the next call tries again.
+    """
+    if not registry.has_key(provider):
+        return None
+    newest = ModelInfo.objects.filter(provider=provider).aggregate(newest=Max("fetched_at"))
+    if newest["newest"] is not None and timezone.now() - newest["newest"] < max_age:
+        return None
+    return refresh(provider, client=client)
+
+
+def _list_models(provider: str, client: Any | None) -> list[Listed]:
+    # The SDKs are imported here, not at the top: migrations import this module for `seed`.
+    if provider == "anthropic":
+        return _list_anthropic(client)
+    if provider == "openai":
+        return _list_openai(client)
+    raise ValueError(f"Unknown provider {provider!r}; expected anthropic or openai.")
+
+
+def _list_anthropic(client: Any | None) -> list[Listed]:
+    import anthropic
+
+    from missions.providers.anthropic import AnthropicProvider, status_error
+
+    # The adapter's constructor: the same env vars, and no SDK retries (a daily cache can wait).
+    sdk = AnthropicProvider(client=client).client
+    try:
+        # Iterating the page follows `has_more`/`last_id` through every page.
+        return [
+            Listed(
+                model=entry.id,
+                display_name=getattr(entry, "display_name", None) or None,
+                # Only newer API versions send these; a gateway may send neither.
+                context_window=_count(getattr(entry, "max_input_tokens", None)),
+                max_output_tokens=_count(getattr(entry, "max_tokens", None)),
+                capabilities=_json_object(getattr(entry, "capabilities", None)),
+            )
+            for entry in sdk.models.list()
+        ]
+    except anthropic.APIStatusError as error:
+        raise _listing_error(status_error(error)) from error
+    except anthropic.APIConnectionError as error:
+        raise StreamInterrupted(str(error)) from error
+    except anthropic.CredentialsError as error:
+        raise AuthenticationFailed(str(error)) from error
+
+
+def _list_openai(client: Any | None) -> list[Listed]:
+    import openai
+
+    # The adapter's own error mapping, reused rather than copied, so a 401, an
+    # `insufficient_quota` 429 or a 503 mean the same thing here as in a run.
+    from missions.providers.openai import OpenAIProvider, status_error
+
+    sdk = OpenAIProvider(client=client).client  # raises AuthenticationFailed without a key
+    try:
+        # OpenAI lists ids only (plus owner and creation date): no window, no output cap.
+        return [Listed(model=entry.id) for entry in sdk.models.list()]
+    except openai.APIStatusError as error:
+        raise _listing_error(status_error(error)) from error
+    except openai.APIConnectionError as error:
+        raise StreamInterrupted(error.message) from error
+
+
+def _listing_error(error: ProviderError) -> ProviderError:
+    # The adapters read a 404 as "no such model" because a request names one; a listing names
+    # none, so a 404 means the endpoint is missing (a gateway without /v1/models).
+    if isinstance(error, UnknownModel):
+        return BadRequest(f"the model-listing endpoint was not found: {error.message}")
+    return error
+
+
+def _count(value: object) -> int | None:
+    # bool is an int subclass; zero or a negative figure is no figure at all.
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def _json_object(value: object) -> dict[str, Any] | None:
+    # The SDK builds nested models for known shapes; a gateway's odd shape may stay a dict.
+    if isinstance(value, dict):
+        return value
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        result = to_dict(mode="json")
+        return result if isinstance(result, dict) else None
+    return None

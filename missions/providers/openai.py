@@ -107,7 +107,7 @@ class OpenAIProvider:
         try:
             yield from self._stream(conversation, tools, options)
         except openai.APIStatusError as exc:
-            raise _status_error(exc) from exc
+            raise status_error(exc) from exc
         except openai.APIConnectionError as exc:  # refused, timed out, or dropped mid-stream
             raise StreamInterrupted(exc.message) from exc
         except openai.APIError as exc:  # an error object the SDK found inside the stream
@@ -251,7 +251,7 @@ def _usage(response: Response) -> Usage:
     )
 
 
-def _status_error(exc: openai.APIStatusError) -> ProviderError:
+def status_error(exc: openai.APIStatusError) -> ProviderError:
     status, message = exc.status_code, exc.message
     retry_after = _retry_after(exc.response.headers)
     if exc.code in _ERRORS_BY_CODE:

@@ -1,7 +1,8 @@
 """A local HTTP server that speaks a provider's wire format, for driving the real SDKs.
 
-Tests queue the answers (an SSE event stream, an error status with headers and a JSON body, or a
-stream cut after N events) and read back every request the SDK sent. The SDKs use httpx2, which
+Tests queue the answers (an SSE event stream, an error status with headers and a JSON body, a
+plain JSON response, or a stream cut after N events) and read back every request the SDK sent,
+POST or GET (the model-listing endpoints are GETs). The SDKs use httpx2, which
 no httpx mock intercepts: a real socket is the honest way.
 """
 
@@ -33,7 +34,16 @@ class Failure:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Answer = Stream | Failure
+@dataclass(frozen=True)
+class Json:
+    """A plain JSON response, e.g. a model listing answering a GET."""
+
+    body: dict[str, Any]
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Answer = Stream | Failure | Json
 
 
 @dataclass
@@ -42,6 +52,7 @@ class Received:
     headers: dict[str, str]
     body: dict[str, Any]
     raw: bytes
+    method: str = "POST"  # last, with a default: tests built these before GETs were served
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -73,14 +84,23 @@ class WireServer:
 
             def do_POST(self) -> None:  # the stdlib's naming
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self._answer("POST", raw)
+
+            def do_GET(self) -> None:
+                # `path` keeps the query string: pagination parameters are worth asserting on.
+                self._answer("GET", b"")
+
+            def _answer(self, method: str, raw: bytes) -> None:
+                # One queue for every method, served in order: a test reads a story of requests.
+                body = json.loads(raw or b"{}")
                 with server._lock:
                     server.received.append(
-                        Received(self.path, dict(self.headers), json.loads(raw or b"{}"), raw)
+                        Received(self.path, dict(self.headers), body, raw, method)
                     )
                     answer = server.answers.popleft() if server.answers else None
                 if answer is None:
                     self._json(500, {"error": {"type": "api_error", "message": "no answer queued"}})
-                elif isinstance(answer, Failure):
+                elif isinstance(answer, Failure | Json):
                     self._json(answer.status, answer.body, answer.headers)
                 else:
                     self._stream(answer)
