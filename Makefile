@@ -55,6 +55,7 @@ chaos: $(VENV)/.installed-dev ## Long kernel chaos run (>= 200 kills) on its own
 
 bench: $(VENV)/.installed-dev ## Kernel benchmark vs its floors, on its own database (.data/bench)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_kernel $(BENCH_ARGS)
+	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_engine $(BENCH_ARGS)
 
 lock: | $(BIN)/python ## Re-pin every dependency from pyproject.toml
 	$(BIN)/pip install --quiet pip-tools
