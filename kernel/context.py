@@ -82,6 +82,7 @@ class RunContext:
     draining: threading.Event = field(default_factory=threading.Event)
     stop_reason: str = ""
     over_budget: str = ""  # the first cap a debit crossed: the run stops before its next step
+    daily_cap: int | None = None  # read at the first debit of this execution
     seq: int = 0
 
     @property
@@ -187,12 +188,15 @@ class RunContext:
                 fence=self.fence,
             )
             pending.append((call, spec))
-        if pending:
+        done: list[Done] = []
+        if len(pending) == 1:  # nothing to overlap: no thread
+            done = [pending[0][1].execute(pending[0][0])]
+        elif pending:
             with ThreadPoolExecutor(min(len(pending), 8), thread_name_prefix="read") as pool:
                 done = list(pool.map(lambda item: _in_thread(item[1].execute, item[0]), pending))
-            for (call, spec), outcome in zip(pending, done, strict=True):
-                crashpoints.hit("after_effect_before_result", run=self.run_id, seq=call.seq)
-                results[call.seq] = self._record(call, spec.kind, outcome, "executed", executions=1)
+        for (call, spec), outcome in zip(pending, done, strict=True):
+            crashpoints.hit("after_effect_before_result", run=self.run_id, seq=call.seq)
+            results[call.seq] = self._record(call, spec.kind, outcome, "executed", executions=1)
         return [results[seq] for seq in sorted(results)]
 
     def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
@@ -429,16 +433,19 @@ class RunContext:
             runs.stop_mission(self.run.mission_id, reason=RunStatus.BUDGET_EXHAUSTED)
             self.over_budget = f"mission {self.run.mission_id} reached {cap}"
             return
-        daily_cap = _daily_cap()
+        if self.daily_cap is None:
+            self.daily_cap = _daily_cap()  # once per execution: caps edits apply at next claim
+        daily_cap = self.daily_cap or None
         spent_today = debit.day_usd_micros
         if daily_cap is not None and spent_today is not None and spent_today >= daily_cap:
             self.over_budget = "the global daily spend cap is reached"
 
 
-def _daily_cap() -> int | None:
+def _daily_cap() -> int:
+    """The global daily cap in micro-dollars; 0 when there is none."""
     from kernel.models import GlobalBudget
 
-    return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first()
+    return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first() or 0
 
 
 __all__ = ["DONE", "NOT_DONE", "Done", "Ledger", "RunContext", "StepCall"]

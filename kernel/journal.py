@@ -248,6 +248,11 @@ SELECT (SELECT count(*) FROM step), (SELECT json_agg(runs) FROM runs),
     (SELECT json_agg(mission) FROM mission), (SELECT usd_micros FROM day)
 """
 
+_RESULT_WITH_DEBIT_REPLAYABLE = _RESULT_WITH_DEBIT.replace(
+    "AND EXISTS (SELECT 1 FROM fenced)\n    RETURNING id)",
+    "AND EXISTS (SELECT 1 FROM fenced)"
+    " AND set_config('synchronous_commit', 'off', true) = 'off'\n    RETURNING id)",
+)
 _LEDGER_COLUMNS = ("tokens", "usd_micros", "turns", "tool_calls")
 _CAPS = ("max_tokens", "max_usd_micros", "max_turns", "max_tool_calls")
 
@@ -295,7 +300,11 @@ def record_result(
             debit_ids=debit_ids or [fence.run_id],
             mission=mission_id,
         )
-        cursor.execute(_RESULT_WITH_DEBIT, params, prepare=True)
+        # Counting a free read (a tool call) is as replayable as the read itself.
+        replay_ok = replayable and cost.is_zero
+        cursor.execute(
+            _RESULT_WITH_DEBIT_REPLAYABLE if replay_ok else _RESULT_WITH_DEBIT, params, prepare=True
+        )
         row = cursor.fetchone()
     written, runs, missions, day = row or (0, None, None, None)
     if not written:

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils import timezone
 
 from kernel.budgets import Cost
 from missions.models import ModelPrice
 from missions.providers.base import Usage
+
+PRICE_CACHE_SECONDS = 60  # a price edited in the admin applies within a minute
+
+
+@functools.lru_cache(maxsize=256)
+def _price_in_force(provider: str, model: str, bucket: int) -> ModelPrice | None:
+    """The price row in force at the start of this minute (cached: one query a minute, not one
+    per model step)."""
+    moment = datetime.fromtimestamp(bucket * PRICE_CACHE_SECONDS, tz=UTC)
+    return (
+        ModelPrice.objects.filter(provider=provider, model=model, valid_from__lte=moment)
+        .order_by("-valid_from")
+        .first()
+    )
 
 
 @dataclass(frozen=True)
@@ -20,13 +35,8 @@ class Priced:
 
 def price_of(*, provider: str, model: str, usage: Usage, at: datetime | None = None) -> Priced:
     """Tokens by kind times the newest price valid at `at`; cached tokens priced apart."""
-    price = (
-        ModelPrice.objects.filter(
-            provider=provider, model=model, valid_from__lte=at or timezone.now()
-        )
-        .order_by("-valid_from")
-        .first()
-    )
+    now = at or timezone.now()
+    price = _price_in_force(provider, model, int(now.timestamp()) // PRICE_CACHE_SECONDS)
     micros = 0
     if price is not None:
         # Integer arithmetic in micro-dollars: rounding happens once, per step.

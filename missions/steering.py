@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Q
 
 from kernel import journal, scheduler
 from kernel.exceptions import KernelError
@@ -44,6 +45,12 @@ def send_message(*, run_id: int, text: str) -> OwnerMessage:
 def take_pending(*, run_id: int, seq: int) -> list[str]:
     """The messages for the model step `seq`: those not yet delivered, and those delivered to
     this very step by an attempt that died before recording it (so a replay loses none)."""
+    # The usual answer is "none": one indexed read, no transaction, no lock.
+    waiting = OwnerMessage.objects.filter(run_id=run_id).filter(
+        Q(delivered_seq__isnull=True) | Q(delivered_seq=seq)
+    )
+    if not waiting.exists():
+        return []
     with transaction.atomic():
         pending = list(
             OwnerMessage.objects.select_for_update()

@@ -48,14 +48,20 @@ class Tool:
     probe: Callable[[StepCall, dict[str, Any]], str | None] | None = None
     deferred: bool = False  # only name and description in context; schema loaded on demand
     tags: tuple[str, ...] = field(default=())
+    _validator: Any = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        # Check the schema and build its validator once, not on every call.
+        cls = jsonschema.validators.validator_for(self.input_schema)
+        cls.check_schema(self.input_schema)
+        object.__setattr__(self, "_validator", cls(self.input_schema))
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """The arguments if they match the input schema; else a precise `ToolInputError`."""
         if not isinstance(arguments, dict):
             raise ToolInputError(f"{self.name}: arguments must be a JSON object.")
-        try:
-            jsonschema.validate(arguments, self.input_schema)
-        except jsonschema.ValidationError as error:
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        if error is not None:
             where = "/".join(str(part) for part in error.absolute_path) or "(root)"
-            raise ToolInputError(f"{self.name}: {where}: {error.message}") from None
+            raise ToolInputError(f"{self.name}: {where}: {error.message}")
         return arguments

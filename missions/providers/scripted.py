@@ -41,6 +41,8 @@ class ScriptedProvider:
             raise BadRequest("A script needs a non-empty list of turns.")
         self.turns: list[dict[str, Any]] = turns
         self.calls = 0  # how many times the model was asked: tests count replays with it
+        # Items are only appended: measure the new ones each turn, not the whole thread.
+        self._measured: tuple[int, int] = (0, 0)  # (items measured, their characters)
 
     def stream(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
@@ -83,7 +85,7 @@ class ScriptedProvider:
         # (4 characters a token), so context sizes grow as they would with a real model.
         usage = Usage(
             **{
-                "input_tokens": len(conversation.system + json.dumps(conversation.items)) // 4,
+                "input_tokens": (len(conversation.system) + self._chars(conversation.items)) // 4,
                 "output_tokens": len(text) // 4,
                 **{k: int(v) for k, v in turn.get("usage", {}).items()},
             }
@@ -96,6 +98,14 @@ class ScriptedProvider:
             ],
         }
         yield Completed(stop_reason="tool_use" if calls else "end_turn", usage=usage, items=[item])
+
+    def _chars(self, items: list[dict[str, Any]]) -> int:
+        count, chars = self._measured
+        if count > len(items):  # compacted: the thread restarted
+            count, chars = 0, 0
+        chars += sum(len(json.dumps(item)) for item in items[count:])
+        self._measured = (len(items), chars)
+        return chars
 
     def _summary(self, conversation: Conversation) -> Iterator[Event]:
         text = LABEL + f"Decisions: continue. Compacted {len(conversation.items)} item(s)."
