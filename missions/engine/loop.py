@@ -104,6 +104,12 @@ def agent(ctx: RunContext) -> Outcome:
     size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(conversation.items)
     compactions = 0
     for turn in range(1, spec.max_turns + 1):
+        if relief.CLEAR_AT * window < size <= relief.COMPACT_AT * window:
+            cleared = relief.clear_old_tool_results(conversation.items)
+            if cleared:
+                size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(
+                    conversation.items
+                )
         if size > relief.COMPACT_AT * window:
             compactions += 1
             conversation = _compact(

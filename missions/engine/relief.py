@@ -18,6 +18,9 @@ from kernel.models import Run
 CHARS_PER_TOKEN = 4
 OFFLOAD_TOKENS = 3000  # a tool result larger than this goes to an artifact
 PREVIEW_CHARS = 1500
+CLEAR_AT = 0.40  # of the window: clear old tool results before compaction is needed
+KEEP_RECENT_RESULTS = 4  # the latest tool results stay in full
+CLEAR_BATCH = 4  # clear at least this many at once: each clearing rewrites the cached prefix
 COMPACT_AT = 0.55  # of the model's window: between DESIGN.md's 50 and 60 %
 DEFAULT_WINDOW = 200_000  # when the catalog does not know the model's window
 
@@ -68,3 +71,34 @@ def summary_message(verbatim: Verbatim, narrative: str, *, compactions: int) -> 
         f"# Working summary after compaction {compactions}\n\n{verbatim.render()}\n\n"
         f"## Progress so far (written by the model)\n{narrative.strip()}"
     )
+
+
+CLEARED = "[tool result cleared to save context; the full result is in the run's journal]"
+
+
+def clear_old_tool_results(items: list[dict[str, Any]]) -> int:
+    """Replace the content of all but the latest tool results with a short placeholder, in one
+    batch; return how many were cleared (0 when fewer than a batch are old enough).
+
+    Knows the three native formats: Anthropic `tool_result` blocks, OpenAI
+    `function_call_output` items, scripted `tool` items. A pure function of the conversation, so
+    a replay clears exactly the same results.
+    """
+    slots = [slot for item in items for slot in _result_slots(item)]
+    old = [slot for slot in slots[:-KEEP_RECENT_RESULTS] if slot[0][slot[1]] != CLEARED]
+    if len(old) < CLEAR_BATCH:
+        return 0
+    for holder, key in old:
+        holder[key] = CLEARED
+    return len(old)
+
+
+def _result_slots(item: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    if item.get("type") == "function_call_output":  # OpenAI
+        return [(item, "output")]
+    if item.get("role") == "tool":  # scripted
+        return [(item, "output")]
+    content = item.get("content")
+    if item.get("role") == "user" and isinstance(content, list):  # Anthropic
+        return [(block, "content") for block in content if block.get("type") == "tool_result"]
+    return []

@@ -278,3 +278,33 @@ def test_it_refuses_empty_messages_and_messages_to_ended_runs() -> None:
     work()
     with pytest.raises(KernelError, match="has ended"):
         steering.send_message(run_id=run.pk, text="too late")
+
+
+def test_it_clears_old_tool_results_in_a_batch_before_compacting() -> None:
+    from missions.engine import relief
+
+    registry.register(
+        Tool(
+            name="page",
+            description="A page of text.",
+            input_schema={"type": "object"},
+            effect=Effect.READ,
+            risk=Risk.READ,
+            run=lambda call, arguments: "word " * 400,
+        )
+    )
+    turns: list[dict[str, Any]] = [
+        {"text": f"Page {n}.", "tool_calls": [{"name": "page", "arguments": {}}]}
+        for n in range(1, 10)
+    ]
+    turns.append({"echo_context": True})
+    run = agent_run(turns, tools=["page"], context_window=12000)
+
+    assert work() == ["done"]
+
+    run.refresh_from_db()
+    assert isinstance(run.output, dict)
+    seen = run.output["answer"]
+    assert seen.count(relief.CLEARED) >= relief.CLEAR_BATCH
+    assert seen.count("word word") >= relief.KEEP_RECENT_RESULTS  # the latest stay whole
+    assert not Step.objects.filter(run=run, kind="compaction").exists()
