@@ -3,6 +3,7 @@ for the engine's tests and benchmark (and as the smallest example of a tool)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kernel.context import StepCall
@@ -61,4 +62,31 @@ READ_ARTIFACT = Tool(
     run=_read_artifact,
 )
 
-BUILTIN = [NOOP, READ_ARTIFACT]
+
+def _load_tool_schema(call: StepCall, arguments: dict[str, Any]) -> str:
+    from tools import registry
+
+    tool = registry.get(arguments["name"])
+    if tool is None:
+        return f"No tool named {arguments['name']!r}."
+    return json.dumps({"name": tool.name, "input_schema": tool.input_schema})
+
+
+# Offered to a run that has deferred tools: their schemas load on demand, as a tool result
+# appended to the conversation, so the frozen prefix never changes.
+LOAD_TOOL_SCHEMA = Tool(
+    name="load_tool_schema",
+    description="Get the input schema of a tool listed without one, before calling it.",
+    input_schema={
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 100}},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+    effect=Effect.READ,
+    risk=Risk.READ,
+    parallel_safe=True,
+    run=_load_tool_schema,
+)
+
+BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA]

@@ -41,8 +41,16 @@ from missions.providers.base import (
     ToolResult,
 )
 from tools import registry as tool_registry
-from tools.base import Tool, ToolInputError
+from tools.base import Risk, Tool, ToolInputError
 
+NO_TOOL = Tool(
+    name="",
+    description="",
+    input_schema={},
+    effect=Effect.READ,
+    risk=Risk.READ,
+    run=lambda call, arguments: "",
+)
 RETRIES = 3  # transient provider errors, within one model step (nothing is journaled meanwhile)
 
 
@@ -77,7 +85,10 @@ class Spec:
 
 def agent(ctx: RunContext) -> Outcome:
     spec = Spec.from_input(ctx.input)
-    tools = tool_registry.frozen(spec.tools)
+    names = list(spec.tools)
+    if any((tool_registry.get(name) or NO_TOOL).deferred for name in names):
+        names.append("load_tool_schema")
+    tools = tool_registry.frozen(names)
     prefix = assemble(
         role=spec.role, instructions=spec.instructions, memory_index=spec.memory_index, tools=tools
     )

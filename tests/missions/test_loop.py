@@ -308,3 +308,39 @@ def test_it_clears_old_tool_results_in_a_batch_before_compacting() -> None:
     assert seen.count(relief.CLEARED) >= relief.CLEAR_BATCH
     assert seen.count("word word") >= relief.KEEP_RECENT_RESULTS  # the latest stay whole
     assert not Step.objects.filter(run=run, kind="compaction").exists()
+
+
+def test_it_lists_a_deferred_tool_without_its_schema_and_loads_it_on_demand() -> None:
+    registry.register(
+        Tool(
+            name="big_api",
+            description="A tool with a large schema.",
+            deferred=True,
+            input_schema={
+                "type": "object",
+                "properties": {"q": {"type": "string"}},
+                "required": ["q"],
+            },
+            effect=Effect.READ,
+            risk=Risk.READ,
+            run=lambda call, arguments: "answered",
+        )
+    )
+    run = agent_run(
+        [
+            {
+                "text": "Schema?",
+                "tool_calls": [{"name": "load_tool_schema", "arguments": {"name": "big_api"}}],
+            },
+            {"text": "Now.", "tool_calls": [{"name": "big_api", "arguments": {"q": "x"}}]},
+            {"echo_context": True},
+        ],
+        tools=["big_api"],
+    )
+
+    assert work() == ["done"]
+
+    results = Step.objects.filter(run=run, kind="tool_call").values_list("result", flat=True)
+    outputs = [result["output"] for result in results if result is not None]
+    assert '"required": ["q"]' in outputs[0]  # the schema arrived as a tool result
+    assert outputs[1] == "answered"
