@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from kernel import crashpoints, journal, runs
+from kernel import crashpoints, journal, runs, scheduler
 from kernel.budgets import NO_COST, Cost, Ledger
 from kernel.exceptions import JournalMismatch, KernelError, Stop, Suspend
 from kernel.journal import Fence, Record
@@ -81,6 +81,7 @@ class RunContext:
     # Set when the worker shuts down gracefully: the run parks at its next step boundary.
     draining: threading.Event = field(default_factory=threading.Event)
     stop_reason: str = ""
+    interrupted: bool = False
     over_budget: str = ""  # the first cap a debit crossed: the run stops before its next step
     daily_cap: int | None = None  # read at the first debit of this execution
     seq: int = 0
@@ -239,6 +240,7 @@ class RunContext:
         )
         self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)
         crashpoints.hit("after_result_commit", run=self.run_id, seq=call.seq)
+        self._after_step()
         if debit is not None:
             self._check_debit(debit)
         return done.result
@@ -403,10 +405,21 @@ class RunContext:
         self.stop_reason = reason or RunStatus.CANCELLED
         self.stopping.set()
 
+    def interrupt(self) -> None:
+        """Called by the lease renewer: end the current step now; the run goes on."""
+        self.interrupted = True
+        self.stopping.set()
+
+    def _after_step(self) -> None:
+        if self.interrupted and not self.stop_reason:
+            self.interrupted = False
+            self.stopping.clear()
+            scheduler.clear_interrupt(self.fence)
+
     def check_stop(self) -> None:
         if self.draining.is_set():
             raise Suspend(timezone.now(), "worker shutting down")
-        if self.stopping.is_set():
+        if self.stop_reason:
             crashpoints.hit("cancel_seen", run=self.run_id)
             raise Stop(self.stop_reason or RunStatus.CANCELLED, "stop requested")
         limit = self.run.max_seconds

@@ -31,7 +31,7 @@ class LeaseKeeper(threading.Thread):
             while not self.done.wait(self.claim.lease_seconds / 3):
                 crashpoints.hit("lease_renew", run=self.claim.fence.run_id)
                 try:
-                    stop, reason = scheduler.renew_lease(
+                    renewal = scheduler.renew_lease(
                         self.claim.fence, lease_seconds=self.claim.lease_seconds
                     )
                 except DatabaseError:
@@ -39,8 +39,10 @@ class LeaseKeeper(threading.Thread):
                     logger.warning("lease renewal of run %s failed", self.claim.fence.run_id)
                     connection.close()
                     continue
-                if stop:
-                    self.context.request_stop(reason)
+                if renewal.stop_requested:
+                    self.context.request_stop(renewal.stop_reason)
+                elif renewal.interrupt_requested:
+                    self.context.interrupt()
         except LeaseLost:
             self.lost.set()
             self.context.request_stop(RunStatus.CANCELLED)  # interrupt; its writes will fail

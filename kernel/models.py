@@ -97,6 +97,8 @@ class Run(models.Model):
     # Set when a wake-up (answer, child done, cancel) arrives while the run is still executing:
     # its suspension then turns into "runnable now" instead of losing the wake-up.
     wake_pending = models.BooleanField(default=False)
+    # The owner interrupts the executing step (not the run): relayed like a stop request.
+    interrupt_requested = models.BooleanField(default=False)
 
     # Budget caps (null = none) and the ledger. Spend counts the whole subtree: a child's step
     # is debited to every ancestor in the same transaction as its result.

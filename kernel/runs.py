@@ -124,6 +124,27 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
     return len(ids)
 
 
+def request_interrupt(run_id: int, *, by: str = "owner") -> None:
+    """Interrupt the step the run is executing (a tool that runs too long, the wrong command);
+    the run itself goes on. The worker sees it at its next lease renewal."""
+    with transaction.atomic():
+        updated = (
+            Run.objects.filter(pk=run_id)
+            .exclude(status__in=TERMINAL)
+            .update(interrupt_requested=True)
+        )
+        if not updated:
+            raise KernelError(
+                f"No unfinished run {run_id} to interrupt.", code="not_found", status=404
+            )
+        journal.append_event(
+            "run.interrupt_requested",
+            run_id=run_id,
+            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            by=by,
+        )
+
+
 def stop_mission(mission_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "kernel") -> int:
     """Stop every unfinished run tree of a mission (its budget is spent, or the owner says so)."""
     roots = Run.objects.filter(mission_id=mission_id, parent__isnull=True).exclude(

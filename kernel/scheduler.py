@@ -88,7 +88,8 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
         cursor.execute(
             "UPDATE kernel_run SET fence = fence + 1, lease_owner = %s,"
             " lease_expires_at = %s, status = 'running',"
-            " wake_pending = false, started_at = COALESCE(started_at, %s)"
+            " wake_pending = false, interrupt_requested = false,"
+            " started_at = COALESCE(started_at, %s)"
             " WHERE id = ANY(%s) RETURNING id, fence",
             [worker[:200], now + timedelta(seconds=lease_seconds), now, chosen],
         )
@@ -106,18 +107,34 @@ def claim_next_run(*, worker: str, lease_seconds: float) -> Claim | None:
     return claims[0] if claims else None
 
 
-def renew_lease(fence: Fence, *, lease_seconds: float) -> tuple[bool, str]:
-    """Extend the lease; return (stop requested, stop reason). `LeaseLost` if taken over."""
+@dataclass(frozen=True)
+class Renewal:
+    stop_requested: bool
+    stop_reason: str
+    interrupt_requested: bool
+
+
+def renew_lease(fence: Fence, *, lease_seconds: float) -> Renewal:
+    """Extend the lease and read the owner's requests. `LeaseLost` if taken over."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE kernel_run SET lease_expires_at = %s"
-            " WHERE id = %s AND fence = %s RETURNING cancel_requested, stop_reason",
+            "UPDATE kernel_run SET lease_expires_at = %s WHERE id = %s AND fence = %s"
+            " RETURNING cancel_requested, stop_reason, interrupt_requested",
             [timezone.now() + timedelta(seconds=lease_seconds), fence.run_id, fence.token],
         )
         row = cursor.fetchone()
     if row is None:
         raise LeaseLost(f"run {fence.run_id}: lease taken over")
-    return bool(row[0]), str(row[1] or "")
+    return Renewal(bool(row[0]), str(row[1] or ""), bool(row[2]))
+
+
+def clear_interrupt(fence: Fence) -> None:
+    """The interrupted step has ended: the next one runs normally."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE kernel_run SET interrupt_requested = false WHERE id = %s AND fence = %s",
+            [fence.run_id, fence.token],
+        )
 
 
 def release(fence: Fence) -> None:

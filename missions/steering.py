@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Q
 
-from kernel import journal, scheduler
+from kernel import journal, runs, scheduler
 from kernel.exceptions import KernelError
 from kernel.models import Run, Trust
 from missions.models import OwnerMessage
@@ -13,8 +13,12 @@ from missions.models import OwnerMessage
 MAX_CHARS = 20_000
 
 
-def send_message(*, run_id: int, text: str) -> OwnerMessage:
-    """Queue `text` for the run and wake it if it waits (an owner answer may be what it needs)."""
+def send_message(*, run_id: int, text: str, interrupt: bool = False) -> OwnerMessage:
+    """Queue `text` for the run and wake it if it waits (an owner answer may be what it needs).
+
+    With `interrupt`, the step it is executing is cut short too, so the message arrives now
+    rather than after a long tool call.
+    """
     text = text.strip()
     if not text:
         raise KernelError("A steering message cannot be empty.")
@@ -39,6 +43,8 @@ def send_message(*, run_id: int, text: str) -> OwnerMessage:
             message=message.pk,
         )
         scheduler.wake([run.pk])
+        if interrupt:
+            runs.request_interrupt(run.pk)
     return message
 
 

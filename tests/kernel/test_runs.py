@@ -307,3 +307,42 @@ def test_it_stops_every_run_of_a_mission_that_reached_its_cap() -> None:
 
     assert Run.objects.get(pk=patient.pk).status == "budget_exhausted"
     assert set(Run.objects.values_list("status", flat=True)) == {"budget_exhausted"}
+
+
+def patient(ctx: RunContext) -> Outcome:
+    """A long step the owner may interrupt, then a second step: the run must go on."""
+
+    def wait_for_interrupt(call: StepCall) -> Done:
+        return Done({"interrupted": call.stopping.wait(30)})
+
+    first = ctx.step(
+        StepKind.TOOL_CALL, effect=Effect.READ, name="long", request={}, execute=wait_for_interrupt
+    )
+    second = ctx.step(
+        StepKind.TOOL_CALL,
+        effect=Effect.READ,
+        name="next",
+        request={},
+        execute=lambda call: Done({"stopping": call.stopping.is_set()}),
+    )
+    return Outcome(output=[first, second])
+
+
+register("test.patient", "tests.kernel.test_runs:patient")
+
+
+def test_it_interrupts_the_running_step_and_goes_on() -> None:
+    run = start("test.patient")
+    worker = Worker(lease_seconds=0.3)
+    claim = worker.claim_one()
+    assert claim is not None
+    with ThreadPoolExecutor(1) as pool:
+        outcome = pool.submit(execution.execute, claim)
+        while not Step.objects.filter(run=run).exists():
+            time.sleep(0.01)
+        runs.request_interrupt(run.pk)
+
+        assert outcome.result(timeout=10) == "done"
+    run.refresh_from_db()
+    assert run.output == [{"interrupted": True}, {"stopping": False}]
+    assert run.interrupt_requested is False
