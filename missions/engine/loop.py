@@ -16,6 +16,7 @@ import copy
 import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -51,7 +52,16 @@ NO_TOOL = Tool(
     risk=Risk.READ,
     run=lambda call, arguments: "",
 )
-RETRIES = 3  # transient provider errors, within one model step (nothing is journaled meanwhile)
+RETRIES = 3
+MAX_STOP_REFUSALS = 3  # then the run ends `blocked`, for the owner to look at
+STOP_HOOK_PREFIX = "You may not stop yet: "
+
+# Stop hooks by name: (answer, run input) -> None to accept, or the reason to refuse. The
+# verification issue adds the definition-of-done checks; the mechanism is here.
+StopHook = Callable[[str, dict[str, Any]], str | None]
+STOP_HOOKS: dict[
+    str, StopHook
+] = {}  # transient provider errors, within one model step (nothing is journaled meanwhile)
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class Spec:
     constraints: list[str] = field(default_factory=list)
     max_turns: int = 50
     context_window: int | None = None  # else the catalog's figure, else relief.DEFAULT_WINDOW
+    stop_hook: str | None = None  # a name in STOP_HOOKS: may refuse to let the run end
     max_output_tokens: int = 8192
     instructions: str = ""
     memory_index: str = ""
@@ -114,6 +125,7 @@ def agent(ctx: RunContext) -> Outcome:
     verbatim = Verbatim(goal=spec.goal, constraints=spec.constraints, owner_messages=[])
     size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(conversation.items)
     compactions = 0
+    refusals = 0
     for turn in range(1, spec.max_turns + 1):
         if relief.CLEAR_AT * window < size <= relief.COMPACT_AT * window:
             cleared = relief.clear_old_tool_results(conversation.items)
@@ -162,12 +174,39 @@ def agent(ctx: RunContext) -> Outcome:
             return Outcome(RunStatus.BLOCKED, {"refusal": response.get("refusal"), "turn": turn})
         calls = response["tool_calls"]
         if not calls:
-            return Outcome(RunStatus.DONE, {"answer": response["text"], "turns": turn})
+            refusal = _stop_hook(ctx, spec, response["text"])
+            if refusal is None:
+                return Outcome(RunStatus.DONE, {"answer": response["text"], "turns": turn})
+            refusals += 1
+            if refusals >= MAX_STOP_REFUSALS:
+                return Outcome(RunStatus.BLOCKED, {"refused_by_stop_hook": refusal, "turn": turn})
+            # The model is told why it may not stop yet, and goes on.
+            _append_user_text(provider, conversation.items, STOP_HOOK_PREFIX + refusal)
+            size += relief.estimate_tokens(refusal)
+            continue
         results = _run_tools(ctx, calls, by_name)
         answers = provider.tool_results(results)
         conversation.items.extend(answers)
         size += relief.estimate_tokens(answers)
     return Outcome(RunStatus.PARTIAL, {"reason": f"turn cap {spec.max_turns} reached"})
+
+
+def _stop_hook(ctx: RunContext, spec: Spec, answer: str) -> str | None:
+    """Ask the run's stop hook (a journaled `verdict` step) whether it may end with `answer`."""
+    if spec.stop_hook is None:
+        return None
+    hook = STOP_HOOKS.get(spec.stop_hook)
+    if hook is None:
+        raise StepFailed(f"Unknown stop hook {spec.stop_hook!r}.")
+    verdict = ctx.step(
+        StepKind.VERDICT,
+        effect=Effect.READ,
+        name=spec.stop_hook,
+        request={"answer": answer},
+        execute=lambda call: Done({"refusal": hook(answer, dict(ctx.input))}),
+    )
+    refusal = verdict["refusal"]
+    return str(refusal) if refusal else None
 
 
 def _window(provider: str, model: str) -> int:

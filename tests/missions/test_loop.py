@@ -344,3 +344,40 @@ def test_it_lists_a_deferred_tool_without_its_schema_and_loads_it_on_demand() ->
     outputs = [result["output"] for result in results if result is not None]
     assert '"required": ["q"]' in outputs[0]  # the schema arrived as a tool result
     assert outputs[1] == "answered"
+
+
+def test_it_lets_a_stop_hook_refuse_an_answer_until_it_is_satisfied() -> None:
+    from missions.engine import loop
+
+    loop.STOP_HOOKS["needs-tests"] = lambda answer, _input: (
+        None if "tests pass" in answer else "run the tests and say that they pass"
+    )
+    run = agent_run(
+        [{"text": "Done, I think."}, {"text": "Done: tests pass."}],
+        tools=[],
+        stop_hook="needs-tests",
+    )
+
+    assert work() == ["done"]
+
+    run.refresh_from_db()
+    assert isinstance(run.output, dict)
+    assert run.output["answer"].endswith("Done: tests pass.")
+    verdicts = Step.objects.filter(run=run, kind="verdict").values_list("result", flat=True)
+    assert list(verdicts) == [
+        {"refusal": "run the tests and say that they pass"},
+        {"refusal": None},
+    ]
+
+
+def test_it_ends_blocked_when_the_stop_hook_keeps_refusing() -> None:
+    from missions.engine import loop
+
+    loop.STOP_HOOKS["never"] = lambda answer, _input: "not good enough"
+    run = agent_run([{"text": "Done."}] * 4, tools=[], stop_hook="never")
+
+    assert work() == ["blocked"]
+    assert Run.objects.get(pk=run.pk).output == {
+        "refused_by_stop_hook": "not good enough",
+        "turn": 3,
+    }
