@@ -53,7 +53,7 @@ check: lint typecheck test ## Everything CI runs
 chaos: $(VENV)/.installed-dev ## Long kernel chaos run (>= 200 kills) on its own database (.data/chaos)
 	AGENTOS_DATA_DIR=.data/chaos $(BIN)/python manage.py chaos $(CHAOS_ARGS)
 
-bench: $(VENV)/.installed-dev ## Kernel benchmark vs its floors, on its own database (.data/bench)
+bench: $(VENV)/.installed-dev ## Kernel and engine benchmarks vs their floors, on their own database (.data/bench)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_kernel $(BENCH_ARGS)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_engine $(BENCH_ARGS)
 
