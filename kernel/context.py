@@ -37,6 +37,9 @@ class StepCall:
     replay: bool  # the intent was recorded before: a previous attempt may have acted
     stopping: threading.Event
     fence: Fence
+    # Something arrived for the run while it executes (an owner message...): worth looking.
+    # True on a replayed step, where we cannot know.
+    woken: bool = True
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,14 @@ class RunContext:
         if recorded is not None and recorded.finished:
             return recorded.result
         self.check_stop()
+        woken = True
+        if recorded is None:
+            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
+            woken = journal.record_intent(
+                self.fence, seq=seq, kind=kind, effect=effect, name=name, request=request
+            )
+            self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
+            crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
         call = StepCall(
             run_id=self.run_id,
             seq=seq,
@@ -129,15 +140,9 @@ class RunContext:
             replay=recorded is not None,
             stopping=self.stopping,
             fence=self.fence,
+            woken=woken,
         )
-        if recorded is None:
-            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
-            journal.record_intent(
-                self.fence, seq=seq, kind=kind, effect=effect, name=name, request=request
-            )
-            self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
-            crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
-        elif effect == Effect.NON_IDEMPOTENT:
+        if recorded is not None and effect == Effect.NON_IDEMPOTENT:
             settled = self._reconcile(call, probe)
             if settled is not None:
                 return self._record(

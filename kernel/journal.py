@@ -117,15 +117,19 @@ def load(run_id: int) -> dict[int, Record]:
         return {row[0]: Record(*row) for row in cursor.fetchall()}
 
 
+# Also returns the run's `wake_pending` flag (read from the row it locks anyway): whether
+# something (an owner message, a child's end) arrived while the run executes.
 _INTENT = """
-WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
+WITH fenced AS (
+    SELECT id, wake_pending FROM kernel_run
+    WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
 INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash, idempotency_key,
     started_at, settled_by, executions, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, usd_micros)
 SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, %(key)s, now(), '',
     0, 0, 0, 0, 0, 0
 FROM fenced
-RETURNING id
+RETURNING (SELECT wake_pending FROM fenced)
 """
 
 _INTENT_WITH_WAIT = """
@@ -153,8 +157,11 @@ def record_intent(
     name: str,
     request: Any,
     wait: tuple[str, Any, datetime | None] | None = None,
-) -> None:
-    """Commit the intent of step `seq` (and, for a wait step, its wait row) before it runs."""
+) -> bool:
+    """Commit the intent of step `seq` (and, for a wait step, its wait row) before it runs.
+
+    Returns whether a wake-up arrived for the run since it was claimed (see `_INTENT`).
+    """
     if kind not in KINDS:
         raise KernelError(f"Unknown step kind {kind!r}; expected one of {sorted(KINDS)}.")
     if effect not in EFFECTS:
@@ -185,6 +192,7 @@ def record_intent(
         ) from None
     if written is None:
         raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale")
+    return bool(written[0]) if wait is None else True
 
 
 _RESULT = """

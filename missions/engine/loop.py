@@ -126,6 +126,9 @@ def agent(ctx: RunContext) -> Outcome:
     size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(conversation.items)
     compactions = 0
     refusals = 0
+    # Look for owner messages at the first model call of this execution (they may have come
+    # while the run waited), then only when the kernel says something arrived.
+    look = [True]
     for turn in range(1, spec.max_turns + 1):
         if relief.CLEAR_AT * window < size <= relief.COMPACT_AT * window:
             cleared = relief.clear_old_tool_results(conversation.items)
@@ -155,7 +158,7 @@ def agent(ctx: RunContext) -> Outcome:
             name=spec.model,
             request={"turn": turn, "provider": provider.name, "model": spec.model},
             execute=functools.partial(
-                _model_step, provider, conversation, prefix.tools, options, spec
+                _model_step, provider, conversation, prefix.tools, options, spec, look
             ),
         )
         for text in response.get("owner_messages", []):
@@ -267,11 +270,15 @@ def _model_step(
     tools: list[Any],
     options: Options,
     spec: Spec,
+    look: list[bool],
     call: StepCall,
 ) -> Done:
     """Deliver the owner's queued messages, then ask the model. The delivered messages are
     part of the recorded result, so a replay appends them at the same place."""
-    delivered = steering.take_pending(run_id=call.run_id, seq=call.seq)
+    delivered: list[str] = []
+    if look[0] or call.woken:
+        delivered = steering.take_pending(run_id=call.run_id, seq=call.seq)
+        look[0] = False
     asked = conversation
     if delivered:
         # The loop appends them to the real conversation from the recorded result (live or

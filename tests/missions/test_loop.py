@@ -381,3 +381,36 @@ def test_it_ends_blocked_when_the_stop_hook_keeps_refusing() -> None:
         "refused_by_stop_hook": "not good enough",
         "turn": 3,
     }
+
+
+def test_it_delivers_a_message_sent_while_the_run_executes() -> None:
+    from missions import steering
+
+    def owner_writes_meanwhile(call: StepCall, arguments: dict[str, Any]) -> str:
+        steering.send_message(run_id=call.run_id, text="Stop after this, please.")
+        return "ok"
+
+    registry.register(
+        Tool(
+            name="slow",
+            description="Takes a while.",
+            input_schema={"type": "object"},
+            effect=Effect.READ,
+            risk=Risk.READ,
+            run=owner_writes_meanwhile,
+        )
+    )
+    run = agent_run(
+        [
+            {"text": "One.", "tool_calls": [{"name": "noop", "arguments": {}}]},
+            {"text": "Two.", "tool_calls": [{"name": "slow", "arguments": {}}]},
+            {"echo_context": True},
+        ],
+        tools=["noop", "slow"],
+    )
+
+    assert work() == ["done"]
+
+    run.refresh_from_db()
+    assert isinstance(run.output, dict)
+    assert "Message from the owner: Stop after this, please." in run.output["answer"]
