@@ -241,6 +241,7 @@ class RunContext:
             tool_calls=1 if kind == StepKind.TOOL_CALL else 0,
             debit_ids=[*self.run.ancestors, self.run_id],
             mission_id=self.run.mission_id,
+            mission_capped=self.run.mission.is_capped,
             replayable=replayable,
         )
         self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)

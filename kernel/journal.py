@@ -17,6 +17,7 @@ moved: `LeaseLost`, nothing written.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import weakref
@@ -216,8 +217,10 @@ _RESULT_REPLAYABLE = _RESULT.replace(
 )
 
 # The same, plus the ledger: the run and its ancestors (ascending ids, so concurrent debits of
-# one tree lock rows in one order), the mission, and today's global spend.
-_RESULT_WITH_DEBIT = """
+# one tree lock rows in one order), and, only when needed, the mission's totals (when it has
+# caps) and today's global spend (when the step cost something). Each part is paid per step,
+# so a statement has only the parts its step needs.
+_DEBIT_RUNS = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE),
 step AS (
     UPDATE kernel_step SET result = %(result)s, finished_at = now(), settled_by = %(settled_by)s,
@@ -225,7 +228,7 @@ step AS (
         output_tokens = %(output_tokens)s, cache_read_tokens = %(cache_read_tokens)s,
         cache_write_tokens = %(cache_write_tokens)s, usd_micros = %(usd_micros)s
     WHERE run_id = %(run)s AND seq = %(seq)s AND finished_at IS NULL
-        AND EXISTS (SELECT 1 FROM fenced)
+        AND EXISTS (SELECT 1 FROM fenced){async_commit}
     RETURNING id),
 runs AS (
     UPDATE kernel_run SET input_tokens = input_tokens + %(input_tokens)s,
@@ -236,31 +239,46 @@ runs AS (
         tool_calls = tool_calls + %(tool_calls)s
     WHERE id = ANY(%(debit_ids)s) AND EXISTS (SELECT 1 FROM step)
     RETURNING id, input_tokens + output_tokens + cache_read_tokens + cache_write_tokens AS tokens,
-        usd_micros,
-        turns, tool_calls, max_tokens, max_usd_micros, max_turns, max_tool_calls),
+        usd_micros, turns, tool_calls, max_tokens, max_usd_micros, max_turns, max_tool_calls)"""
+
+# A mission's totals are the sum of its root runs (whose ledgers count their subtrees); this
+# statement's own debit is not visible to that sum yet, hence the added deltas.
+_DEBIT_MISSION = """,
 mission AS (
-    UPDATE missions_mission SET spent_tokens = spent_tokens + %(tokens)s,
-        spent_usd_micros = spent_usd_micros + %(usd_micros)s, spent_turns = spent_turns + %(turns)s,
-        spent_tool_calls = spent_tool_calls + %(tool_calls)s
-    WHERE id = %(mission)s AND EXISTS (SELECT 1 FROM step)
-    RETURNING spent_tokens, spent_usd_micros, spent_turns, spent_tool_calls, max_tokens,
-        max_usd_micros, max_turns, max_tool_calls),
+    SELECT sum(r.input_tokens + r.output_tokens + r.cache_read_tokens + r.cache_write_tokens)
+            + %(tokens)s AS spent_tokens,
+        sum(r.usd_micros) + %(usd_micros)s AS spent_usd_micros,
+        sum(r.turns) + %(turns)s AS spent_turns,
+        sum(r.tool_calls) + %(tool_calls)s AS spent_tool_calls,
+        m.max_tokens, m.max_usd_micros, m.max_turns, m.max_tool_calls
+    FROM missions_mission m JOIN kernel_run r ON r.mission_id = m.id AND r.parent_id IS NULL
+    WHERE m.id = %(mission)s AND EXISTS (SELECT 1 FROM step)
+    GROUP BY m.id)"""
+
+_DEBIT_DAY = """,
 day AS (
     INSERT INTO kernel_dailyspend (day, usd_micros, tokens)
     SELECT (now() AT TIME ZONE 'UTC')::date, %(usd_micros)s, %(tokens)s
-    WHERE EXISTS (SELECT 1 FROM step) AND %(tokens)s + %(usd_micros)s > 0
+    WHERE EXISTS (SELECT 1 FROM step)
     ON CONFLICT (day) DO UPDATE SET usd_micros = kernel_dailyspend.usd_micros + EXCLUDED.usd_micros,
         tokens = kernel_dailyspend.tokens + EXCLUDED.tokens
-    RETURNING usd_micros)
-SELECT (SELECT count(*) FROM step), (SELECT json_agg(runs) FROM runs),
-    (SELECT json_agg(mission) FROM mission), (SELECT usd_micros FROM day)
-"""
+    RETURNING usd_micros)"""
 
-_RESULT_WITH_DEBIT_REPLAYABLE = _RESULT_WITH_DEBIT.replace(
-    "AND EXISTS (SELECT 1 FROM fenced)\n    RETURNING id)",
-    "AND EXISTS (SELECT 1 FROM fenced)"
-    " AND set_config('synchronous_commit', 'off', true) = 'off'\n    RETURNING id)",
-)
+
+@functools.cache
+def _debit_sql(*, mission: bool, day: bool, replayable: bool) -> str:
+    async_commit = " AND set_config('synchronous_commit', 'off', true) = 'off'"
+    # Assembled from constant parts only; every value travels as a bound parameter.
+    return (
+        _DEBIT_RUNS.format(async_commit=async_commit if replayable else "")  # noqa: S608
+        + (_DEBIT_MISSION if mission else "")
+        + (_DEBIT_DAY if day else "")
+        + "\nSELECT (SELECT count(*) FROM step), (SELECT json_agg(runs) FROM runs), "
+        + ("(SELECT json_agg(mission) FROM mission), " if mission else "NULL, ")
+        + ("(SELECT usd_micros FROM day)" if day else "NULL")
+    )
+
+
 _LEDGER_COLUMNS = ("tokens", "usd_micros", "turns", "tool_calls")
 _CAPS = ("max_tokens", "max_usd_micros", "max_turns", "max_tool_calls")
 
@@ -277,6 +295,7 @@ def record_result(
     tool_calls: int = 0,
     debit_ids: list[int] | None = None,
     mission_id: int | None = None,
+    mission_capped: bool = False,
     replayable: bool = False,
 ) -> Debit | None:
     """Record the one result of step `seq` with its ledger update; return the new totals.
@@ -309,10 +328,10 @@ def record_result(
             mission=mission_id,
         )
         # Counting a free read (a tool call) is as replayable as the read itself.
-        replay_ok = replayable and cost.is_zero
-        cursor.execute(
-            _RESULT_WITH_DEBIT_REPLAYABLE if replay_ok else _RESULT_WITH_DEBIT, params, prepare=True
+        sql = _debit_sql(
+            mission=mission_capped, day=not cost.is_zero, replayable=replayable and cost.is_zero
         )
+        cursor.execute(sql, params, prepare=True)
         row = cursor.fetchone()
     written, runs, missions, day = row or (0, None, None, None)
     if not written:

@@ -12,9 +12,13 @@ class ProjectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Mission)
 class MissionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["goal", "project", "created_at", "spent_usd_micros", "max_usd_micros"]
-    # The owner edits goals and caps; totals belong to the kernel's ledger.
-    readonly_fields = ["spent_tokens", "spent_usd_micros", "spent_turns", "spent_tool_calls"]
+    list_display = ["goal", "project", "created_at", "max_usd_micros"]
+    # The owner edits goals and caps; what was spent is read from the runs' ledger.
+    readonly_fields = ["spent"]
+
+    @admin.display(description="spent")
+    def spent(self, mission: Mission) -> str:
+        return ", ".join(f"{name} {value}" for name, value in mission.spent().items())
 
 
 @admin.register(ModelPrice)

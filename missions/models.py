@@ -33,11 +33,6 @@ class Mission(models.Model):
     max_turns = models.PositiveIntegerField(null=True, blank=True)
     max_tool_calls = models.PositiveIntegerField(null=True, blank=True)
     max_concurrent_runs = models.PositiveSmallIntegerField(default=12)
-    # Totals, debited by the kernel's journal when a step with a cost completes.
-    spent_tokens = models.PositiveBigIntegerField(default=0)
-    spent_usd_micros = models.PositiveBigIntegerField(default=0)
-    spent_turns = models.PositiveIntegerField(default=0)
-    spent_tool_calls = models.PositiveIntegerField(default=0)
     # Per-role overrides of the routing defaults: {"executor": {"provider": ..., "model": ...,
     # "effort": ...}}.
     routes = models.JSONField(default=dict, blank=True)
@@ -47,6 +42,31 @@ class Mission(models.Model):
 
     def __str__(self) -> str:
         return self.goal[:60]
+
+    @property
+    def is_capped(self) -> bool:
+        return any(
+            cap is not None
+            for cap in (self.max_tokens, self.max_usd_micros, self.max_turns, self.max_tool_calls)
+        )
+
+    def spent(self) -> dict[str, int]:
+        """What the mission's runs spent: the sum of its root runs, whose ledgers already count
+        their subtrees (one source of truth, nothing to keep in step)."""
+        from django.db.models import F, Sum
+
+        totals = self.runs.filter(parent__isnull=True).aggregate(
+            tokens=Sum(
+                F("input_tokens")
+                + F("output_tokens")
+                + F("cache_read_tokens")
+                + F("cache_write_tokens")
+            ),
+            usd_micros=Sum("usd_micros"),
+            turns=Sum("turns"),
+            tool_calls=Sum("tool_calls"),
+        )
+        return {name: int(value or 0) for name, value in totals.items()}
 
 
 class ModelPrice(models.Model):

@@ -215,7 +215,7 @@ def test_it_debits_a_childs_spend_up_the_tree_and_to_the_mission() -> None:
     assert parent.turns == 5
     for child in parent.children.all():
         assert child.usd_micros == 2000
-    assert parent.mission.spent_usd_micros == 5000
+    assert parent.mission.spent()["usd_micros"] == 5000
 
 
 def test_it_stops_the_whole_subtree_when_an_ancestor_reaches_its_cap() -> None:
