@@ -4,7 +4,6 @@ streaming wire format (SSE events shaped as in the public streaming reference)."
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import pytest
 
@@ -40,7 +39,7 @@ from tests.providers.anthropic_wire import (
     thinking,
     tool_use,
 )
-from tests.providers.wire import Failure, Stream, WireServer, wire_server
+from tests.providers.wire import Failure, Stream, WireServer
 
 OPTIONS = Options(model="claude-test", max_output_tokens=4096)
 WEATHER = ToolSpec(
@@ -52,20 +51,6 @@ CLOCK = ToolSpec(name="get_time", description="The time now.", input_schema={"ty
 
 
 # --- Harness --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[WireServer]:
-    # One server for the module: stopping one costs half a second (serve_forever's poll).
-    with wire_server() as server:
-        yield server
-
-
-@pytest.fixture
-def server(shared_server: WireServer) -> WireServer:
-    shared_server.answers.clear()
-    shared_server.received.clear()
-    return shared_server
 
 
 @pytest.fixture

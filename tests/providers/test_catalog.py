@@ -3,7 +3,6 @@ local server answering `GET /v1/models` as the public references show it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -13,31 +12,11 @@ import pytest
 from django.utils import timezone
 
 from missions import catalog
-from missions.models import ModelInfo, ModelPrice, RoleRoute
+from missions.models import ModelInfo
 from missions.providers.base import AuthenticationFailed, BadRequest
-from tests.providers.wire import Failure, Json, Received, WireServer, wire_server
+from tests.providers.wire import Failure, Json, Received, WireServer
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def seeded() -> None:
-    # A transactional test elsewhere may have flushed the migration's rows from the reused
-    # database; seeding is idempotent and rolled back with the test.
-    catalog.seed(ModelPrice, ModelInfo, RoleRoute)
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[WireServer]:
-    with wire_server() as server:
-        yield server
-
-
-@pytest.fixture
-def server(shared_server: WireServer) -> WireServer:
-    shared_server.answers.clear()
-    shared_server.received.clear()
-    return shared_server
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_catalog")]
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ SDK parses them exactly as it would parse OpenAI's.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,27 +35,13 @@ from missions.providers.base import (
 )
 from missions.providers.openai import OpenAIProvider
 from tests.providers.openai_wire import MODEL, Responses
-from tests.providers.wire import Failure, Received, Stream, WireServer, wire_server
+from tests.providers.wire import Failure, Received, Stream, WireServer
 
 WEATHER = ToolSpec(
     name="get_weather",
     description="The weather in a city.",
     input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
 )
-
-
-@pytest.fixture(scope="module")
-def wire() -> Iterator[WireServer]:
-    # One server for the module: stopping one costs half a second (the stdlib's poll interval).
-    with wire_server() as server:
-        yield server
-
-
-@pytest.fixture
-def server(wire: WireServer) -> WireServer:
-    wire.answers.clear()
-    wire.received.clear()
-    return wire
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ an owner sets to try a gateway."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -13,24 +12,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from missions import catalog
-from missions.models import ModelInfo, ModelPrice, RoleRoute
 from tests.providers.anthropic_wire import error_body, reply, text
 from tests.providers.openai_wire import Responses
-from tests.providers.wire import Failure, Stream, WireServer, wire_server
+from tests.providers.wire import Failure, Stream, WireServer
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def seeded() -> None:
-    # The default model and the price come from the seed; a flushed reused database lacks it.
-    catalog.seed(ModelPrice, ModelInfo, RoleRoute)
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[WireServer]:
-    with wire_server() as server:
-        yield server
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_catalog")]
 
 
 @pytest.fixture
