@@ -151,6 +151,15 @@ def agent(ctx: RunContext) -> Outcome:
             size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(
                 conversation.items
             )
+            if size > relief.COMPACT_AT * window:
+                # Even the summary does not fit: going on would fail at the provider, or loop.
+                return Outcome(
+                    RunStatus.BLOCKED,
+                    {
+                        "reason": f"the context does not fit the {window}-token window even after"
+                        f" compaction ({size} tokens estimated)"
+                    },
+                )
         conversation.turn = turn
         response = ctx.step(
             StepKind.MODEL_CALL,

@@ -414,3 +414,23 @@ def test_it_delivers_a_message_sent_while_the_run_executes() -> None:
     run.refresh_from_db()
     assert isinstance(run.output, dict)
     assert "Message from the owner: Stop after this, please." in run.output["answer"]
+
+
+def test_it_ends_blocked_when_even_the_compacted_context_does_not_fit() -> None:
+    run = runs.start_run(
+        mission=make_mission(),
+        program="agent",
+        input={
+            "goal": "An enormous goal. " * 400,
+            "provider": "scripted",
+            "model": "scripted",
+            "script": {"turns": [{"text": "never asked"}]},
+            "context_window": 1000,
+        },
+    )
+
+    assert work() == ["blocked"]
+
+    output = Run.objects.get(pk=run.pk).output
+    assert isinstance(output, dict)
+    assert output["reason"].startswith("the context does not fit the 1000-token window")
