@@ -28,6 +28,7 @@ def start_run(
     contract: dict[str, Any] | None = None,
     prompt_hash: str = "",
     tools_hash: str = "",
+    workspace: str = "",
 ) -> Run:
     """Create a runnable run (a root, or a child of `parent`) and ring the workers."""
     if not programs.exists(program):
@@ -56,6 +57,7 @@ def start_run(
             engine_version=programs.ENGINE_VERSION,
             prompt_hash=prompt_hash,
             tools_hash=tools_hash,
+            workspace=workspace,
             status=RunStatus.QUEUED,
             runnable_at=timezone.now(),
             **clean_caps,

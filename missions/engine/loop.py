@@ -255,7 +255,13 @@ def _compact(
             turn=turn,
         )
         done = _call_model(provider, transcript, [], replace(options, purpose="compaction"), spec)
-        return Done({"narrative": done.result["text"], "usage": done.result["usage"]}, done.cost)
+        # Rehydration: the working files are re-read now and recorded with the summary, so a
+        # replay rebuilds the same context even if the files changed since.
+        files = relief.rehydrate(ctx.run.workspace)
+        return Done(
+            {"narrative": done.result["text"], "usage": done.result["usage"], "files": files},
+            done.cost,
+        )
 
     result = ctx.step(
         StepKind.COMPACTION,
@@ -264,7 +270,9 @@ def _compact(
         request={"turn": turn, "compaction": compactions},
         execute=summarise,
     )
-    summary = relief.summary_message(verbatim, result["narrative"], compactions=compactions)
+    summary = relief.summary_message(
+        verbatim, result["narrative"], compactions=compactions, files=result.get("files", {})
+    )
     return Conversation(
         provider=provider.name,
         system=conversation.system,

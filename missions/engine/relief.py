@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kernel import artifacts
@@ -66,11 +67,40 @@ problems; Next steps. Keep error messages, ids and paths verbatim. Do not restat
 constraints or owner instructions: they are kept separately, word for word."""
 
 
-def summary_message(verbatim: Verbatim, narrative: str, *, compactions: int) -> str:
-    return (
-        f"# Working summary after compaction {compactions}\n\n{verbatim.render()}\n\n"
-        f"## Progress so far (written by the model)\n{narrative.strip()}"
-    )
+def summary_message(
+    verbatim: Verbatim, narrative: str, *, compactions: int, files: dict[str, str] | None = None
+) -> str:
+    parts = [
+        f"# Working summary after compaction {compactions}",
+        verbatim.render(),
+        f"## Progress so far (written by the model)\n{narrative.strip()}",
+    ]
+    for name, text in (files or {}).items():
+        parts.append(f"## {name} (re-read from the workspace)\n{text}")
+    return "\n\n".join(parts)
+
+
+# What a compaction re-reads from the run's workspace: instructions, plan, progress, notes.
+REHYDRATE_FILES = ("AGENTS.md", "CLAUDE.md", "PROGRESS.md", "todo.md", "notes.md")
+REHYDRATE_CHARS = 4000  # per file: enough for a table of contents or a plan, not a dump
+
+
+def rehydrate(workspace: str) -> dict[str, str]:
+    """The working files present in `workspace`, each capped, in a fixed order."""
+    if not workspace:
+        return {}
+    root = Path(workspace)
+    found: dict[str, str] = {}
+    for name in REHYDRATE_FILES:
+        path = root / name
+        if path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            found[name] = text[:REHYDRATE_CHARS] + (
+                f"\n[... {len(text) - REHYDRATE_CHARS} more characters]"
+                if len(text) > REHYDRATE_CHARS
+                else ""
+            )
+    return found
 
 
 CLEARED = "[tool result cleared to save context; the full result is in the run's journal]"

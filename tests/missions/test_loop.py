@@ -434,3 +434,38 @@ def test_it_ends_blocked_when_even_the_compacted_context_does_not_fit() -> None:
     output = Run.objects.get(pk=run.pk).output
     assert isinstance(output, dict)
     assert output["reason"].startswith("the context does not fit the 1000-token window")
+
+
+def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_path: Any) -> None:
+    (tmp_path / "PROGRESS.md").write_text("- [x] parser\n- [ ] printer\n")
+    (tmp_path / "notes.md").write_text("n" * 9000)
+    turns: list[dict[str, Any]] = [
+        {
+            "text": f"Step {n}: " + "thinking aloud " * 100,
+            "tool_calls": [{"name": "noop", "arguments": {}}],
+        }
+        for n in range(1, 6)
+    ]
+    turns.append({"echo_context": True})
+    run = runs.start_run(
+        mission=make_mission(),
+        program="agent",
+        input={
+            "goal": "Finish the printer.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": ["noop"],
+            "script": {"turns": turns},
+            "context_window": 3000,
+        },
+    )
+    Run.objects.filter(pk=run.pk).update(workspace=str(tmp_path))
+
+    assert work() == ["done"]
+
+    run.refresh_from_db()
+    assert isinstance(run.output, dict)
+    seen = run.output["answer"]
+    assert "PROGRESS.md (re-read from the workspace)" in seen
+    assert "- [ ] printer" in seen
+    assert "[... 5000 more characters]" in seen  # capped
