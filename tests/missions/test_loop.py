@@ -458,8 +458,8 @@ def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_pat
             "script": {"turns": turns},
             "context_window": 3000,
         },
+        workspace=str(tmp_path),
     )
-    Run.objects.filter(pk=run.pk).update(workspace=str(tmp_path))
 
     assert work() == ["done"]
 
