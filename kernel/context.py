@@ -16,7 +16,7 @@ from typing import Any
 from django.utils import timezone
 
 from kernel import crashpoints, journal, runs, scheduler
-from kernel.budgets import NO_COST, Cost, Ledger
+from kernel.budgets import NO_COST, Cost
 from kernel.exceptions import JournalMismatch, KernelError, Stop, Suspend
 from kernel.journal import Fence, Record
 from kernel.models import Effect, Run, RunStatus, StepKind, Wait, WaitKind, WaitState
@@ -465,6 +465,3 @@ def _daily_cap() -> int:
     from kernel.models import GlobalBudget
 
     return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first() or 0
-
-
-__all__ = ["DONE", "NOT_DONE", "Done", "Ledger", "RunContext", "StepCall"]
