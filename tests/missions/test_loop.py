@@ -207,6 +207,8 @@ def test_it_offloads_a_big_tool_result_to_an_artifact_readable_back() -> None:
 
 
 def test_it_compacts_three_times_and_keeps_goal_constraints_verbatim() -> None:
+    from missions import steering
+
     # A small window and wordy turns: the context crosses 55 % of 3,000 tokens every few turns.
     turns: list[dict[str, Any]] = [
         {
@@ -222,6 +224,8 @@ def test_it_compacts_three_times_and_keeps_goal_constraints_verbatim() -> None:
         constraints=["Never push to main.", "Keep the tests green."],
         context_window=3000,
     )
+    # Delivered at the first model call, long before the compactions.
+    steering.send_message(run_id=run.pk, text="Prefer small commits; explain each one.")
 
     assert work() == ["done"]
 
@@ -232,7 +236,8 @@ def test_it_compacts_three_times_and_keeps_goal_constraints_verbatim() -> None:
     assert "Check twice, note once, answer." in seen  # the goal, verbatim
     assert "Never push to main." in seen
     assert "Keep the tests green." in seen
-    assert "Working summary after compaction" in seen
+    assert "- Prefer small commits; explain each one." in seen  # the owner's, verbatim
+    assert "Working summary after compaction 3" in seen
 
 
 def test_it_delivers_an_owner_message_at_the_next_model_call_and_keeps_it_on_replay() -> None:

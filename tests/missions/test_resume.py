@@ -20,7 +20,7 @@ from kernel import runs
 from kernel.models import Run, Step
 from tests.kernel.factories import make_mission
 from tests.providers.anthropic_wire import reply, text, tool_use
-from tests.providers.wire import Stream, wire_server
+from tests.providers.wire import Failure, Stream, wire_server
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
@@ -112,3 +112,58 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
     # claude-opus-5-5 at 4 $ / 20 $ per Mtok: 12 input and 20 output tokens a turn.
     assert [s.usd_micros for s in model_steps] == [448] * 4
     assert run.usd_micros == 448 * 4
+
+
+@pytest.mark.parametrize(
+    ("answer", "env", "error"),
+    [
+        (None, {"ANTHROPIC_API_KEY": ""}, "ANTHROPIC_API_KEY is not set"),
+        (
+            Failure(
+                404,
+                {
+                    "type": "error",
+                    "error": {"type": "not_found_error", "message": "model: claude-nope"},
+                },
+            ),
+            {"ANTHROPIC_API_KEY": "test-key"},
+            "unknown_model",
+        ),
+        (
+            Failure(
+                401,
+                {
+                    "type": "error",
+                    "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+                },
+            ),
+            {"ANTHROPIC_API_KEY": "bad-key"},
+            "authentication_failed",
+        ),
+    ],
+)
+def test_it_fails_precisely_on_a_bad_key_or_an_unknown_model(
+    monkeypatch: pytest.MonkeyPatch, answer: Failure | None, env: dict[str, str], error: str
+) -> None:
+    from kernel.worker import Worker
+
+    with wire_server() as server:
+        if answer is not None:
+            server.queue(answer)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        for name, value in env.items():
+            if value:
+                monkeypatch.setenv(name, value)
+            else:
+                monkeypatch.delenv(name, raising=False)
+        run = runs.start_run(
+            mission=make_mission(),
+            program="agent",
+            input={"goal": "Hello.", "provider": "anthropic", "model": "claude-nope"},
+        )
+
+        assert Worker(lease_seconds=30).run_until_idle() == ["failed"]
+
+    run.refresh_from_db()
+    assert error in run.error
+    assert len(server.received) == (0 if answer is None else 1)  # no crash loop, no retries
