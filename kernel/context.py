@@ -86,8 +86,14 @@ class RunContext:
     stop_reason: str = ""
     interrupted: bool = False
     over_budget: str = ""  # the first cap a debit crossed: the run stops before its next step
+    unbilled_turns: int = 0
+    unbilled_tool_calls: int = 0
+    billed_through: int = 0  # set from the run when the execution starts
     daily_cap: int | None = None  # read at the first debit of this execution
     seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.billed_through = self.run.billed_through
 
     @property
     def run_id(self) -> int:
@@ -122,7 +128,7 @@ class RunContext:
         seq = self.seq
         recorded = self._recorded(seq, kind, name, request)
         if recorded is not None and recorded.finished:
-            return recorded.result
+            return self._replayed(recorded)
         self.check_stop()
         woken = True
         if recorded is None:
@@ -167,7 +173,7 @@ class RunContext:
             seq = self.seq
             recorded = self._recorded(seq, spec.kind, spec.name, spec.request)
             if recorded is not None and recorded.finished:
-                results[seq] = recorded.result
+                results[seq] = self._replayed(recorded)
                 continue
             self.check_stop()
             if recorded is None:
@@ -230,6 +236,11 @@ class RunContext:
         *,
         replayable: bool = True,
     ) -> Any:
+        """Record the result. A step that cost something carries the ledger debit, with the
+        counters of the free steps before it; a free step's counters wait for that debit (or the
+        end of the execution): one ledger write per costly step instead of one per step."""
+        self._count(kind)
+        costly = not done.cost.is_zero
         debit = journal.record_result(
             self.fence,
             seq=call.seq,
@@ -237,19 +248,59 @@ class RunContext:
             cost=done.cost,
             settled_by=settled_by,
             executions=executions,
-            turns=1 if kind == StepKind.MODEL_CALL else 0,
-            tool_calls=1 if kind == StepKind.TOOL_CALL else 0,
+            turns=self.unbilled_turns if costly else 0,
+            tool_calls=self.unbilled_tool_calls if costly else 0,
             debit_ids=[*self.run.ancestors, self.run_id],
             mission_id=self.run.mission_id,
             mission_capped=self.run.mission.is_capped,
             replayable=replayable,
         )
+        if costly:
+            self.unbilled_turns = self.unbilled_tool_calls = 0
+            self.billed_through = call.seq
         self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)
         crashpoints.hit("after_result_commit", run=self.run_id, seq=call.seq)
         self._after_step()
         if debit is not None:
             self._check_debit(debit)
+        self._check_counters()
         return done.result
+
+    def _count(self, kind: str) -> None:
+        if kind == StepKind.MODEL_CALL:
+            self.unbilled_turns += 1
+        elif kind == StepKind.TOOL_CALL:
+            self.unbilled_tool_calls += 1
+
+    def _replayed(self, recorded: Record) -> Any:
+        """A recorded result, counted again if the ledger has not counted it yet."""
+        if recorded.seq > self.billed_through:
+            self._count(recorded.kind)
+        return recorded.result
+
+    def bill(self) -> None:
+        """Put the free steps' counters in the ledger: when the execution ends or parks."""
+        if self.unbilled_turns or self.unbilled_tool_calls:
+            last = max(seq for seq, record in self.records.items() if record.finished)
+            journal.bill_counters(
+                self.fence,
+                seq=last,
+                turns=self.unbilled_turns,
+                tool_calls=self.unbilled_tool_calls,
+                debit_ids=[*self.run.ancestors, self.run_id],
+            )
+            self.unbilled_turns = self.unbilled_tool_calls = 0
+            self.billed_through = last
+
+    def _check_counters(self) -> None:
+        """This run's own turn and tool-call caps, exactly, from what it knows it has done."""
+        for cap, spent, unbilled in (
+            ("max_turns", self.run.turns, self.unbilled_turns),
+            ("max_tool_calls", self.run.tool_calls, self.unbilled_tool_calls),
+        ):
+            limit = getattr(self.run, cap)
+            if limit is not None and spent + unbilled >= limit and not self.over_budget:
+                self.over_budget = f"run {self.run_id} reached {cap}"
 
     @dataclass(frozen=True)
     class _Settled:

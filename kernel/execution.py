@@ -76,19 +76,24 @@ def execute(claim: Claim, draining: threading.Event | None = None) -> str:
             context.check_stop()
             outcome = programs.get(run.program)(context)
         except Suspend as suspension:
+            context.bill()
             scheduler.suspend(fence, runnable_at=suspension.runnable_at, reason=suspension.reason)
             return "waiting"
         except Stop as stop:
+            context.bill()
             return scheduler.finish(fence, status=stop.status, error=stop.reason)
         except (LeaseLost, DatabaseError):
             raise
         except JournalMismatch as mismatch:
+            context.bill()
             return scheduler.finish(fence, status=RunStatus.FAILED, error=mismatch.message)
         except Exception as error:  # the program's own failure: the run fails, never "succeeds"
             logger.exception("run %s failed", fence.run_id)
+            context.bill()
             return scheduler.finish(
                 fence, status=RunStatus.FAILED, error=f"{error.__class__.__name__}: {error}"
             )
+        context.bill()
         return scheduler.finish(fence, status=outcome.status, output=outcome.output)
     except LeaseLost:
         logger.warning("run %s: lease lost; another worker owns it now", fence.run_id)

@@ -236,7 +236,8 @@ runs AS (
         cache_read_tokens = cache_read_tokens + %(cache_read_tokens)s,
         cache_write_tokens = cache_write_tokens + %(cache_write_tokens)s,
         usd_micros = usd_micros + %(usd_micros)s, turns = turns + %(turns)s,
-        tool_calls = tool_calls + %(tool_calls)s
+        tool_calls = tool_calls + %(tool_calls)s,
+        billed_through = CASE WHEN id = %(run)s THEN %(seq)s ELSE billed_through END
     WHERE id = ANY(%(debit_ids)s) AND EXISTS (SELECT 1 FROM step)
     RETURNING id, input_tokens + output_tokens + cache_read_tokens + cache_write_tokens AS tokens,
         usd_micros, turns, tool_calls, max_tokens, max_usd_micros, max_turns, max_tool_calls)"""
@@ -329,7 +330,9 @@ def record_result(
         )
         # Counting a free read (a tool call) is as replayable as the read itself.
         sql = _debit_sql(
-            mission=mission_capped, day=not cost.is_zero, replayable=replayable and cost.is_zero
+            mission=mission_capped,
+            day=cost.usd_micros > 0,
+            replayable=replayable and cost.is_zero,
         )
         cursor.execute(sql, params, prepare=True)
         row = cursor.fetchone()
@@ -360,6 +363,36 @@ def record_result(
         ),
         day_usd_micros=day,
     )
+
+
+_FLUSH = """
+WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
+UPDATE kernel_run SET turns = turns + %(turns)s, tool_calls = tool_calls + %(tool_calls)s,
+    billed_through = CASE WHEN id = %(run)s THEN %(seq)s ELSE billed_through END
+WHERE id = ANY(%(debit_ids)s) AND EXISTS (SELECT 1 FROM fenced)
+RETURNING id
+"""
+
+
+def bill_counters(
+    fence: Fence, *, seq: int, turns: int, tool_calls: int, debit_ids: list[int]
+) -> None:
+    """Add the counters of free steps up to `seq` to the ledger (run and ancestors), fenced."""
+    with _cursor() as cursor:
+        cursor.execute(
+            _FLUSH,
+            {
+                "run": fence.run_id,
+                "fence": fence.token,
+                "seq": seq,
+                "turns": turns,
+                "tool_calls": tool_calls,
+                "debit_ids": debit_ids,
+            },
+            prepare=True,
+        )
+        if not cursor.fetchall():
+            raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale")
 
 
 def _explain_refused_result(fence: Fence, seq: int) -> None:

@@ -99,6 +99,9 @@ class Run(models.Model):
     wake_pending = models.BooleanField(default=False)
     # The owner interrupts the executing step (not the run): relayed like a stop request.
     interrupt_requested = models.BooleanField(default=False)
+    # The turn and tool-call counters of free steps are billed with the next debit (or when the
+    # execution ends): steps up to this seq are counted in the ledger, later ones not yet.
+    billed_through = models.PositiveIntegerField(default=0)
 
     # Budget caps (null = none) and the ledger. Spend counts the whole subtree: a child's step
     # is debited to every ancestor in the same transaction as its result.

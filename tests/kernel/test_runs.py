@@ -18,6 +18,7 @@ from kernel.models import Effect, Event, GlobalBudget, Run, Step, StepKind, Wait
 from kernel.programs import Outcome, register
 from kernel.worker import Worker
 from tests.kernel.factories import make_mission, start
+from tests.kernel.test_journal import counting  # also registers the "test.counting" program
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -346,3 +347,30 @@ def test_it_interrupts_the_running_step_and_goes_on() -> None:
     run.refresh_from_db()
     assert run.output == [{"interrupted": True}, {"stopping": False}]
     assert run.interrupt_requested is False
+
+
+def test_it_stops_at_its_tool_call_cap_even_for_free_steps_and_bills_them() -> None:
+    run = start("test.counting", caps={"max_tool_calls": 2})
+
+    assert work() == ["budget_exhausted"]
+
+    run.refresh_from_db()
+    assert run.steps.count() == 2
+    assert run.tool_calls == 2  # the free steps' counters reached the ledger when it ended
+    assert run.billed_through == 2
+
+
+def test_it_counts_free_steps_once_across_a_crash_and_a_resume() -> None:
+    from kernel import scheduler
+
+    run = start("test.counting")
+    claim = scheduler.claim_next_run(worker="a", lease_seconds=30)
+    assert claim is not None
+    context = RunContext(run=Run.objects.get(pk=run.pk), fence=claim.fence, records={})
+    counting(context)  # three free tool steps... and the worker "dies" before billing them
+    assert Run.objects.get(pk=run.pk).tool_calls == 0
+
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=None)
+    assert work() == ["done"]  # the resume replays them from the journal and bills them once
+
+    assert Run.objects.get(pk=run.pk).tool_calls == 3
