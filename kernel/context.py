@@ -89,6 +89,7 @@ class RunContext:
     unbilled_turns: int = 0
     unbilled_tool_calls: int = 0
     billed_through: int = 0  # set from the run when the execution starts
+    planned: set[int] = field(default_factory=set)  # intents this execution committed ahead
     daily_cap: int | None = None  # read at the first debit of this execution
     seq: int = 0
 
@@ -114,6 +115,7 @@ class RunContext:
         request: Any,
         execute: Executor,
         probe: Probe | None = None,
+        then: Callable[[Any], list[tuple[str, str, Any]]] | None = None,
     ) -> Any:
         """Run one journaled step and return its result.
 
@@ -122,7 +124,9 @@ class RunContext:
         3. An intent without result means a previous attempt died mid-step; by effect class:
            read/model_call/idempotent_write run again (the latter with the same idempotency key),
            non_idempotent asks its probe, else the owner, and never retries blindly.
-        4. Execute, then record the result with its cost in one transaction.
+        4. Execute, then record the result with its cost in one transaction. `then(result)` may
+           name the read steps (kind, name, request) that will follow, in order: their intents
+           commit in that same transaction.
         """
         self.seq += 1
         seq = self.seq
@@ -143,7 +147,7 @@ class RunContext:
             seq=seq,
             idempotency_key=journal.idempotency_key(self.run_id, seq),
             request=request,
-            replay=recorded is not None,
+            replay=recorded is not None and seq not in self.planned,
             stopping=self.stopping,
             fence=self.fence,
             woken=woken,
@@ -156,8 +160,20 @@ class RunContext:
                 )
         done = execute(call)
         crashpoints.hit("after_effect_before_result", run=self.run_id, seq=seq)
+        planned = [
+            (seq + offset, step_kind, step_name, step_request)
+            for offset, (step_kind, step_name, step_request) in enumerate(
+                then(done.result) if then else [], start=1
+            )
+        ]
         return self._record(
-            call, kind, done, "executed", executions=1, replayable=effect == Effect.READ
+            call,
+            kind,
+            done,
+            "executed",
+            executions=1,
+            replayable=effect == Effect.READ,
+            planned=planned,
         )
 
     def parallel(self, steps: list[ReadStep]) -> list[Any]:
@@ -195,7 +211,7 @@ class RunContext:
                 seq=seq,
                 idempotency_key=journal.idempotency_key(self.run_id, seq),
                 request=spec.request,
-                replay=recorded is not None,
+                replay=recorded is not None and seq not in self.planned,
                 stopping=self.stopping,
                 fence=self.fence,
             )
@@ -235,12 +251,15 @@ class RunContext:
         executions: int,
         *,
         replayable: bool = True,
+        planned: list[tuple[int, str, str, Any]] | None = None,
     ) -> Any:
         """Record the result. A step that cost something carries the ledger debit, with the
         counters of the free steps before it; a free step's counters wait for that debit (or the
         end of the execution): one ledger write per costly step instead of one per step."""
         self._count(kind)
-        costly = not done.cost.is_zero
+        # The ledger statement runs for a step that cost something, or that commits planned
+        # intents; either way it moves the billing watermark, so it takes the counters along.
+        costly = not done.cost.is_zero or bool(planned)
         debit = journal.record_result(
             self.fence,
             seq=call.seq,
@@ -254,7 +273,13 @@ class RunContext:
             mission_id=self.run.mission_id,
             mission_capped=self.run.mission.is_capped,
             replayable=replayable,
+            planned=planned,
         )
+        for planned_seq, planned_kind, planned_name, _request in planned or []:
+            self.records[planned_seq] = Record(
+                planned_seq, planned_kind, Effect.READ, planned_name, "", None, False, ""
+            )
+            self.planned.add(planned_seq)
         if costly:
             self.unbilled_turns = self.unbilled_tool_calls = 0
             self.billed_through = call.seq

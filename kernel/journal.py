@@ -266,14 +266,31 @@ day AS (
     RETURNING usd_micros)"""
 
 
+# The intents of the read steps a result already names (the tool calls a model asked for), in
+# the same transaction as that result: one commit less per turn. Only reads, where an intent
+# recorded for a step that then never ran costs nothing on replay (a non-idempotent step would
+# send its owner a needless "did it happen?").
+_PLANNED = """,
+planned AS (
+    INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash,
+        idempotency_key, started_at, settled_by, executions, input_tokens, output_tokens,
+        cache_read_tokens, cache_write_tokens, usd_micros)
+    SELECT %(run)s, p.seq, p.kind, 'read', p.name, p.request, p.hash, p.key, now(), '', 0, 0, 0,
+        0, 0, 0
+    FROM jsonb_to_recordset(%(planned)s)
+        AS p(seq integer, kind text, name text, request jsonb, hash text, key text)
+    WHERE EXISTS (SELECT 1 FROM step))"""
+
+
 @functools.cache
-def _debit_sql(*, mission: bool, day: bool, replayable: bool) -> str:
+def _debit_sql(*, mission: bool, day: bool, replayable: bool, planned: bool = False) -> str:
     async_commit = " AND set_config('synchronous_commit', 'off', true) = 'off'"
     # Assembled from constant parts only; every value travels as a bound parameter.
     return (
         _DEBIT_RUNS.format(async_commit=async_commit if replayable else "")  # noqa: S608
         + (_DEBIT_MISSION if mission else "")
         + (_DEBIT_DAY if day else "")
+        + (_PLANNED if planned else "")
         + "\nSELECT (SELECT count(*) FROM step), (SELECT json_agg(runs) FROM runs), "
         + ("(SELECT json_agg(mission) FROM mission), " if mission else "NULL, ")
         + ("(SELECT usd_micros FROM day)" if day else "NULL")
@@ -298,10 +315,12 @@ def record_result(
     mission_id: int | None = None,
     mission_capped: bool = False,
     replayable: bool = False,
+    planned: list[tuple[int, str, str, Any]] | None = None,
 ) -> Debit | None:
     """Record the one result of step `seq` with its ledger update; return the new totals.
 
     `replayable` (a free step that is safe to run again) lets the commit skip its WAL flush.
+    `planned` (seq, kind, name, request) are read steps whose intents commit with this result.
     Returns None when nothing needed debiting. Raises `LeaseLost` when the fence moved and
     `KernelError` when the step has no intent or already has a result.
     """
@@ -314,7 +333,7 @@ def record_result(
         "executions": executions,
         **cost.as_dict(),
     }
-    debit = not cost.is_zero or turns or tool_calls
+    debit = not cost.is_zero or turns or tool_calls or planned
     with _cursor() as cursor:
         if not debit:
             cursor.execute(_RESULT_REPLAYABLE if replayable else _RESULT, params, prepare=True)
@@ -329,10 +348,25 @@ def record_result(
             mission=mission_id,
         )
         # Counting a free read (a tool call) is as replayable as the read itself.
+        if planned:
+            params["planned"] = Jsonb(
+                [
+                    {
+                        "seq": s,
+                        "kind": k,
+                        "name": n,
+                        "request": r,
+                        "hash": request_hash(k, n, r),
+                        "key": idempotency_key(fence.run_id, s),
+                    }
+                    for s, k, n, r in planned
+                ]
+            )
         sql = _debit_sql(
             mission=mission_capped,
             day=cost.usd_micros > 0,
-            replayable=replayable and cost.is_zero,
+            replayable=replayable and cost.is_zero and not planned,
+            planned=bool(planned),
         )
         cursor.execute(sql, params, prepare=True)
         row = cursor.fetchone()

@@ -169,6 +169,7 @@ def agent(ctx: RunContext) -> Outcome:
             execute=functools.partial(
                 _model_step, provider, conversation, prefix.tools, options, spec, look
             ),
+            then=functools.partial(_planned_reads, by_name),
         )
         for text in response.get("owner_messages", []):
             _append_user_text(provider, conversation.items, OWNER_PREFIX + text)
@@ -219,6 +220,27 @@ def _stop_hook(ctx: RunContext, spec: Spec, answer: str) -> str | None:
     )
     refusal = verdict["refusal"]
     return str(refusal) if refusal else None
+
+
+def _planned_reads(tools: dict[str, Tool], response: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """The intents of the read tool calls the model just asked for, committed with its answer.
+
+    `_run_tools` gives call i the step right after call i-1, so the planned steps are the
+    leading reads (a write breaks the run: its intent must be its own).
+    """
+    planned: list[tuple[str, str, Any]] = []
+    for call in response["tool_calls"]:
+        tool = tools.get(call["name"])
+        if tool is not None and tool.effect != Effect.READ:
+            break
+        planned.append(
+            (
+                StepKind.TOOL_CALL,
+                call["name"],
+                {"call_id": call["call_id"], "arguments": call["arguments"]},
+            )
+        )
+    return planned
 
 
 def _window(provider: str, model: str) -> int:

@@ -474,3 +474,19 @@ def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_pat
     assert "PROGRESS.md (re-read from the workspace)" in seen
     assert "- [ ] printer" in seen
     assert "[... 5000 more characters]" in seen  # capped
+
+
+def test_it_plans_only_the_leading_read_calls_of_a_response() -> None:
+    from missions.engine.loop import _planned_reads
+
+    tools = {tool.name: tool for tool in registry.frozen(["noop", "note"])}
+    calls = [
+        {"call_id": "a", "name": "noop", "arguments": {}},
+        {"call_id": "b", "name": "ghost", "arguments": {}},  # unknown: answered as a read
+        {"call_id": "c", "name": "note", "arguments": {"text": "x"}},  # a write: its own intent
+        {"call_id": "d", "name": "noop", "arguments": {}},
+    ]
+
+    planned = _planned_reads(tools, {"tool_calls": calls})
+
+    assert [name for _, name, _ in planned] == ["noop", "ghost"]

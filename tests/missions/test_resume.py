@@ -109,6 +109,10 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
         assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
     model_steps = Step.objects.filter(run=run, kind="model_call")
     assert [s.executions for s in model_steps] == [1, 1, 1, 1]
+    # The tool call after the kill had its intent committed with the model's answer (a planned
+    # read): it ran once, after the resume.
+    tool_steps = Step.objects.filter(run=run, kind="tool_call")
+    assert [s.executions for s in tool_steps] == [1, 1, 1]
     # claude-opus-5-5 at 4 $ / 20 $ per Mtok: 12 input and 20 output tokens a turn.
     assert [s.usd_micros for s in model_steps] == [448] * 4
     assert run.usd_micros == 448 * 4
