@@ -77,6 +77,17 @@ Probe = Callable[[StepCall], Done | None]  # the recorded effect if it happened,
 
 @dataclass
 class RunContext:
+    """What a program is given: its run, and journaled ways to act.
+
+    - `step(kind, effect=, name=, request=, execute=, probe=, then=)`: one journaled step.
+    - `parallel([ReadStep, ...])`: independent reads, executed at once.
+    - `wait_human(question, expires_in=)`, `sleep(duration)`: durable waits (the run leaves its
+      worker; expiry of a human wait is a refusal).
+    - `spawn(program, input, caps=)`, `join(run_ids)`: child runs.
+    Everything else here is bookkeeping for one execution of the program (fence, stop and
+    interrupt requests from the lease keeper, the ledger's unbilled counters).
+    """
+
     run: Run
     fence: Fence
     records: dict[int, Record]
