@@ -153,16 +153,7 @@ class RunContext:
             )
             self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
             crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
-        call = StepCall(
-            run_id=self.run_id,
-            seq=seq,
-            idempotency_key=journal.idempotency_key(self.run_id, seq),
-            request=request,
-            replay=recorded is not None and seq not in self.planned,
-            stopping=self.stopping,
-            fence=self.fence,
-            woken=woken,
-        )
+        call = self._call(seq, request, recorded=recorded is not None, woken=woken)
         if recorded is not None and effect == Effect.NON_IDEMPOTENT:
             settled = self._reconcile(call, probe)
             if settled is not None:
@@ -217,15 +208,7 @@ class RunContext:
                     seq, spec.kind, Effect.READ, spec.name, "", None, False, ""
                 )
                 crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
-            call = StepCall(
-                run_id=self.run_id,
-                seq=seq,
-                idempotency_key=journal.idempotency_key(self.run_id, seq),
-                request=spec.request,
-                replay=recorded is not None and seq not in self.planned,
-                stopping=self.stopping,
-                fence=self.fence,
-            )
+            call = self._call(seq, spec.request, recorded=recorded is not None)
             pending.append((call, spec))
         done: list[Done] = []
         if len(pending) == 1:  # nothing to overlap: no thread
@@ -237,6 +220,20 @@ class RunContext:
             crashpoints.hit("after_effect_before_result", run=self.run_id, seq=call.seq)
             results[call.seq] = self._record(call, spec.kind, outcome, "executed", executions=1)
         return [results[seq] for seq in sorted(results)]
+
+    def _call(self, seq: int, request: Any, *, recorded: bool, woken: bool = True) -> StepCall:
+        """What the executor of step `seq` gets. An intent this execution planned ahead is not
+        a replay: no earlier attempt can have acted on it."""
+        return StepCall(
+            run_id=self.run_id,
+            seq=seq,
+            idempotency_key=journal.idempotency_key(self.run_id, seq),
+            request=request,
+            replay=recorded and seq not in self.planned,
+            stopping=self.stopping,
+            fence=self.fence,
+            woken=woken,
+        )
 
     def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
         recorded = self.records.get(seq)
@@ -405,9 +402,7 @@ class RunContext:
         # After the wait row is committed (now, or by an attempt that died), before acting on it.
         crashpoints.hit("wait_recorded", run=self.run_id, seq=seq)
         wait = Wait.objects.get(run_id=self.run_id, seq=seq, kind=wait_kind)
-        call = StepCall(
-            self.run_id, seq, "", request, recorded is not None, self.stopping, self.fence
-        )
+        call = self._call(seq, request, recorded=recorded is not None)
         if wait.state == WaitState.ANSWERED:
             return self._record(call, kind, Done({"answer": wait.answer}), "owner", executions=0)
         if wait.due_at is not None and wait.due_at <= timezone.now():
@@ -488,7 +483,7 @@ class RunContext:
         result = {
             str(child.pk): {"status": child.status, "output": child.output} for child in children
         }
-        call = StepCall(self.run_id, seq, "", request, False, self.stopping, self.fence)
+        call = self._call(seq, request, recorded=False)
         return dict(self._record(call, StepKind.JOIN, Done(result), "executed", executions=1))
 
     # --- stops -----------------------------------------------------------------------------

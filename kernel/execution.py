@@ -24,7 +24,6 @@ class LeaseKeeper(threading.Thread):
         self.claim = claim
         self.context = context
         self.done = threading.Event()
-        self.lost = threading.Event()
 
     def run(self) -> None:
         try:
@@ -44,7 +43,6 @@ class LeaseKeeper(threading.Thread):
                 elif renewal.interrupt_requested:
                     self.context.interrupt()
         except LeaseLost:
-            self.lost.set()
             self.context.request_stop(RunStatus.CANCELLED)  # interrupt; its writes will fail
         finally:
             connection.close()

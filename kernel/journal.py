@@ -297,7 +297,6 @@ def _debit_sql(*, mission: bool, day: bool, replayable: bool, planned: bool = Fa
     )
 
 
-_LEDGER_COLUMNS = ("tokens", "usd_micros", "turns", "tool_calls")
 _CAPS = ("max_tokens", "max_usd_micros", "max_turns", "max_tool_calls")
 
 

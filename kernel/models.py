@@ -150,15 +150,6 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.status in TERMINAL
 
-    @property
-    def total_tokens(self) -> int:
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
-
 
 class Step(models.Model):
     """The journaled unit: an intent (committed before it runs) and at most one result."""

@@ -47,7 +47,6 @@ class Tool:
     parallel_safe: bool = False
     probe: Callable[[StepCall, dict[str, Any]], str | None] | None = None
     deferred: bool = False  # only name and description in context; schema loaded on demand
-    tags: tuple[str, ...] = field(default=())
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:

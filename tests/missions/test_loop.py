@@ -149,7 +149,8 @@ def test_it_fails_a_run_whose_input_has_no_goal() -> None:
     assert Run.objects.get(pk=run.pk).error == "StepFailed: The run's input needs a goal."
 
 
-def test_it_keeps_the_request_prefix_identical_across_turns() -> None:
+def test_it_assembles_the_same_prefix_with_tools_in_name_order() -> None:
+    # The byte-identical prefix across real requests is checked in test_resume.py.
     from missions.engine.context import assemble
 
     tools = registry.frozen(["note", "noop"])
