@@ -357,11 +357,26 @@ class RunContext:
             },
             due_at=None,
         )
-        if wait.state == WaitState.ANSWERED and isinstance(wait.answer, dict):
-            if wait.answer.get("verdict") == DONE:
-                return RunContext._Settled(Done(wait.answer.get("result")), "owner")
-            if wait.answer.get("verdict") == NOT_DONE:
+        answer = wait.answer if isinstance(wait.answer, dict) else {}
+        if wait.state == WaitState.ANSWERED and answer.get("verdict") == DONE:
+            return RunContext._Settled(Done(answer.get("result")), "owner")
+        if wait.state == WaitState.ANSWERED and answer.get("verdict") == NOT_DONE:
+            if not answer.get("acted_on"):
+                # "It did not happen" holds for one attempt only. Committed before acting: if
+                # this attempt dies too, the next one must ask again (make chaos found a step
+                # applied twice when a stale verdict was reused after a second interruption).
+                Wait.objects.filter(pk=wait.pk).update(answer={**answer, "acted_on": True})
                 return None
+            Wait.objects.filter(pk=wait.pk).update(
+                state=WaitState.OPEN, answer=None, settled_at=None
+            )
+            journal.append_event(
+                "wait.reopened",
+                run_id=self.run_id,
+                mission_id=self.run.mission_id,
+                seq=call.seq,
+                wait=wait.pk,
+            )
         raise Suspend(None, f"owner verdict needed on step {call.seq}")
 
     # --- waits -----------------------------------------------------------------------------

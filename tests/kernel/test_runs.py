@@ -374,3 +374,51 @@ def test_it_counts_free_steps_once_across_a_crash_and_a_resume() -> None:
     assert work() == ["done"]  # the resume replays them from the journal and bills them once
 
     assert Run.objects.get(pk=run.pk).tool_calls == 3
+
+
+def payer(ctx: RunContext) -> Outcome:
+    """A non-idempotent step without a probe; it dies mid-effect as many times as asked."""
+
+    def pay(call: StepCall) -> Done:
+        from kernel.models import ChaosEffect
+
+        ChaosEffect.objects.create(
+            key=call.idempotency_key,
+            run_id_value=call.run_id,
+            seq=call.seq,
+            effect="non_idempotent",
+        )
+        if ChaosEffect.objects.filter(key=call.idempotency_key).count() <= ctx.input["deaths"]:
+            raise SystemExit("the worker died after the effect, before its result")
+        return Done({"paid": True})
+
+    return Outcome(
+        output=ctx.step(
+            StepKind.TOOL_CALL, effect=Effect.NON_IDEMPOTENT, name="pay", request={}, execute=pay
+        )
+    )
+
+
+register("test.payer", "tests.kernel.test_runs:payer")
+
+
+def test_it_asks_the_owner_again_after_a_second_interruption() -> None:
+    from kernel.context import NOT_DONE
+    from kernel.models import ChaosEffect, WaitState
+
+    run = start("test.payer", {"deaths": 2})
+    with pytest.raises(SystemExit):
+        work()  # applied once, died before the result
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=None)
+    assert work() == ["waiting"]  # an interrupted non-idempotent step: the owner is asked
+    wait = Wait.objects.get(run=run)
+    # The owner (wrongly, or before the effect was visible) says it did not happen.
+    runs.answer_wait(wait.pk, answer={"verdict": NOT_DONE})
+    with pytest.raises(SystemExit):
+        work()  # applied a second time, died again
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=None)
+
+    assert work() == ["waiting"]  # the old verdict is not reused: asked again
+
+    assert Wait.objects.get(pk=wait.pk).state == WaitState.OPEN
+    assert ChaosEffect.objects.filter(run_id_value=run.pk).count() == 2
