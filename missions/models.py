@@ -9,6 +9,8 @@ from django.utils.translation import gettext_lazy as _
 class Project(models.Model):
     name = models.CharField(_("name"), max_length=120, unique=True)
     description = models.TextField(_("description"), blank=True)
+    # A local git repository: each writing run works in its own worktree of it.
+    repository = models.CharField(_("git repository (local path)"), max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,20 +1,22 @@
-"""The Tool type: what a tool is, for the harness that decides whether and how to run it.
-
-The full registry, built-in tools, permissions and sandboxing come with the tools issue; the
-agent engine already speaks to tools through this type.
-"""
+"""The Tool type: what a tool is, for the harness that decides whether and how to run it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from kernel.context import StepCall
 from kernel.models import Effect
+
+if TYPE_CHECKING:
+    from kernel.context import RunContext
 
 
 class Risk(StrEnum):
@@ -28,13 +30,59 @@ class ToolInputError(ValueError):
     """The model's arguments do not match the tool's schema: answered to the model, not run."""
 
 
+class ToolError(Exception):
+    """A tool refused or failed in a way the model should read (a path out of the workspace, a
+    stale edit...): the message goes back as an error result, and is journaled."""
+
+
+@dataclass(frozen=True)
+class ToolEnv:
+    """What a tool runs with: its step (idempotency key, fence, stop flag), its run's id, its
+    project and the run's worktree (None for a run without a repository)."""
+
+    call: StepCall
+    run_id: int
+    project_id: int | None
+    workspace: Path | None
+    approval: dict[str, Any] | None = None  # the owner's approval this call runs under
+
+    def need_workspace(self) -> Path:
+        if self.workspace is None:
+            raise ToolError("This run has no workspace (its mission's project has no repository).")
+        return self.workspace
+
+
+@dataclass(frozen=True)
+class Workbench:
+    """Where a run's tools act: its project (for permission rules) and its worktree."""
+
+    run_id: int
+    project_id: int | None
+    workspace: Path | None
+
+    def env(self, call: StepCall, approval: dict[str, Any] | None = None) -> ToolEnv:
+        return ToolEnv(call, self.run_id, self.project_id, self.workspace, approval)
+
+
+def arguments_hash(tool: str, arguments: Any) -> str:
+    """The hash an approval is bound to: the tool and its exact arguments, canonically."""
+    body = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Tool:
     """A typed tool.
 
-    `run(call, arguments) -> str` does the work (its text goes back to the model); `probe`, for
-    non-idempotent tools, answers "did this call already take effect?" after a crash with the
-    earlier output, or None.
+    - `run(env, arguments) -> str` does the work; its text goes back to the model.
+    - `probe(env, arguments)`, for non-idempotent tools: after a crash, "did this call already
+      take effect?" — the earlier output, or None.
+    - `subject(arguments)`: the text permission patterns match (a path, a command); default:
+      the arguments as canonical JSON.
+    - `preview(env, arguments)`: what an approval shows besides the call (`{"diff": ...}` and
+      facts the call is then bound to, such as the commit a push will send).
+    - `interact(ctx, bench, arguments)`: for tools that talk to the owner — they run as journaled
+      steps and durable waits of their own, instead of `run`.
     """
 
     name: str
@@ -42,10 +90,13 @@ class Tool:
     input_schema: dict[str, Any]
     effect: Effect
     risk: Risk
-    run: Callable[[StepCall, dict[str, Any]], str]
+    run: Callable[[ToolEnv, dict[str, Any]], str]
     min_sandbox_level: int = 0
     parallel_safe: bool = False
-    probe: Callable[[StepCall, dict[str, Any]], str | None] | None = None
+    probe: Callable[[ToolEnv, dict[str, Any]], str | None] | None = None
+    subject: Callable[[dict[str, Any]], str] | None = None
+    preview: Callable[[ToolEnv, dict[str, Any]], dict[str, Any]] | None = None
+    interact: Callable[[RunContext, Workbench, dict[str, Any]], str] | None = None
     deferred: bool = False  # only name and description in context; schema loaded on demand
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
 
@@ -64,3 +115,8 @@ class Tool:
             where = "/".join(str(part) for part in error.absolute_path) or "(root)"
             raise ToolInputError(f"{self.name}: {where}: {error.message}")
         return arguments
+
+    def subject_of(self, arguments: dict[str, Any]) -> str:
+        if self.subject is not None:
+            return self.subject(arguments)
+        return json.dumps(arguments, sort_keys=True, ensure_ascii=False)

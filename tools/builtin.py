@@ -1,17 +1,16 @@
-"""Built-in tools. The file, shell, git and owner tools come with the tools issue; `noop` is here
-for the engine's tests and benchmark (and as the smallest example of a tool)."""
+"""Built-in tools: the small ones here (`noop` is for the engine's tests and benchmark, and the
+smallest example of a tool), and the families from their modules."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from kernel.context import StepCall
 from kernel.models import Effect
-from tools.base import Risk, Tool
+from tools.base import Risk, Tool, ToolEnv
 
 
-def _noop(call: StepCall, arguments: dict[str, Any]) -> str:
+def _noop(env: ToolEnv, arguments: dict[str, Any]) -> str:
     return f"ok {arguments.get('note', '')}".strip()
 
 
@@ -30,7 +29,7 @@ NOOP = Tool(
 )
 
 
-def _read_artifact(call: StepCall, arguments: dict[str, Any]) -> str:
+def _read_artifact(env: ToolEnv, arguments: dict[str, Any]) -> str:
     from kernel import artifacts
     from kernel.models import Artifact
 
@@ -63,7 +62,7 @@ READ_ARTIFACT = Tool(
 )
 
 
-def _load_tool_schema(call: StepCall, arguments: dict[str, Any]) -> str:
+def _load_tool_schema(env: ToolEnv, arguments: dict[str, Any]) -> str:
     from tools import registry
 
     tool = registry.get(arguments["name"])
@@ -89,4 +88,16 @@ LOAD_TOOL_SCHEMA = Tool(
     run=_load_tool_schema,
 )
 
-BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA]
+
+def _families() -> list[Tool]:
+    from tools.files import FILE_TOOLS
+    from tools.git import GIT_TOOLS
+    from tools.owner import OWNER_TOOLS
+    from tools.shell import SHELL
+
+    return [*FILE_TOOLS, SHELL, *GIT_TOOLS, *OWNER_TOOLS]
+
+
+BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families()]
+# What a coding mission gets unless it says otherwise.
+CODING_TOOLS = [tool.name for tool in _families()]

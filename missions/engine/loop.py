@@ -18,8 +18,10 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from approvals import service as approvals
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, RunStatus, StepKind
@@ -28,7 +30,7 @@ from missions import pricing, steering
 from missions.engine import relief
 from missions.engine.context import assemble
 from missions.engine.relief import Verbatim
-from missions.models import ModelInfo
+from missions.models import Mission, ModelInfo
 from missions.providers import registry
 from missions.providers.base import (
     Completed,
@@ -41,8 +43,10 @@ from missions.providers.base import (
     ToolCall,
     ToolResult,
 )
+from tools import permissions, workspace
 from tools import registry as tool_registry
-from tools.base import Risk, Tool, ToolInputError
+from tools.base import Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
+from tools.models import Decision
 
 NO_TOOL = Tool(
     name="",
@@ -82,6 +86,8 @@ class Spec:
     instructions: str = ""
     memory_index: str = ""
     script: dict[str, Any] | None = None
+    repository: str = ""  # a local git repository: the run works in its own worktree of it
+    base: str = "HEAD"  # what the worktree starts from
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
@@ -113,6 +119,7 @@ def agent(ctx: RunContext) -> Outcome:
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]
     )
     by_name = {tool.name: tool for tool in tools}
+    bench = _workbench(ctx, spec)
     # Recorded once: a window edited in the catalog mid-run must not move the compaction points
     # of a replay (the journal would no longer match the program).
     window = ctx.step(
@@ -167,7 +174,14 @@ def agent(ctx: RunContext) -> Outcome:
             name=spec.model,
             request={"turn": turn, "provider": provider.name, "model": spec.model},
             execute=functools.partial(
-                _model_step, provider, conversation, prefix.tools, options, spec, look
+                _model_step,
+                provider,
+                conversation,
+                prefix.tools,
+                options,
+                spec,
+                look,
+                functools.partial(_judge, by_name, bench.project_id),
             ),
             then=functools.partial(_planned_reads, by_name),
         )
@@ -197,7 +211,8 @@ def agent(ctx: RunContext) -> Outcome:
             _append_user_text(provider, conversation.items, STOP_HOOK_PREFIX + refusal)
             size += relief.estimate_tokens(refusal)
             continue
-        results = _run_tools(ctx, calls, by_name)
+        verdicts = response.get("permissions") or _judge(by_name, bench.project_id, calls)
+        results = _run_tools(ctx, calls, verdicts, by_name, bench, response["text"])
         answers = provider.tool_results(results)
         conversation.items.extend(answers)
         size += relief.estimate_tokens(answers)
@@ -229,9 +244,13 @@ def _planned_reads(tools: dict[str, Tool], response: dict[str, Any]) -> list[tup
     leading reads (a write breaks the run: its intent must be its own).
     """
     planned: list[tuple[str, str, Any]] = []
-    for call in response["tool_calls"]:
+    verdicts = response.get("permissions") or []
+    for index, call in enumerate(response["tool_calls"]):
         tool = tools.get(call["name"])
-        if tool is not None and tool.effect != Effect.READ:
+        if tool is not None and (tool.effect != Effect.READ or tool.interact is not None):
+            break
+        verdict = verdicts[index] if index < len(verdicts) else None
+        if verdict is not None and verdict["decision"] != Decision.ALLOW:
             break
         planned.append(
             (
@@ -310,6 +329,7 @@ def _model_step(
     options: Options,
     spec: Spec,
     look: list[bool],
+    judge: Callable[[list[dict[str, Any]]], list[dict[str, Any] | None]],
     call: StepCall,
 ) -> Done:
     """Deliver the owner's queued messages, then ask the model. The delivered messages are
@@ -327,7 +347,10 @@ def _model_step(
             _append_user_text(provider, items, OWNER_PREFIX + text)
         asked = replace(conversation, items=items)
     done = _call_model(provider, asked, tools, options, spec)
-    return Done({**done.result, "owner_messages": delivered}, done.cost)
+    # The harness's permission verdicts on the calls the model asked for are recorded with
+    # its answer: journaled, and the same on a replay even if the rules changed since.
+    permissions = judge(done.result["tool_calls"])
+    return Done({**done.result, "owner_messages": delivered, "permissions": permissions}, done.cost)
 
 
 OWNER_PREFIX = "Message from the owner: "
@@ -399,10 +422,55 @@ def _collect(
     raise StepFailed(f"{provider.name}: the stream ended without a completed response")
 
 
+def _workbench(ctx: RunContext, spec: Spec) -> Workbench:
+    project_id = Mission.objects.values_list("project_id", flat=True).get(pk=ctx.run.mission_id)
+    if not spec.repository:
+        return Workbench(ctx.run_id, project_id, None)
+
+    def prepare(call: StepCall) -> Done:
+        try:
+            path = workspace.ensure_worktree(ctx.run_id, spec.repository, spec.base)
+        except ToolError as error:
+            raise StepFailed(f"No workspace for this run: {error}") from error
+        Run.objects.filter(pk=ctx.run_id).update(workspace=str(path))
+        return Done(str(path))
+
+    path = ctx.step(
+        StepKind.CHECKPOINT,
+        effect=Effect.IDEMPOTENT_WRITE,
+        name="workspace",
+        request={"repository": spec.repository, "base": spec.base},
+        execute=prepare,
+    )
+    ctx.run.workspace = path
+    return Workbench(ctx.run_id, project_id, Path(path))
+
+
+def _judge(
+    tools: dict[str, Tool], project_id: int | None, calls: list[dict[str, Any]]
+) -> list[dict[str, Any] | None]:
+    """deny / ask / allow for each call (None for a call the executor will refuse anyway)."""
+    verdicts: list[dict[str, Any] | None] = []
+    for call in calls:
+        tool = tools.get(call["name"])
+        arguments = call.get("arguments")
+        if tool is None or not isinstance(arguments, dict):
+            verdicts.append(None)
+            continue
+        verdicts.append(permissions.evaluate(tool, arguments, project_id=project_id).as_dict())
+    return verdicts
+
+
 def _run_tools(
-    ctx: RunContext, calls: list[dict[str, Any]], tools: dict[str, Tool]
+    ctx: RunContext,
+    calls: list[dict[str, Any]],
+    verdicts: list[dict[str, Any] | None],
+    tools: dict[str, Tool],
+    bench: Workbench,
+    justification: str,
 ) -> list[ToolResult]:
-    """Reads of a turn run in parallel, writes one at a time, in the model's order."""
+    """Reads of a turn run in parallel, writes one at a time, in the model's order. Denied calls
+    are answered with the reason; calls that need the owner wait for an approval first."""
     results: list[ToolResult] = []
     batch: list[tuple[dict[str, Any], ReadStep]] = []
 
@@ -414,22 +482,44 @@ def _run_tools(
         )
         batch.clear()
 
-    for call in calls:
+    for call, verdict in zip(calls, verdicts, strict=True):
         tool = tools.get(call["name"])
         request = {"call_id": call["call_id"], "arguments": call["arguments"]}
-        execute = _executor(call, tool, tools, ctx.run)
-        if tool is not None and tool.effect == Effect.READ and tool.parallel_safe:
+        decision = verdict["decision"] if verdict else Decision.ALLOW
+        approval: dict[str, Any] | None = None
+        if tool is not None and decision == Decision.ASK and _valid(tool, call):
+            if batch:
+                flush()
+            approval = approvals.ask_approval(
+                ctx, bench, tool, call["arguments"], justification=justification
+            )
+            if "refused" in approval:
+                verdict = {"decision": Decision.DENY, "reason": approval["refused"]}
+                decision, approval = Decision.DENY, None
+        execute = _executor(call, tool, tools, ctx.run, bench, verdict, approval)
+        if tool is not None and tool.interact is not None and decision != Decision.DENY:
+            if batch:
+                flush()
+            results.append(_interact(ctx, tool, call, bench, execute))
+            continue
+        if (
+            tool is not None
+            and tool.effect == Effect.READ
+            and tool.parallel_safe
+            and decision == Decision.ALLOW
+        ):
             batch.append((call, ReadStep(StepKind.TOOL_CALL, call["name"], request, execute)))
             continue
         if batch:
             flush()
+        runs_tool = tool is not None and decision != Decision.DENY
         out = ctx.step(
             StepKind.TOOL_CALL,
-            effect=tool.effect if tool else Effect.READ,
+            effect=tool.effect if runs_tool and tool else Effect.READ,
             name=call["name"],
             request=request,
             execute=execute,
-            probe=_probe(tool, call) if tool and tool.probe else None,
+            probe=_probe(tool, call, bench) if runs_tool and tool and tool.probe else None,
         )
         results.append(ToolResult(call["call_id"], out["output"], out["is_error"]))
     if batch:
@@ -437,7 +527,42 @@ def _run_tools(
     return results
 
 
-def _executor(call: dict[str, Any], tool: Tool | None, tools: dict[str, Tool], run: Run) -> Any:
+def _valid(tool: Tool, call: dict[str, Any]) -> bool:
+    try:
+        tool.validate(call["arguments"])
+    except ToolInputError:
+        return False
+    return True
+
+
+def _interact(
+    ctx: RunContext, tool: Tool, call: dict[str, Any], bench: Workbench, execute: Any
+) -> ToolResult:
+    """A tool that talks to the owner: its own journaled steps and waits, after validation."""
+    if not _valid(tool, call):
+        out = ctx.step(
+            StepKind.TOOL_CALL,
+            effect=Effect.READ,
+            name=call["name"],
+            request={"call_id": call["call_id"], "arguments": call["arguments"]},
+            execute=execute,
+        )
+        return ToolResult(call["call_id"], out["output"], out["is_error"])
+    interact = tool.interact
+    if interact is None:  # the caller only sends tools that have one
+        raise TypeError(f"{tool.name} does not talk to the owner")
+    return ToolResult(call["call_id"], interact(ctx, bench, call["arguments"]))
+
+
+def _executor(
+    call: dict[str, Any],
+    tool: Tool | None,
+    tools: dict[str, Tool],
+    run: Run,
+    bench: Workbench,
+    verdict: dict[str, Any] | None,
+    approval: dict[str, Any] | None,
+) -> Any:
     def execute(step: StepCall) -> Done:
         # Refusals are journaled like any result: the model is told precisely, nothing runs.
         if tool is None:
@@ -453,16 +578,37 @@ def _executor(call: dict[str, Any], tool: Tool | None, tools: dict[str, Tool], r
             arguments = tool.validate(call["arguments"])
         except ToolInputError as error:
             return Done({"output": str(error), "is_error": True})
+        if verdict is not None and verdict["decision"] == Decision.DENY:
+            return Done(
+                {
+                    "output": f"Refused: {tool.name} {verdict['reason']}.",
+                    "is_error": True,
+                    "permission": verdict,
+                }
+            )
+        if (
+            verdict is not None
+            and verdict["decision"] == Decision.ASK
+            and (
+                approval is None
+                or approval.get("args_hash") != arguments_hash(tool.name, arguments)
+            )
+        ):
+            # The harness's own check, whatever the loop above did: no approval, no call.
+            return Done({"output": f"Refused: {tool.name} needs an approval.", "is_error": True})
+        try:
+            text = tool.run(bench.env(step, approval), arguments)
+        except ToolError as error:
+            return Done({"output": str(error), "is_error": True})
         # A big output goes to an artifact; the journal and the context keep a preview.
-        output = relief.offload(tool.run(step, arguments), tool=tool.name, run=run)
-        return Done({"output": output, "is_error": False})
+        return Done({"output": relief.offload(text, tool=tool.name, run=run), "is_error": False})
 
     return execute
 
 
-def _probe(tool: Tool, call: dict[str, Any]) -> Any:
+def _probe(tool: Tool, call: dict[str, Any], bench: Workbench) -> Any:
     def probe(step: StepCall) -> Done | None:
-        found = tool.probe(step, call["arguments"] or {}) if tool.probe else None
+        found = tool.probe(bench.env(step), call["arguments"] or {}) if tool.probe else None
         return Done({"output": found, "is_error": False}) if found is not None else None
 
     return probe

@@ -7,19 +7,18 @@ from typing import Any
 import pytest
 
 from kernel import runs
-from kernel.context import StepCall
 from kernel.models import Effect, Run, Step
 from kernel.worker import Worker
 from missions.providers import scripted
 from tests.kernel.factories import make_mission
 from tools import registry
-from tools.base import Risk, Tool
+from tools.base import Risk, Tool, ToolEnv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WRITES: list[str] = []
 
 
-def _note(call: StepCall, arguments: dict[str, Any]) -> str:
+def _note(env: ToolEnv, arguments: dict[str, Any]) -> str:
     WRITES.append(arguments["text"])
     return "noted"
 
@@ -392,8 +391,8 @@ def test_it_ends_blocked_when_the_stop_hook_keeps_refusing() -> None:
 def test_it_delivers_a_message_sent_while_the_run_executes() -> None:
     from missions import steering
 
-    def owner_writes_meanwhile(call: StepCall, arguments: dict[str, Any]) -> str:
-        steering.send_message(run_id=call.run_id, text="Stop after this, please.")
+    def owner_writes_meanwhile(env: ToolEnv, arguments: dict[str, Any]) -> str:
+        steering.send_message(run_id=env.run_id, text="Stop after this, please.")
         return "ok"
 
     registry.register(

@@ -1,0 +1,84 @@
+"""Approvals and owner questions are the kernel's durable human waits, seen from the owner's side.
+
+One row, one truth: the wait holds the request (its question) and the owner's decision (its
+answer); these proxies only name and filter them. A run waiting for the owner is this row, not a
+blocked process, so an answer days later wakes it like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from kernel.models import Wait, WaitKind, WaitState
+
+
+class Status(models.TextChoices):
+    PENDING = "pending", _("waiting for you")
+    APPROVED = "approved", _("approved")
+    REFUSED = "refused", _("refused")
+    EXPIRED = "expired", _("expired (refused)")
+    ANSWERED = "answered", _("answered")
+
+
+class _PastDue:
+    due_at: Any
+
+    @property
+    def is_past_due(self) -> bool:
+        # The kernel marks a wait expired when it looks at the run; to the owner it is already.
+        return self.due_at is not None and self.due_at <= timezone.now()
+
+
+class ApprovalManager(models.Manager["Approval"]):
+    def get_queryset(self) -> models.QuerySet[Approval]:
+        return super().get_queryset().filter(kind=WaitKind.HUMAN, question__type="approval")
+
+
+class QuestionManager(models.Manager["Question"]):
+    def get_queryset(self) -> models.QuerySet[Question]:
+        return super().get_queryset().filter(kind=WaitKind.HUMAN, question__type="question")
+
+
+class Approval(_PastDue, Wait):
+    """A tool call (or an action the agent names) that needs the owner's yes."""
+
+    objects: ClassVar[ApprovalManager] = ApprovalManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = _("approval")
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return self.question if isinstance(self.question, dict) else {}
+
+    @property
+    def status(self) -> str:
+        if self.state == WaitState.OPEN:
+            return Status.EXPIRED if self.is_past_due else Status.PENDING
+        if self.state == WaitState.EXPIRED:
+            return Status.EXPIRED
+        approved = isinstance(self.answer, dict) and self.answer.get("approved") is True
+        return Status.APPROVED if approved else Status.REFUSED
+
+
+class Question(_PastDue, Wait):
+    """A question the agent asked the owner (`ask_owner`)."""
+
+    objects: ClassVar[QuestionManager] = QuestionManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = _("question")
+
+    @property
+    def status(self) -> str:
+        if self.state == WaitState.OPEN and self.is_past_due:
+            return Status.EXPIRED
+        if self.state == WaitState.OPEN:
+            return Status.PENDING
+        return Status.EXPIRED if self.state == WaitState.EXPIRED else Status.ANSWERED

@@ -1,0 +1,153 @@
+"""Asking the owner (inside a run) and answering (from the console or the API).
+
+An approval is bound to a hash of the exact tool and arguments, and to what the owner was shown
+(a push's commit): the decision must name that hash, and the call runs only if its own
+arguments hash the same. Approving X never lets Y through. No answer before expiry is a refusal.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from approvals.models import Approval, Question
+from kernel import runs
+from kernel.context import Done, RunContext, StepCall
+from kernel.exceptions import KernelError
+from kernel.models import Effect, StepKind
+from tools import permissions
+from tools.base import Tool, Workbench, arguments_hash
+from tools.models import Decision, PermissionRule
+
+MAX_JUSTIFICATION = 4000
+
+
+def ttl() -> timedelta:
+    return timedelta(hours=float(getattr(settings, "AGENTOS_APPROVAL_TTL_HOURS", 168)))
+
+
+def ask_approval(
+    ctx: RunContext, bench: Workbench, tool: Tool, arguments: dict[str, Any], *, justification: str
+) -> dict[str, Any]:
+    """Ask the owner to approve this exact call; wait durably. The approval's request (with
+    its preview, computed once) when approved, else `{"refused": reason}`."""
+
+    def build(call: StepCall) -> Done:
+        preview = tool.preview(bench.env(call), arguments) if tool.preview else {}
+        return Done(
+            {
+                "type": "approval",
+                "tool": tool.name,
+                "arguments": arguments,
+                "args_hash": arguments_hash(tool.name, arguments),
+                "risk": str(tool.risk),
+                "justification": justification[:MAX_JUSTIFICATION],
+                "preview": preview,
+                "project_id": bench.project_id,
+                "mission_id": ctx.run.mission_id,
+            }
+        )
+
+    # The request is recorded first, so the wait's question (and a replay of it) is fixed even
+    # if the workspace changes afterwards.
+    request = ctx.step(
+        StepKind.CHECKPOINT,
+        effect=Effect.READ,
+        name=f"approval-request:{tool.name}",
+        request={"arguments": arguments},
+        execute=build,
+    )
+    waited = ctx.wait_human(request, expires_in=ttl())
+    answer = waited.get("answer") if isinstance(waited, dict) else None
+    if not isinstance(answer, dict):
+        return {"refused": "no answer before the approval expired"}
+    if answer.get("approved") is not True:
+        note = f": {answer['note']}" if answer.get("note") else ""
+        return {"refused": f"the owner refused{note}"}
+    if answer.get("args_hash") != request["args_hash"]:
+        return {"refused": "the approval does not match this call"}
+    return dict(request)
+
+
+def ask_question(ctx: RunContext, text: str, *, choices: list[str] | None = None) -> str:
+    waited = ctx.wait_human(
+        {
+            "type": "question",
+            "text": text,
+            "choices": choices or [],
+            "mission_id": ctx.run.mission_id,
+        },
+        expires_in=ttl(),
+    )
+    answer = waited.get("answer") if isinstance(waited, dict) else None
+    if not isinstance(answer, dict):
+        return "The owner did not answer before the question expired."
+    return str(answer.get("text", ""))
+
+
+def decide(
+    approval_id: int,
+    *,
+    approve: bool,
+    args_hash: str,
+    always: bool = False,
+    note: str = "",
+    by: str = "owner",
+) -> Approval:
+    """Record the owner's decision on an open approval and wake its run.
+
+    `args_hash` must be the request's own: the owner decides on what they were shown.
+    """
+    with transaction.atomic():
+        approval: Approval | None = (
+            Approval.objects.select_for_update().filter(pk=approval_id).first()
+        )
+        if approval is None:
+            raise KernelError(f"No approval {approval_id}.", code="not_found", status=404)
+        expected = approval.request.get("args_hash")
+        if args_hash != expected:
+            raise KernelError(
+                "args_hash does not match this approval's call: refresh it and decide on what it"
+                " shows now.",
+                code="hash_mismatch",
+                status=409,
+            )
+        if always and not approve:
+            raise KernelError("'always' applies to an approval only.", code="invalid_input")
+        runs.answer_wait(
+            approval.pk,
+            answer={"approved": approve, "args_hash": args_hash, "always": always, "note": note},
+            by=by,
+        )
+        if always:
+            _always_allow(approval)
+    return Approval.objects.get(pk=approval.pk)
+
+
+def answer(question_id: int, *, text: str, by: str = "owner") -> Question:
+    if not text.strip():
+        raise KernelError("An answer cannot be empty.", code="invalid_input")
+    if not Question.objects.filter(pk=question_id).exists():
+        raise KernelError(f"No question {question_id}.", code="not_found", status=404)
+    runs.answer_wait(question_id, answer={"text": text}, by=by)
+    return Question.objects.get(pk=question_id)
+
+
+def _always_allow(approval: Approval) -> None:
+    from tools import registry
+
+    request = approval.request
+    tool = registry.get(str(request.get("tool", "")))
+    if tool is None or request.get("project_id") is None:
+        raise KernelError("This approval cannot become a project rule.", code="invalid_input")
+    PermissionRule.objects.create(
+        project_id=request["project_id"],
+        tool=tool.name,
+        pattern=permissions.always_allow_pattern(tool, request["arguments"]),
+        decision=Decision.ALLOW,
+        note=f"'always allow' on approval {approval.pk}",
+        created_by="owner",
+    )

@@ -1,0 +1,123 @@
+"""Permission decisions, made by the harness and never by the model: deny → ask → allow.
+
+Protected paths come first and no rule opens them: the repository's metadata (`.git`), agent
+configuration and transcripts, hooks and shell rc files — whatever would let an agent change
+its own rules or plant code that something else runs later. Then the owner's rules: any
+matching deny wins, then any ask, then any allow. Without a matching rule, the tool's risk
+class decides: reads and workspace writes are allowed (the sandbox holds them), network and
+external actions ask the owner.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.db.models.signals import post_delete, post_save
+
+from tools.base import Risk, Tool, ToolError
+from tools.models import Decision, PermissionRule
+
+PROTECTED_DIRS = (".git", ".agentos", ".claude", ".codex", ".githooks", ".husky")
+PROTECTED_FILES = {
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".envrc",
+    ".npmrc",
+    ".pypirc",
+    ".netrc",
+    ".gitconfig",
+    ".gitmodules",
+    ".pre-commit-config.yaml",
+    "AGENTS.md",
+    "CLAUDE.md",
+}
+DEFAULTS = {
+    Risk.READ: Decision.ALLOW,
+    Risk.WORKSPACE_WRITE: Decision.ALLOW,
+    Risk.NETWORK: Decision.ASK,
+    Risk.EXTERNAL: Decision.ASK,
+}
+CACHE_SECONDS = 2.0  # other processes' rule edits apply within this; ours at once (signals)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str
+    reason: str
+    rule: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def protected(path: str) -> str | None:
+    """Why `path` (workspace-relative) is protected, or None."""
+    normal = posixpath.normpath(path.strip().removeprefix("/workspace/"))
+    parts = [part for part in normal.split("/") if part not in ("", ".")]
+    for part in parts:
+        if part in PROTECTED_DIRS:
+            return f"{part}/ is protected (repository metadata, agent configuration or hooks)"
+    if parts and parts[-1] in PROTECTED_FILES:
+        return f"{parts[-1]} is protected (configuration an agent must not change)"
+    return None
+
+
+def evaluate(tool: Tool, arguments: dict[str, Any], *, project_id: int | None) -> Verdict:
+    if tool.risk != Risk.READ and isinstance(arguments.get("path"), str):
+        why = protected(arguments["path"])
+        if why:
+            return Verdict(Decision.DENY, why)
+    try:
+        subject = tool.subject_of(arguments)
+    except ToolError:
+        subject = ""
+    matched: dict[str, PermissionRule] = {}
+    for rule in _rules():
+        if rule.project_id not in (None, project_id) or rule.tool not in ("*", tool.name):
+            continue
+        if fnmatch.fnmatchcase(subject, rule.pattern):
+            matched.setdefault(rule.decision, rule)
+    for decision in (Decision.DENY, Decision.ASK, Decision.ALLOW):
+        if decision in matched:
+            rule = matched[decision]
+            return Verdict(decision, f"rule {rule.pk}: {rule.tool} {rule.pattern}", rule.pk)
+    return Verdict(DEFAULTS[Risk(tool.risk)], f"default for {tool.risk} tools")
+
+
+def always_allow_pattern(tool: Tool, arguments: dict[str, Any]) -> str:
+    """The glob matching exactly this call's subject ("always allow this in this project")."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in tool.subject_of(arguments))
+
+
+_cache: tuple[float, list[PermissionRule]] = (0.0, [])
+_lock = threading.Lock()
+
+
+def _rules() -> list[PermissionRule]:
+    global _cache
+    loaded_at, rules = _cache
+    if time.monotonic() - loaded_at < CACHE_SECONDS:
+        return rules
+    with _lock:
+        rules = list(PermissionRule.objects.all())
+        _cache = (time.monotonic(), rules)
+    return rules
+
+
+def _forget(**kwargs: Any) -> None:
+    global _cache
+    _cache = (0.0, [])
+
+
+post_save.connect(_forget, sender=PermissionRule, dispatch_uid="permissions-forget-save")
+post_delete.connect(_forget, sender=PermissionRule, dispatch_uid="permissions-forget-delete")

@@ -1,0 +1,55 @@
+"""The shell tool: a command line run in the level-1 sandbox, in the run's worktree.
+
+Its effects stay in the worktree (no network, nothing else writable), so a command replayed
+after a crash is the agent running it twice, which it sees: classed as an idempotent write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel.models import Effect
+from tools.base import Risk, Tool, ToolEnv, ToolError
+
+DEFAULT_TIMEOUT = 300
+MAX_TIMEOUT = 1800
+
+
+def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    from cluster.sandbox import Limits, SandboxUnavailable, for_level
+
+    top = env.need_workspace()
+    limits = Limits(wall_seconds=arguments.get("timeout_seconds", DEFAULT_TIMEOUT))
+    try:
+        result = for_level(1).run(
+            ["/bin/sh", "-c", arguments["command"]],
+            workdir=top,
+            limits=limits,
+            stopping=env.call.stopping,
+        )
+    except SandboxUnavailable as error:
+        raise ToolError(f"No sandbox on this node: {error}") from None
+    return str(result.summary())
+
+
+SHELL = Tool(
+    name="shell",
+    description=(
+        "Run a shell command in the sandbox, in the workspace (mounted at /workspace): no"
+        " network, .git read-only, output capped. Use it to run tests and builds."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1, "maxLength": 20000},
+            "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+    effect=Effect.IDEMPOTENT_WRITE,
+    risk=Risk.WORKSPACE_WRITE,
+    min_sandbox_level=1,
+    run=_shell,
+    subject=lambda arguments: str(arguments.get("command", "")),
+)
