@@ -86,9 +86,9 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         raise ToolError(f"{repository} is not a git repository.")
     path = root() / "worktrees" / f"run-{run_id}"
-    if path.is_dir() and (path / ".git").is_file():
+    if _is_worktree_of(path, repo):
         return path
-    if path.exists():  # a crash in the middle of `worktree add`: start it again
+    if path.exists():  # a crash in the middle of `worktree add`, or a stale run's: start again
         shutil.rmtree(path)
     git(repo, "worktree", "prune")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +97,17 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
 
     give(path)
     return path
+
+
+def _is_worktree_of(path: Path, repo: Path) -> bool:
+    marker = path / ".git"
+    if not marker.is_file() or marker.is_symlink():
+        return False
+    gitdir = marker.read_text(errors="replace").removeprefix("gitdir:").strip()
+    if not Path(gitdir).is_dir():
+        return False
+    common = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
+    return Path(gitdir).resolve().parent.parent == Path(common).resolve()
 
 
 def relative(path: str) -> str:
