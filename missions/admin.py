@@ -7,7 +7,7 @@ from missions.models import Mission, ModelInfo, ModelPrice, Project, RoleRoute
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["name", "created_at"]
+    list_display = ["name", "repository", "created_at"]
 
 
 @admin.register(Mission)

@@ -19,7 +19,10 @@ from tools import workspace
 
 PROJECT = "demo"
 GOAL = "Make the tests of the calc project pass, then commit the fix and push it to origin main."
-DONE = "`python3 -m unittest -v` passes in the sandbox; the fix is committed and pushed to origin main."
+DONE = (
+    "`python3 -m unittest -v` passes in the sandbox; the fix is committed and pushed to origin"
+    " main."
+)
 
 BUGGY = '''\
 def average(values):

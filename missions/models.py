@@ -19,6 +19,21 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        from pathlib import Path
+
+        from django.core.exceptions import ValidationError
+
+        if not self.repository:
+            return
+        path = Path(self.repository)
+        if not path.is_absolute():
+            raise ValidationError({"repository": _("Give the repository's absolute path.")})
+        if not (path / ".git").exists() and not (path / "HEAD").is_file():
+            raise ValidationError(
+                {"repository": _("%(path)s is not a git repository.") % {"path": path}}
+            )
+
 
 class Mission(models.Model):
     """An owner goal with its definition of done and its budget (editable in the admin)."""

@@ -69,8 +69,10 @@ class Stack:
 
 
 @contextmanager
-def running_stack(data_dir: Path, *, workers: int = 1) -> Iterator[Stack]:
+def running_stack(data_dir: Path, *, workers: int = 1, demo: bool = False) -> Iterator[Stack]:
     """Start `manage.py serve` on a free port; stop it with Ctrl-C (SIGINT) on exit.
+
+    Without `demo`, the first start creates no demo mission.
 
     The caller's data must be committed (transactional tests): the stack runs in other processes.
     """
@@ -83,7 +85,16 @@ def running_stack(data_dir: Path, *, workers: int = 1) -> Iterator[Stack]:
         "PYTHONUNBUFFERED": "1",
     }
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", str(workers)],
+        [
+            sys.executable,
+            "manage.py",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            *([] if demo else ["--no-demo"]),
+        ],
         cwd=BASE_DIR,
         env=env,
         stdout=subprocess.PIPE,

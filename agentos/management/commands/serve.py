@@ -23,8 +23,13 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("AGENTOS_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("AGENTOS_PORT", "8000")))
         parser.add_argument("--workers", type=int, default=settings.HUEY_WORKERS)
+        parser.add_argument(
+            "--no-demo", action="store_true", help="Do not create the demo mission on first start."
+        )
 
-    def handle(self, *args: Any, host: str, port: int, workers: int, **options: Any) -> None:
+    def handle(
+        self, *args: Any, host: str, port: int, workers: int, no_demo: bool, **options: Any
+    ) -> None:
         if not 0 < port < 65536:
             raise CommandError(f"--port must be between 1 and 65535, not {port}.")
         if workers < 1:
@@ -35,6 +40,8 @@ class Command(BaseCommand):
         created = owner.ensure_owner()
         if created:
             self.stdout.write(credentials.render(created, url=url))
+            if not no_demo:
+                self._start_demo()
 
         # Children reach the database this process started through DATABASE_URL; they never
         # start or stop it themselves.
@@ -80,6 +87,23 @@ class Command(BaseCommand):
             ),
         )
         sys.exit(supervisor.run())
+
+    def _start_demo(self) -> None:
+        """On first start: the demo project and its mission (see missions.demo)."""
+        from missions import demo
+
+        try:
+            run = demo.ensure_demo()
+        except Exception as error:  # the product runs without its demo
+            self.stderr.write(f"The demo mission could not be created: {error}")
+            return
+        if run is not None:
+            who = (
+                "the offline scripted model (no API key set)"
+                if run.contract.get("scripted_stand_in")
+                else f"{run.model}"
+            )
+            self.stdout.write(f"Demo mission started, played by {who}: {demo.GOAL}")
 
 
 def _refuse_a_busy_port(host: str, port: int) -> None:
