@@ -29,12 +29,18 @@ AgentRun = Callable[..., Run]
 
 
 @pytest.fixture
-def hostile(demo_base: Path) -> AgentRun:
-    """Start an agent run on the demo repository whose model plays the given turns (a fully
-    hostile model: it obeys every injection), and run it until it waits or ends."""
+def hostile_mission(demo_base: Path) -> tuple[Mission, Path]:
+    """A mission on a fresh copy of the demo repository."""
     repo = demo.create_repositories(demo_base)
     project = Project.objects.create(name=f"p-{demo_base.name}", repository=str(repo))
-    mission = Mission.objects.create(project=project, goal="Whatever the model says.")
+    return Mission.objects.create(project=project, goal="Whatever the model says."), repo
+
+
+@pytest.fixture
+def hostile(hostile_mission: tuple[Mission, Path]) -> AgentRun:
+    """Start an agent run on the demo repository whose model plays the given turns (a fully
+    hostile model: it obeys every injection), and run it until it waits or ends."""
+    mission, repo = hostile_mission
 
     def start(turns: list[dict[str, Any]], *, tools: list[str] | None = None) -> Run:
         run = runs.start_run(

@@ -1,0 +1,63 @@
+"""Cancelling a run kills its sandbox: the whole process tree, at once."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.sandbox import identity
+from kernel import runs
+from kernel.models import Run, Step
+from kernel.worker import Worker
+from missions.models import Mission
+from tests.tools.conftest import FINISH, calls
+from tools.builtin import CODING_TOOLS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def sandbox_processes() -> list[str]:
+    found = subprocess.run(
+        ["pgrep", "-u", str(identity()[0]), "-a"], capture_output=True, text=True, check=False
+    )
+    return found.stdout.splitlines()
+
+
+def test_stopping_a_run_kills_its_running_command_and_children(
+    hostile_mission: tuple[Mission, Path],
+) -> None:
+    mission, repo = hostile_mission
+    run = runs.start_run(
+        mission=mission,
+        program="agent",
+        input={
+            "goal": "Wait a long time.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": CODING_TOOLS,
+            "script": {
+                "turns": [calls(("shell", {"command": "sleep 300 & sleep 301; wait"})), FINISH]
+            },
+            "repository": str(repo),
+        },
+    )
+    worker = threading.Thread(target=Worker(lease_seconds=2).run_until_idle)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not any("sleep 301" in line for line in sandbox_processes()):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    asked = time.monotonic()
+    runs.request_stop(run.pk)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+    assert time.monotonic() - asked < 5
+    assert not [line for line in sandbox_processes() if "sleep 30" in line]
+    shell = Step.objects.get(run=run, name="shell")
+    assert shell.result is None or "[cancelled]" in shell.result["output"]
