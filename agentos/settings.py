@@ -149,6 +149,9 @@ HUEY: dict[str, Any] = {
 # A worker pool whose last beat is older than this is reported `stale` (heartbeat runs each minute).
 WORKER_STALE_AFTER_SECONDS = env_int("AGENTOS_WORKER_STALE_AFTER", 150, minimum=10)
 
+# An approval or owner question not answered within this many hours is a refusal.
+APPROVAL_TTL_HOURS = env_int("AGENTOS_APPROVAL_TTL_HOURS", 168, minimum=1)
+
 # --- Authentication -----------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -26,7 +26,7 @@ MAX_JUSTIFICATION = 4000
 
 
 def ttl() -> timedelta:
-    return timedelta(hours=float(getattr(settings, "AGENTOS_APPROVAL_TTL_HOURS", 168)))
+    return timedelta(hours=settings.APPROVAL_TTL_HOURS)
 
 
 def ask_approval(
