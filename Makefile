@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # PYTHON=/path/to/python3.12 overrides the search below.
 PYTHON ?= $(shell scripts/find-python312)
 
-.PHONY: help run test lint fmt typecheck check chaos bench lock clean-data
+.PHONY: help run test lint fmt typecheck check chaos bench lock clean-data system-deps
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,10 +30,10 @@ $(VENV)/.installed-dev: requirements.lock requirements-dev.lock | $(BIN)/python
 	$(BIN)/pip install --quiet -r requirements-dev.lock
 	@touch $(VENV)/.installed-run $@
 
-run: $(VENV)/.installed-run ## Run agentos on the embedded database (http://127.0.0.1:8000)
+run: system-deps $(VENV)/.installed-run ## Run agentos on the embedded database (http://127.0.0.1:8000)
 	$(BIN)/python manage.py serve
 
-test: $(VENV)/.installed-dev ## Run the whole test suite (browser tests need Chromium: see .ci/run)
+test: system-deps $(VENV)/.installed-dev ## Run the whole test suite (browser tests need Chromium: see .ci/run)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev ## Check formatting and lint with ruff
@@ -61,6 +61,9 @@ lock: | $(BIN)/python ## Re-pin every dependency from pyproject.toml
 	$(BIN)/pip install --quiet pip-tools
 	$(BIN)/pip-compile --quiet --strip-extras --output-file=requirements.lock pyproject.toml
 	$(BIN)/pip-compile --quiet --strip-extras --extra=dev --output-file=requirements-dev.lock pyproject.toml
+
+system-deps: ## Install the system programs agentos needs (bubblewrap, ripgrep, git) if missing
+	@scripts/system-deps
 
 clean-data: ## Delete the local data folder (database, keys): asks first
 	@read -p "Delete ./.data (database and secret key)? [y/N] " ok && [ "$$ok" = y ] && rm -rf .data
