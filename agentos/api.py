@@ -264,3 +264,4 @@ def revoke_token(request: HttpRequest, token_id: int) -> ApiToken:
 
 
 api.add_router("/", account)
+api.add_router("/", "approvals.api.router")

@@ -27,6 +27,7 @@ from agentos import audit, health, owner, signin, tokens
 from agentos.errors import DomainError
 from agentos.forms import SignInForm, TokenForm
 from agentos.models import ApiToken, AuditEvent
+from approvals import inbox
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,6 @@ SCREENS = [
         "approvals",
         gettext_lazy("Approvals"),
         gettext_lazy("Exact actions waiting for your decision."),
-        gettext_lazy("the tools, sandbox and approvals issue"),
     ),
     Screen(
         "projects",
@@ -187,8 +187,17 @@ def logout_view(request: HttpRequest) -> HttpResponse:
 @require_safe
 @owner_required
 def home(request: HttpRequest) -> HttpResponse:
-    template = "console/home.html#health" if request.htmx else "console/home.html"  # type: ignore[attr-defined]
-    return render(request, template, {"screen": SCREENS_BY_SLUG["home"], "health": health.check()})
+    # htmx refreshes one card at a time, named by its id (HX-Target); unnamed means health.
+    card = None
+    if request.htmx:  # type: ignore[attr-defined]
+        card = "waiting" if request.htmx.target == "waiting" else "health"  # type: ignore[attr-defined]
+    context: dict[str, Any] = {"screen": SCREENS_BY_SLUG["home"]}
+    if card != "health":
+        context["waiting"] = inbox.waiting()
+    if card != "waiting":
+        context["health"] = health.check()
+    template = f"console/home.html#{card}" if card else "console/home.html"
+    return render(request, template, context)
 
 
 @require_safe

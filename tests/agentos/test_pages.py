@@ -73,7 +73,7 @@ def test_it_sends_strangers_to_sign_in(client: Client, db: None, path: str) -> N
 
 
 def test_it_says_plainly_which_screens_are_not_built(owner_client: Client) -> None:
-    content = owner_client.get("/approvals/").content.decode()
+    content = owner_client.get("/memory/").content.decode()
 
     assert "This screen is not built yet" in content
 

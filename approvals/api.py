@@ -1,0 +1,172 @@
+"""Approvals and owner questions over /api/v1: list, read, decide, answer.
+
+Decisions and answers go through `approvals.service`, as the console's do; its `KernelError`s
+(unknown id, stale hash, already settled, expired) become the API's error shape in `agentos.api`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from pydantic import ConfigDict, StrictBool
+
+from agentos.errors import DomainError
+from approvals import inbox, service
+from approvals.models import Approval, Question
+
+router = Router(tags=["approvals"])
+
+StatusName = Literal["pending", "approved", "refused", "expired", "answered"]
+
+
+class ListFilter(Schema):
+    status: Literal["pending", "all"] = "pending"
+    limit: int = Field(100, ge=1, le=500)
+
+
+class ApprovalOut(Schema):
+    id: int
+    status: StatusName
+    tool: str
+    arguments: dict[str, Any]
+    args_hash: str
+    risk: str
+    justification: str
+    preview: dict[str, Any]
+    project_id: int | None
+    mission_id: int
+    run_id: int
+    created_at: datetime
+    due_at: datetime | None
+    decided_at: datetime | None
+    answer: dict[str, Any] | None  # the decision as recorded: approved, args_hash, always, note
+
+
+class QuestionOut(Schema):
+    id: int
+    status: StatusName
+    text: str
+    choices: list[str]
+    mission_id: int
+    run_id: int
+    created_at: datetime
+    due_at: datetime | None
+    answered_at: datetime | None
+    answer: str | None
+
+
+class DecisionIn(Schema):
+    # A decision is an explicit JSON boolean, never a string or a number coerced into one.
+    model_config = ConfigDict(extra="forbid")
+
+    approve: StrictBool
+    args_hash: str = Field(max_length=128)
+    always: StrictBool = False
+    note: str = Field("", max_length=2000)
+
+
+class AnswerIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(max_length=10000)
+
+
+def approval_out(approval: Approval) -> dict[str, Any]:
+    request = approval.request
+    arguments = request.get("arguments")
+    preview = request.get("preview")
+    return {
+        "id": approval.pk,
+        "status": approval.status,
+        "tool": str(request.get("tool", "")),
+        "arguments": arguments if isinstance(arguments, dict) else {},
+        "args_hash": str(request.get("args_hash", "")),
+        "risk": str(request.get("risk", "")),
+        "justification": str(request.get("justification", "")),
+        "preview": preview if isinstance(preview, dict) else {},
+        "project_id": request.get("project_id"),
+        "mission_id": approval.run.mission_id,
+        "run_id": approval.run_id,
+        "created_at": approval.created_at,
+        "due_at": approval.due_at,
+        "decided_at": approval.settled_at,
+        "answer": approval.answer if isinstance(approval.answer, dict) else None,
+    }
+
+
+def question_out(question: Question) -> dict[str, Any]:
+    request = question.question if isinstance(question.question, dict) else {}
+    answer = question.answer.get("text") if isinstance(question.answer, dict) else None
+    return {
+        "id": question.pk,
+        "status": question.status,
+        "text": str(request.get("text", "")),
+        "choices": [str(choice) for choice in request.get("choices") or []],
+        "mission_id": question.run.mission_id,
+        "run_id": question.run_id,
+        "created_at": question.created_at,
+        "due_at": question.due_at,
+        "answered_at": question.settled_at,
+        "answer": None if answer is None else str(answer),
+    }
+
+
+@router.get(
+    "/approvals", response=list[ApprovalOut], summary="Approvals, newest first (pending by default)"
+)
+def list_approvals(request: HttpRequest, filters: Query[ListFilter]) -> list[dict[str, Any]]:
+    found = inbox.approvals(pending_only=filters.status == "pending")[: filters.limit]
+    return [approval_out(approval) for approval in found]
+
+
+@router.get("/approvals/{approval_id}", response=ApprovalOut, summary="One approval")
+def get_approval(request: HttpRequest, approval_id: int) -> dict[str, Any]:
+    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
+    if approval is None:
+        raise DomainError(f"No approval {approval_id}.", code="not_found", status=404)
+    return approval_out(approval)
+
+
+@router.post(
+    "/approvals/{approval_id}/decision",
+    response=ApprovalOut,
+    summary="Approve or refuse the exact call (name its args_hash); wakes the run",
+)
+def decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> dict[str, Any]:
+    service.decide(
+        approval_id,
+        approve=payload.approve,
+        args_hash=payload.args_hash,
+        always=payload.always,
+        note=payload.note,
+    )
+    return approval_out(Approval.objects.select_related("run").get(pk=approval_id))
+
+
+@router.get(
+    "/questions", response=list[QuestionOut], summary="Owner questions, newest first (pending)"
+)
+def list_questions(request: HttpRequest, filters: Query[ListFilter]) -> list[dict[str, Any]]:
+    found = inbox.questions(pending_only=filters.status == "pending")[: filters.limit]
+    return [question_out(question) for question in found]
+
+
+@router.get("/questions/{question_id}", response=QuestionOut, summary="One owner question")
+def get_question(request: HttpRequest, question_id: int) -> dict[str, Any]:
+    question = Question.objects.select_related("run").filter(pk=question_id).first()
+    if question is None:
+        raise DomainError(f"No question {question_id}.", code="not_found", status=404)
+    return question_out(question)
+
+
+@router.post(
+    "/questions/{question_id}/answer",
+    response=QuestionOut,
+    summary="Answer a question; wakes the run",
+)
+def answer(request: HttpRequest, question_id: int, payload: AnswerIn) -> dict[str, Any]:
+    service.answer(question_id, text=payload.text)
+    return question_out(Question.objects.select_related("run").get(pk=question_id))

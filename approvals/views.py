@@ -1,0 +1,194 @@
+"""Console pages: the approvals queue, one approval (approve, refuse, always allow), one question.
+
+Decisions go through `approvals.service`, as the API's do. After a decision the page redirects
+to itself, which then shows the outcome from the row (a reload never decides twice).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods, require_safe
+
+from agentos.errors import DomainError
+from agentos.views import SCREENS_BY_SLUG, owner_required
+from approvals import inbox, service
+from approvals.forms import AnswerForm, DecisionForm
+from approvals.models import Approval, Question, Status
+from missions.models import Project
+from tools import registry
+
+MAX_DIFF_LINES = 4000
+
+
+@require_safe
+@owner_required
+def queue(request: HttpRequest) -> HttpResponse:
+    context = {
+        "screen": SCREENS_BY_SLUG["approvals"],
+        "waiting": inbox.waiting(limit=100),
+        "settled": inbox.settled(limit=20),
+    }
+    template = "approvals/queue.html#lists" if request.htmx else "approvals/queue.html"  # type: ignore[attr-defined]
+    return render(request, template, context)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def approval(request: HttpRequest, approval_id: int) -> HttpResponse:
+    found = _approval(approval_id)
+    form = DecisionForm(request.POST or None)
+    error, status = None, 200
+    if request.method == "POST":
+        if form.is_valid():
+            decision = form.cleaned_data["decision"]
+            try:
+                service.decide(
+                    found.pk,
+                    approve=decision in ("approve", "always"),
+                    args_hash=form.cleaned_data["args_hash"],
+                    always=decision == "always",
+                    note=form.cleaned_data["note"],
+                )
+            except DomainError as refused:
+                error, status = _decision_error(refused), refused.status
+                found = _approval(approval_id)
+            else:
+                return redirect("console:approval", approval_id=found.pk)
+        else:
+            error, status = _("The decision was not understood; decide again."), 400
+    return render(
+        request,
+        "approvals/approval.html",
+        _approval_context(found, form=form, error=error),
+        status=status,
+    )
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def question(request: HttpRequest, question_id: int) -> HttpResponse:
+    found = _question(question_id)
+    form = AnswerForm(request.POST or None)
+    error, status = None, 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                service.answer(found.pk, text=form.cleaned_data["text"])
+            except DomainError as refused:
+                error, status = _decision_error(refused), refused.status
+                found = _question(question_id)
+            else:
+                return redirect("console:question", question_id=found.pk)
+        else:
+            status = 400
+    request_ = found.question if isinstance(found.question, dict) else {}
+    answer = found.answer.get("text") if isinstance(found.answer, dict) else None
+    context = {
+        "screen": SCREENS_BY_SLUG["approvals"],
+        "question": found,
+        "text": str(request_.get("text", "")),
+        "choices": [str(choice) for choice in request_.get("choices") or []],
+        "answer": answer,
+        "form": form,
+        "error": error,
+        "status_label": Status(found.status).label,
+        "is_pending": found.status == Status.PENDING,
+    }
+    return render(request, "approvals/question.html", context, status=status)
+
+
+def _approval(approval_id: int) -> Approval:
+    found = Approval.objects.select_related("run__mission").filter(pk=approval_id).first()
+    if found is None:
+        raise Http404(_("No such approval."))
+    return found
+
+
+def _question(question_id: int) -> Question:
+    found = Question.objects.select_related("run__mission").filter(pk=question_id).first()
+    if found is None:
+        raise Http404(_("No such question."))
+    return found
+
+
+def _decision_error(refused: DomainError) -> str:
+    """The service's refusal in the owner's words (it speaks of waits and hashes)."""
+    messages = {
+        "already_settled": _("This was already settled, perhaps from another device."),
+        "expired": _("This expired before your decision: no answer in time counts as a refusal."),
+        "hash_mismatch": _(
+            "The call changed since this page was shown. Read it again before deciding."
+        ),
+    }
+    return messages.get(refused.code, refused.message)
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    css: str
+    text: str
+
+
+def diff_lines(diff: str) -> tuple[list[DiffLine], int]:
+    """A unified diff's lines with the class that styles each; and how many were left out."""
+    lines = diff.splitlines()
+    shown: list[DiffLine] = []
+    for line in lines[:MAX_DIFF_LINES]:
+        if line.startswith(("+++", "---", "diff --git", "index ")):
+            css = "diff-file"
+        elif line.startswith("+"):
+            css = "diff-add"
+        elif line.startswith("-"):
+            css = "diff-del"
+        elif line.startswith("@@"):
+            css = "diff-hunk"
+        else:
+            css = "diff-context"
+        shown.append(DiffLine(css, line))
+    return shown, max(0, len(lines) - MAX_DIFF_LINES)
+
+
+def _approval_context(
+    approval: Approval, *, form: DecisionForm, error: str | None
+) -> dict[str, Any]:
+    request = approval.request
+    tool_name = str(request.get("tool", ""))
+    arguments = request.get("arguments")
+    preview = request.get("preview")
+    preview = preview if isinstance(preview, dict) else {}
+    diff, hidden = diff_lines(str(preview.get("diff") or ""))
+    project_id = request.get("project_id")
+    project = Project.objects.filter(pk=project_id).first() if project_id is not None else None
+    answer = approval.answer if isinstance(approval.answer, dict) else {}
+    status = approval.status
+    return {
+        "screen": SCREENS_BY_SLUG["approvals"],
+        "approval": approval,
+        "status": status,
+        "status_label": Status(status).label,
+        "is_pending": status == Status.PENDING,
+        "tool": tool_name,
+        "subject": inbox.subject(request),
+        "call": json.dumps(
+            {"tool": tool_name, "arguments": arguments}, indent=2, ensure_ascii=False
+        ),
+        "args_hash": str(request.get("args_hash", "")),
+        "risk": str(request.get("risk", "")),
+        "justification": str(request.get("justification", "")),
+        "diff": diff,
+        "diff_hidden": hidden,
+        # What the call is bound to besides its arguments (a push's commit...), as facts.
+        "preview_facts": [(k, v) for k, v in sorted(preview.items()) if k != "diff" and v],
+        "project": project,
+        # "Always allow" writes a project rule for this tool and subject: only when both exist.
+        "can_always": project is not None and registry.get(tool_name) is not None,
+        "answer": answer,
+        "form": form,
+        "error": error,
+    }

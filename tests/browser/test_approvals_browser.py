@@ -1,0 +1,101 @@
+"""On a phone: an agent asks to act, the owner sees it on Home, reads it and approves; the run
+goes on in the real stack's worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from approvals.models import Approval
+from kernel import runs
+from kernel.models import Run, RunStatus
+from missions.models import Mission, Project
+from tests.browser.conftest import screenshot
+from tests.browser.test_signin_browser import sign_in
+from tests.factories import Owner
+from tests.live import Stack
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ACTION = "Email the 1.3 release notes to the team list"
+
+
+def eventually[T](probe: Callable[[], T | None], *, timeout: float = 30) -> T:
+    deadline = time.monotonic() + timeout
+    while (found := probe()) is None:
+        if time.monotonic() > deadline:
+            pytest.fail("timed out")
+        time.sleep(0.2)
+    return found
+
+
+def start_agent_asking(mission: Mission) -> Run:
+    """The real agent loop on the offline scripted model: it asks to act, then ends."""
+    arguments = {"action": ACTION, "justification": "The notes are final; the team expects them."}
+    script = {
+        "turns": [
+            {
+                "text": "I need your approval first.",
+                "tool_calls": [{"name": "request_approval", "arguments": arguments}],
+            },
+            {"text": "Sent."},
+        ]
+    }
+    return runs.start_run(
+        mission=mission,
+        program="agent",
+        input={
+            "goal": mission.goal,
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": ["request_approval"],
+            "context_window": 100_000,
+            "script": script,
+        },
+    )
+
+
+def test_it_approves_from_home_on_a_phone_and_the_run_goes_on(
+    page: Page, stack: Stack, live_owner: Owner
+) -> None:
+    assert stack.wait_for_workers()["workers"]["state"] == "up", stack.log()
+    project = Project.objects.create(name="release")
+    mission = Mission.objects.create(project=project, goal="Publish the 1.3 release notes")
+    run = start_agent_asking(mission)
+    approval = eventually(lambda: Approval.objects.filter(run=run).first())
+
+    sign_in(page, stack, live_owner)
+
+    expect(page).to_have_url(stack.url + "/")
+    waiting = page.locator("#waiting")
+    expect(waiting).to_contain_text(ACTION)
+    expect(waiting).to_contain_text("Publish the 1.3 release notes")
+    expect(waiting.locator("time")).to_be_visible()  # when the list was collected
+    screenshot(page, "approvals-home")
+
+    waiting.get_by_role("link", name="request_approval").click()
+
+    expect(page).to_have_url(f"{stack.url}/approvals/{approval.pk}/")
+    expect(page.locator("#approval-status")).to_have_text("waiting for you")
+    expect(page.locator("pre.call")).to_contain_text(ACTION)
+    expect(page.get_by_text("The notes are final; the team expects them.").first).to_be_visible()
+    screenshot(page, "approval-pending")
+
+    page.get_by_role("button", name="Approve", exact=True).click()
+
+    expect(page.locator("#approval-status")).to_have_text("approved")
+    expect(page.locator("#outcome")).to_contain_text("You approved this call")
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
+    screenshot(page, "approval-approved")
+    assert page.csp_violations == []  # type: ignore[attr-defined]
+
+    def finished() -> Run | None:
+        run.refresh_from_db()
+        return run if run.is_terminal else None
+
+    assert eventually(finished).status == RunStatus.DONE, stack.log()
+    assert isinstance(run.output, dict)
+    assert run.output["answer"].endswith("Sent.")
