@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from kernel import crashpoints, journal, runs, scheduler
+from kernel import bus, crashpoints, journal, runs, scheduler
 from kernel.budgets import NO_COST, Cost
 from kernel.exceptions import JournalMismatch, KernelError, Stop, Suspend
 from kernel.journal import Fence, Record
@@ -414,6 +414,8 @@ class RunContext:
                 wait=(wait_kind, question, due),
             )
             self.records[seq] = Record(seq, kind, Effect.READ, name, "", None, False, "")
+            if wait_kind == WaitKind.HUMAN:
+                bus.ring("waits")  # the owner's open pages list what waits for them
         # After the wait row is committed (now, or by an attempt that died), before acting on it.
         crashpoints.hit("wait_recorded", run=self.run_id, seq=seq)
         wait = Wait.objects.get(run_id=self.run_id, seq=seq, kind=wait_kind)

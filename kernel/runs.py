@@ -7,7 +7,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from kernel import journal, programs, scheduler
+from kernel import bus, journal, programs, scheduler
 from kernel.budgets import validate_caps
 from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Run, RunStatus, Trust, Wait, WaitState
@@ -186,6 +186,8 @@ def answer_wait(wait_id: int, *, answer: Any, by: str = "owner") -> Wait:
             trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
             wait_kind=wait.kind,
             by=by,
+            answer=answer,
         )
         scheduler.wake([wait.run_id])
+        bus.ring_on_commit("waits")
     return wait

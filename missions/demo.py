@@ -34,7 +34,7 @@ def average(values):
 FIXED_LINE = "    return sum(values) / len(values)\n"
 BUGGY_LINE = "    return sum(values) / (len(values) - 1)\n"
 
-TESTS = '''\
+TESTS = """\
 import unittest
 
 from calc import average
@@ -54,7 +54,7 @@ class AverageTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-'''
+"""
 
 README = "# calc\n\nA tiny library. Run the tests with `python3 -m unittest -v`.\n"
 

@@ -66,7 +66,7 @@ def outputs(run: Run, name: str | None = None) -> list[dict[str, Any]]:
     steps = Step.objects.filter(run=run, kind=StepKind.TOOL_CALL).order_by("seq")
     if name:
         steps = steps.filter(name=name)
-    return [step.result for step in steps]
+    return [step.result for step in steps if step.result is not None]
 
 
 def calls(*pairs: tuple[str, dict[str, Any]]) -> dict[str, Any]:

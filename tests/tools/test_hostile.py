@@ -13,11 +13,13 @@ from django.utils import timezone
 
 from approvals import service
 from approvals.models import Approval
+from kernel.exceptions import KernelError
 from kernel.models import Step
 from kernel.worker import Worker
 from missions import demo
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tools import workspace
+from tools.base import arguments_hash
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,8 +148,8 @@ def test_an_approval_of_one_call_does_not_authorise_another(hostile: AgentRun) -
     first = Approval.objects.get(run=run)
     assert first.request["arguments"] == {"remote": "origin", "branch": "feature"}
     # Deciding with the hash of another call is refused outright.
-    other = service.arguments_hash("git_push", {"remote": "origin", "branch": "main"})
-    with pytest.raises(service.KernelError, match="args_hash does not match"):
+    other = arguments_hash("git_push", {"remote": "origin", "branch": "main"})
+    with pytest.raises(KernelError, match="args_hash does not match"):
         service.decide(first.pk, approve=True, args_hash=other)
     service.decide(first.pk, approve=True, args_hash=first.request["args_hash"])
     Worker(lease_seconds=30).run_until_idle()
@@ -185,5 +187,6 @@ def test_each_refusal_is_journaled_with_the_model_answer(hostile: AgentRun) -> N
     run = hostile([calls(("write_file", {"path": ".git/config", "content": "x"})), FINISH])
     model = Step.objects.filter(run=run, kind="model_call").order_by("seq").first()
     assert model is not None
+    assert model.result is not None
     assert model.result["permissions"][0]["decision"] == "deny"
     assert demo.PROJECT  # the demo module is importable alongside (used by the fixtures)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from missions.models import Project
 from tools import permissions
+from tools.base import Tool
 from tools.files import EDIT_FILE, READ_FILE, WRITE_FILE
 from tools.git import GIT_PUSH
 from tools.models import PermissionRule
@@ -19,7 +22,7 @@ def project() -> Project:
     return Project.objects.create(name="p")
 
 
-def decide(tool, arguments, project):  # type: ignore[no-untyped-def]
+def decide(tool: Tool, arguments: dict[str, Any], project: Project) -> permissions.Verdict:
     return permissions.evaluate(tool, arguments, project_id=project.pk)
 
 

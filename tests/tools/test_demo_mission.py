@@ -1,0 +1,222 @@
+"""The demo mission end to end, with the scripted model: the bug fixed in the sandbox, the fix
+committed, and pushed only after the owner approves through the API. Then the same with the
+worker SIGKILLed right after the commit, and while the run waits for the approval (and right
+after the push): exactly one commit, exactly one push, mission done."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+
+from agentos import database
+from agentos.tokens import create_token
+from approvals.models import Approval
+from kernel.models import Run, Step, StepKind
+from kernel.worker import Worker
+from missions import demo
+from missions.models import Project
+from tests.factories import Owner, make_owner, verified_client
+from tests.live import running_stack
+from tools import workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def remote_head(base: Path) -> str:
+    return workspace.git(base / "calc-remote.git", "rev-parse", "main").stdout.strip()
+
+
+def pushes(base: Path) -> int:
+    """How many times the remote's main moved (its reflog: the seed push, then ours)."""
+    log = workspace.git(base / "calc-remote.git", "reflog", "show", "main", check=False).stdout
+    return len(log.splitlines())
+
+
+def commits_by_agent(run: Run) -> int:
+    counted = workspace.git(Path(run.workspace), "rev-list", "--count", "main..HEAD").stdout
+    return int(counted.strip())
+
+
+def approve_through_the_api(approval: Approval) -> None:
+    secret = create_token(owner=make_owner().user, name="test").secret
+    answered = Client().post(
+        f"/api/v1/approvals/{approval.pk}/decision",
+        data={"approve": True, "args_hash": approval.request["args_hash"]},
+        content_type="application/json",
+        headers={"authorization": f"Bearer {secret}"},
+    )
+    assert answered.status_code == 200, answered.content
+
+
+def tool_output(run: Run, name: str) -> list[str]:
+    steps = Step.objects.filter(run=run, kind=StepKind.TOOL_CALL, name=name).order_by("seq")
+    return [step.result["output"] for step in steps if step.result is not None]
+
+
+def test_the_scripted_agent_fixes_the_bug_and_pushes_only_after_approval(demo_base: Path) -> None:
+    run = demo.ensure_demo(demo_base)
+    assert run is not None
+    before = remote_head(demo_base)
+    Worker(lease_seconds=30).run_until_idle()
+
+    run.refresh_from_db()
+    assert run.status == "waiting", run.error
+    approval = Approval.objects.get(run=run)
+    assert approval.status == "pending"
+    assert approval.request["tool"] == "git_push"
+    assert approval.request["arguments"] == {"remote": "origin", "branch": "main"}
+    assert "+    return sum(values) / len(values)" in approval.request["preview"]["diff"]
+    assert remote_head(demo_base) == before  # nothing pushed without the owner
+
+    tests_runs = tool_output(run, "shell")
+    assert "FAILED" in tests_runs[0]
+    assert "[exit code 1]" in tests_runs[0]
+    assert "OK" in tests_runs[1]
+    assert "[exit code 0]" in tests_runs[1]
+    assert commits_by_agent(run) == 1
+
+    approve_through_the_api(approval)
+    Worker(lease_seconds=30).run_until_idle()
+
+    run.refresh_from_db()
+    assert run.status == "done", run.error
+    assert (
+        remote_head(demo_base)
+        == workspace.git(Path(run.workspace), "rev-parse", "HEAD").stdout.strip()
+    )
+    fixed = workspace.git(demo_base / "calc-remote.git", "show", "main:calc.py").stdout
+    assert "return sum(values) / len(values)" in fixed
+    assert pushes(demo_base) == 2
+
+
+def test_a_refused_push_never_happens(demo_base: Path) -> None:
+    from approvals.service import decide
+
+    run = demo.ensure_demo(demo_base)
+    assert run is not None
+    Worker(lease_seconds=30).run_until_idle()
+    approval = Approval.objects.get(run=run)
+    decide(approval.pk, approve=False, args_hash=approval.request["args_hash"], note="not today")
+    Worker(lease_seconds=30).run_until_idle()
+
+    run.refresh_from_db()
+    assert run.status == "done"  # the script goes on to its answer; the push was refused
+    (refusal,) = tool_output(run, "git_push")
+    assert "the owner refused: not today" in refusal
+    assert pushes(demo_base) == 1
+
+
+# --- the same mission with the worker killed --------------------------------------------------
+
+
+def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(settings.BASE_DIR) / "manage.py"),
+            "kernel_worker",
+            "--lease",
+            "2",
+            "--poll",
+            "0.2",
+        ],
+        env=env,
+    )
+
+
+def wait_for(condition: object, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def seq_of(run: Run, name: str) -> int:
+    return Step.objects.get(run=run, name=name).seq
+
+
+def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
+    demo_base: Path, tmp_path: Path
+) -> None:
+    run = demo.ensure_demo(demo_base)
+    assert run is not None
+    # Steps, as the script plays them: 1 window, 2 workspace, 3 model, 4-6 reads, 7 model,
+    # 8 shell, 9 model, 10 edit, 11 model, 12 shell, 13 model, 14 commit, 15 model,
+    # 16 approval request, 17 the wait, 18 push, 19 model.
+    commit, wait, push = 14, 17, 18
+    plan = tmp_path / "plan.json"
+    (tmp_path / "fired").mkdir()
+    plan.write_text(
+        json.dumps(
+            {
+                "targets": [
+                    {"run": run.pk, "point": "after_effect_before_result", "seq": commit},
+                    {"run": run.pk, "point": "wait_recorded", "seq": wait},
+                    {"run": run.pk, "point": "after_effect_before_result", "seq": push},
+                ],
+                "fired_dir": str(tmp_path / "fired"),
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(connection.settings_dict),
+        "AGENTOS_DATA_DIR": str(tmp_path),
+        "AGENTOS_WORKSPACES_DIR": str(workspace.root()),
+        "KERNEL_CRASHPLAN": str(plan),
+    }
+    killed = start_worker(env)  # dies after committing, before recording it
+    assert killed.wait(timeout=90) == -9
+    assert seq_of(run, "git_commit") == commit
+    killed = start_worker(env)  # the commit's probe finds it; dies once the wait is recorded
+    assert killed.wait(timeout=90) == -9
+    worker = start_worker(env)
+    try:
+        wait_for(lambda: Approval.objects.filter(run=run).exists(), "the approval")
+        wait_for(lambda: Run.objects.get(pk=run.pk).status == "waiting", "the run to wait")
+        approve_through_the_api(Approval.objects.get(run=run))
+        assert worker.wait(timeout=90) == -9  # pushed, killed before recording it
+        worker = start_worker(env)
+        wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, "the run to end")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=15)
+
+    run.refresh_from_db()
+    assert run.status == "done", run.error
+    assert seq_of(run, "git_push") == push
+    assert commits_by_agent(run) == 1
+    assert pushes(demo_base) == 2
+    assert run.mission.runs.get().status == "done"
+
+
+def test_make_run_shows_the_demo_waiting_for_approval_on_home(
+    seeded_catalog: None, tmp_path: Path
+) -> None:
+    """What `make run` does on a fresh database: the owner is created, the demo mission starts,
+    and its push waits for the owner on Home — within the three minutes the issue allows."""
+    started = time.monotonic()
+    with running_stack(tmp_path, demo=True) as stack:
+        wait_for(lambda: Approval.objects.filter(state="open").exists(), "the demo's approval", 180)
+        assert "Demo mission started, played by the offline scripted model" in stack.log()
+        owner = User.objects.get()
+        page = verified_client(Owner(user=owner, credentials=None)).get("/")  # type: ignore[arg-type]
+    assert time.monotonic() - started < 180
+    approval = Approval.objects.get()
+    assert approval.request["tool"] == "git_push"
+    assert page.status_code == 200
+    assert f"/approvals/{approval.pk}/" in page.content.decode()
+    # The stack's workspaces live under its own data directory's key in /var/lib/agentos.
+    shutil.rmtree(Path(Project.objects.get().repository).parent.parent, ignore_errors=True)
