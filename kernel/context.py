@@ -96,6 +96,7 @@ class RunContext:
     draining: threading.Event = field(default_factory=threading.Event)
     stop_reason: str = ""
     interrupted: bool = False
+    pausing: bool = False  # the owner paused the run: park at the next step boundary
     over_budget: str = ""  # the first cap a debit crossed: the run stops before its next step
     unbilled_turns: int = 0
     unbilled_tool_calls: int = 0
@@ -524,6 +525,8 @@ class RunContext:
     def check_stop(self) -> None:
         if self.draining.is_set():
             raise Suspend(timezone.now(), "worker shutting down")
+        if self.pausing and not self.stop_reason:
+            raise Suspend(None, "paused by the owner")
         if self.stop_reason:
             crashpoints.hit("cancel_seen", run=self.run_id)
             raise Stop(self.stop_reason or RunStatus.CANCELLED, "stop requested")

@@ -42,6 +42,8 @@ class LeaseKeeper(threading.Thread):
                     self.context.request_stop(renewal.stop_reason)
                 elif renewal.interrupt_requested:
                     self.context.interrupt()
+                if renewal.pause_requested:
+                    self.context.pausing = True  # after the step under way
         except LeaseLost:
             self.context.request_stop(RunStatus.CANCELLED)  # interrupt; its writes will fail
         finally:

@@ -92,6 +92,9 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # A stop request (cancellation, or a budget crossed higher in the tree) and the terminal
     # status it leads to; the executing worker sees it at its next lease renewal or step.
+    # The owner paused it: not claimed until resumed; a running execution parks at its next
+    # step boundary (the step under way finishes).
+    paused = models.BooleanField(default=False)
     cancel_requested = models.BooleanField(default=False)
     stop_reason = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
     # Set when a wake-up (answer, child done, cancel) arrives while the run is still executing:

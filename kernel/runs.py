@@ -8,9 +8,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from kernel import bus, journal, programs, scheduler
-from kernel.budgets import validate_caps
+from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.exceptions import KernelError
-from kernel.models import TERMINAL, Run, RunStatus, Trust, Wait, WaitState
+from kernel.models import TERMINAL, Run, RunStatus, Step, Trust, Wait, WaitState
 from missions.models import Mission
 
 MAX_DEPTH = 3
@@ -111,7 +111,10 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
             .exclude(cancel_requested=True)
             .values_list("pk", flat=True)
         )
-        Run.objects.filter(pk__in=ids).update(cancel_requested=True, stop_reason=reason)
+        # A paused run is not claimed: unpause it so that a worker comes to end it.
+        Run.objects.filter(pk__in=ids).update(
+            cancel_requested=True, stop_reason=reason, paused=False
+        )
         journal.append_event(
             "run.stop_requested",
             run_id=run_id,
@@ -145,6 +148,111 @@ def request_interrupt(run_id: int, *, by: str = "owner") -> None:
             trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
             by=by,
         )
+
+
+def pause_run(run_id: int, *, by: str = "owner") -> Run:
+    """Pause a run: no worker claims it until it is resumed; if one is executing it, the step
+    under way finishes and the run parks before the next (seen at the next lease renewal)."""
+    return _set_paused(run_id, paused=True, by=by)
+
+
+def resume_run(run_id: int, *, by: str = "owner") -> Run:
+    """Resume a paused run where it stopped."""
+    return _set_paused(run_id, paused=False, by=by)
+
+
+def _set_paused(run_id: int, *, paused: bool, by: str) -> Run:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            raise KernelError(f"No run {run_id}.", code="not_found", status=404)
+        if run.is_terminal:
+            raise KernelError(
+                f"Run {run_id} has ended ({run.status}); it cannot be paused or resumed.",
+                code="already_ended",
+                status=409,
+            )
+        if run.paused == paused:
+            return run  # already so: pausing twice is not an error
+        run.paused = paused
+        run.save(update_fields=["paused"])
+        journal.append_event(
+            "run.paused" if paused else "run.resumed",
+            run_id=run_id,
+            mission_id=run.mission_id,
+            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            by=by,
+        )
+        if not paused:
+            scheduler.wake([run_id])
+    return run
+
+
+def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
+    """A new root run of the same program and input whose first `at_seq` steps are the source's
+    recorded ones: replay returns them (no model is asked again), and it goes its own way after.
+
+    The copied steps cost nothing here: the source run paid for them. Children spawned in the
+    copied steps stay the source's; a worktree recorded there is shared (see the closing notes).
+    """
+    source = Run.objects.select_related("mission").filter(pk=run_id).first()
+    if source is None:
+        raise KernelError(f"No run {run_id}.", code="not_found", status=404)
+    if at_seq < 1:
+        raise KernelError("A fork starts after step 1 or later.", code="invalid_input")
+    steps = list(Step.objects.filter(run=source, seq__lte=at_seq).order_by("seq"))
+    if len(steps) < at_seq or steps[-1].seq != at_seq:
+        raise KernelError(f"Run {run_id} has no step {at_seq}.", code="not_found", status=404)
+    unfinished = [step.seq for step in steps if step.finished_at is None]
+    if unfinished:
+        raise KernelError(
+            f"Step {unfinished[0]} of run {run_id} has no result yet; fork from a recorded step.",
+            code="not_recorded",
+            status=409,
+        )
+    with transaction.atomic():
+        fork = start_run(
+            mission=source.mission,
+            program=source.program,
+            input=source.input,
+            model=source.model,
+            contract={**source.contract, "forked_from": {"run": run_id, "seq": at_seq}},
+            prompt_hash=source.prompt_hash,
+            tools_hash=source.tools_hash,
+            caps={
+                name: getattr(source, name)
+                for name in (*CAP_FIELDS, "max_seconds")
+                if getattr(source, name) is not None
+            },
+        )
+        Step.objects.bulk_create(
+            Step(
+                run=fork,
+                seq=step.seq,
+                kind=step.kind,
+                effect=step.effect,
+                name=step.name,
+                request=step.request,
+                request_hash=step.request_hash,
+                idempotency_key=journal.idempotency_key(fork.pk, step.seq),
+                started_at=step.started_at,
+                result=step.result,
+                finished_at=step.finished_at,
+                settled_by="forked",
+                executions=0,
+            )
+            for step in steps
+        )
+        journal.append_event(
+            "run.forked",
+            run_id=fork.pk,
+            mission_id=fork.mission_id,
+            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            source=run_id,
+            seq=at_seq,
+            by=by,
+        )
+    return fork
 
 
 def stop_mission(mission_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "kernel") -> int:

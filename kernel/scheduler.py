@@ -36,7 +36,7 @@ class Claim:
 _CANDIDATES = """
 SELECT r.id, r.mission_id FROM kernel_run r
 WHERE r.status IN ('queued', 'running', 'waiting') AND r.runnable_at <= %(now)s
-    AND r.engine_version = %(engine)s
+    AND r.engine_version = %(engine)s AND NOT r.paused
     AND (r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s)
 ORDER BY r.runnable_at, r.id
 LIMIT %(limit)s
@@ -112,6 +112,7 @@ class Renewal:
     stop_requested: bool
     stop_reason: str
     interrupt_requested: bool
+    pause_requested: bool = False
 
 
 def renew_lease(fence: Fence, *, lease_seconds: float) -> Renewal:
@@ -119,13 +120,13 @@ def renew_lease(fence: Fence, *, lease_seconds: float) -> Renewal:
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE kernel_run SET lease_expires_at = %s WHERE id = %s AND fence = %s"
-            " RETURNING cancel_requested, stop_reason, interrupt_requested",
+            " RETURNING cancel_requested, stop_reason, interrupt_requested, paused",
             [timezone.now() + timedelta(seconds=lease_seconds), fence.run_id, fence.token],
         )
         row = cursor.fetchone()
     if row is None:
         raise LeaseLost(f"run {fence.run_id}: lease taken over")
-    return Renewal(bool(row[0]), str(row[1] or ""), bool(row[2]))
+    return Renewal(bool(row[0]), str(row[1] or ""), bool(row[2]), bool(row[3]))
 
 
 def clear_interrupt(fence: Fence) -> None:
