@@ -1,14 +1,16 @@
-"""Starting a mission's root run: the one path every trigger takes (console, API, schedule,
-another agent), so billing, journal and telemetry are the same whoever pulled it."""
+"""Creating missions and starting their root runs: the one path every trigger takes (console,
+API, schedule, another agent), so billing, journal and telemetry are the same whoever pulled it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+
 from kernel import runs
 from kernel.exceptions import KernelError
 from kernel.models import Run
-from missions.models import Mission
+from missions.models import Mission, Project, Role
 from missions.routing import route_for
 from tools.builtin import CODING_TOOLS
 
@@ -58,3 +60,92 @@ def start_mission(
         model=route.model,
         contract={"trigger": trigger, "scripted_stand_in": route.scripted_stand_in},
     )
+
+
+MISSION_CAPS = (
+    "max_tokens",
+    "max_usd_micros",
+    "max_turns",
+    "max_tool_calls",
+    "max_concurrent_runs",
+)
+PROVIDERS = ("anthropic", "openai", "scripted")
+EFFORTS = ("low", "medium", "high")
+MAX_GOAL = 20_000
+
+
+def create_mission(
+    *,
+    project: Project,
+    goal: str,
+    definition_of_done: str = "",
+    caps: dict[str, Any] | None = None,
+    routes: dict[str, Any] | None = None,
+    trigger: str,
+    script: dict[str, Any] | None = None,
+) -> tuple[Mission, Run]:
+    """Create a mission and start its root run, or neither: the one entry point of the console
+    form, the API, schedules and other agents (billing, journal and telemetry are the same
+    whoever pulled the trigger)."""
+    goal = goal.strip() if isinstance(goal, str) else ""
+    if not goal:
+        raise KernelError("A mission needs a goal.", code="invalid_input")
+    if len(goal) > MAX_GOAL:
+        raise KernelError(f"A goal has at most {MAX_GOAL} characters.", code="invalid_input")
+    clean_caps = _caps(caps or {})
+    clean_routes = _routes(routes or {})
+    with transaction.atomic():
+        mission = Mission.objects.create(
+            project=project,
+            goal=goal,
+            definition_of_done=definition_of_done.strip(),
+            routes=clean_routes,
+            **clean_caps,
+        )
+        run = start_mission(mission, trigger=trigger, script=script)
+    return mission, run
+
+
+def _caps(caps: dict[str, Any]) -> dict[str, int | None]:
+    clean: dict[str, int | None] = {}
+    for name, value in caps.items():
+        if name not in MISSION_CAPS:
+            raise KernelError(
+                f"Unknown cap {name!r}; caps: {', '.join(MISSION_CAPS)}.", code="invalid_budget"
+            )
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise KernelError(f"Cap {name} must be an integer or null.", code="invalid_budget")
+        if value is not None and value < (1 if name == "max_concurrent_runs" else 0):
+            raise KernelError(f"Cap {name} cannot be {value}.", code="invalid_budget")
+        clean[name] = value
+    if clean.get("max_concurrent_runs", 0) is None:
+        clean.pop("max_concurrent_runs")
+    return clean
+
+
+def _routes(routes: dict[str, Any]) -> dict[str, Any]:
+    clean: dict[str, Any] = {}
+    for role, route in routes.items():
+        if role not in Role.values:
+            raise KernelError(
+                f"Unknown role {role!r}; roles: {', '.join(Role.values)}.", code="invalid_input"
+            )
+        if not isinstance(route, dict) or set(route) - {"provider", "model", "effort"}:
+            raise KernelError(
+                f"The route of {role} is {{provider, model, effort}}.", code="invalid_input"
+            )
+        provider, model = route.get("provider"), route.get("model")
+        if provider not in PROVIDERS:
+            raise KernelError(
+                f"Unknown provider {provider!r}; providers: {', '.join(PROVIDERS)}.",
+                code="invalid_input",
+            )
+        if not isinstance(model, str) or not model.strip() or len(model) > 100:
+            raise KernelError(f"The route of {role} needs a model name.", code="invalid_input")
+        effort = route.get("effort")
+        if effort is not None and effort not in EFFORTS:
+            raise KernelError(
+                f"Unknown effort {effort!r}; efforts: {', '.join(EFFORTS)}.", code="invalid_input"
+            )
+        clean[role] = {"provider": provider, "model": model.strip(), "effort": effort}
+    return clean

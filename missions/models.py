@@ -183,3 +183,50 @@ class OwnerMessage(models.Model):
 
     def __str__(self) -> str:
         return f"to run {self.run_id}: {self.text[:40]}"
+
+
+class Schedule(models.Model):
+    """A recurring mission: at each time its cron expression matches, a new mission with this
+    goal starts through the same path as any other (`missions.launch.create_mission`)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="schedules")
+    name = models.CharField(_("name"), max_length=120)
+    goal = models.TextField(_("goal"))
+    definition_of_done = models.TextField(_("definition of done"), blank=True)
+    cron = models.CharField(
+        _("cron expression"),
+        max_length=100,
+        help_text=_("Five fields: minute hour day-of-month month day-of-week (e.g. 0 7 * * 1-5)."),
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    last_fired_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cron})"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from missions.schedules import parse_cron
+
+        try:
+            parse_cron(self.cron)
+        except ValueError as error:
+            raise ValidationError({"cron": str(error)}) from error
+
+
+class ProviderKey(models.Model):
+    """A provider's API key set from the console: write-only, stored encrypted with a key
+    derived from the secret key. The environment variable, when set, wins."""
+
+    provider = models.CharField(max_length=20, unique=True)
+    ciphertext = models.BinaryField()
+    hint = models.CharField(max_length=12, blank=True)  # the last 4 characters, to recognise it
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.provider} key …{self.hint}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from missions.providers.base import AuthenticationFailed, Provider
@@ -11,7 +10,9 @@ KEYS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 
 
 def has_key(provider: str) -> bool:
-    return bool(os.environ.get(KEYS.get(provider, ""), ""))
+    from missions import keys
+
+    return provider in KEYS and keys.get(provider) is not None
 
 
 def build(name: str, *, script: dict[str, Any] | None = None) -> Provider:
@@ -19,14 +20,19 @@ def build(name: str, *, script: dict[str, Any] | None = None) -> Provider:
         from missions.providers.scripted import ScriptedProvider
 
         return ScriptedProvider(script or {})
-    if not has_key(name):
-        raise AuthenticationFailed(f"{KEYS.get(name, name)} is not set: no key for {name}.")
+    from missions import keys
+
+    key = keys.get(name) if name in KEYS else None
+    if name in KEYS and key is None:
+        raise AuthenticationFailed(
+            f"{KEYS[name]} is not set and no key was saved in the settings: no key for {name}."
+        )
     if name == "anthropic":
         from missions.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider()
+        return AnthropicProvider(api_key=key)
     if name == "openai":
         from missions.providers.openai import OpenAIProvider
 
-        return OpenAIProvider()
+        return OpenAIProvider(api_key=key)
     raise ValueError(f"Unknown provider {name!r}; expected anthropic, openai or scripted.")

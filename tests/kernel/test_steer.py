@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.providers.wire import Stream, wire_server
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def scripted(turns: list[dict[str, object]]) -> Run:
+def scripted(turns: list[dict[str, Any]]) -> Run:
     return runs.start_run(
         mission=make_mission(),
         program="agent",
@@ -32,7 +33,7 @@ def scripted(turns: list[dict[str, object]]) -> Run:
     )
 
 
-NOOP_TURN = {"text": "Working.", "tool_calls": [{"name": "noop", "arguments": {}}]}
+NOOP_TURN: dict[str, Any] = {"text": "Working.", "tool_calls": [{"name": "noop", "arguments": {}}]}
 
 
 def test_a_paused_run_is_not_claimed_until_resumed(seeded_catalog: None) -> None:
@@ -152,6 +153,7 @@ def test_a_fork_replays_the_first_steps_without_asking_the_model_again(
     assert len(server.received) == 4  # only the model step after the fork point
     fork.refresh_from_db()
     assert fork.status == "done"
+    assert fork.output is not None
     assert fork.output["answer"] == "Another ending."
     copied = Step.objects.filter(run=fork, seq__lte=5).order_by("seq")
     original = Step.objects.filter(run=source, seq__lte=5).order_by("seq")

@@ -1,0 +1,125 @@
+"""One execution pipeline: missions created and started the same way by every trigger;
+schedules; provider keys set from the console."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from kernel.exceptions import KernelError
+from kernel.models import Run
+from missions import keys, schedules
+from missions.launch import create_mission
+from missions.models import Mission, Project, ProviderKey, Schedule
+from missions.providers import registry
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = {"turns": [{"text": "Done."}]}
+
+
+@pytest.fixture
+def project() -> Project:
+    return Project.objects.create(name="p")
+
+
+def test_a_mission_starts_its_root_run_with_the_trigger_recorded(project: Project) -> None:
+    mission, run = create_mission(
+        project=project,
+        goal="  Write the report.  ",
+        definition_of_done="A report exists.",
+        caps={"max_usd_micros": 2_000_000},
+        routes={"executor": {"provider": "scripted", "model": "scripted"}},
+        trigger="api",
+        script=SCRIPT,
+    )
+    assert mission.goal == "Write the report."
+    assert mission.max_usd_micros == 2_000_000
+    assert run.mission_id == mission.pk
+    assert run.contract["trigger"] == "api"
+    assert run.input["constraints"] == ["Definition of done: A report exists."]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"goal": " "}, "needs a goal"),
+        ({"goal": "x", "caps": {"max_dollars": 1}}, "Unknown cap 'max_dollars'"),
+        ({"goal": "x", "caps": {"max_turns": -1}}, "cannot be -1"),
+        ({"goal": "x", "caps": {"max_turns": "10"}}, "must be an integer"),
+        ({"goal": "x", "routes": {"boss": {}}}, "Unknown role 'boss'"),
+        ({"goal": "x", "routes": {"executor": {"provider": "acme", "model": "m"}}}, "acme"),
+        ({"goal": "x", "routes": {"executor": {"provider": "openai"}}}, "needs a model"),
+    ],
+)
+def test_bad_input_creates_nothing(
+    project: Project, arguments: dict[str, object], message: str
+) -> None:
+    with pytest.raises(KernelError, match=message):
+        create_mission(project=project, trigger="api", script=SCRIPT, **arguments)  # type: ignore[arg-type]
+    assert not Mission.objects.exists()
+    assert not Run.objects.exists()
+
+
+def test_without_a_key_or_a_script_nothing_is_created(
+    project: Project, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(KernelError, match="No API key"):
+        create_mission(project=project, goal="x", trigger="api")
+    assert not Mission.objects.exists()
+
+
+def test_a_schedule_fires_once_per_matching_minute(
+    project: Project, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # the run is created, never executed
+    Schedule.objects.create(
+        project=project,
+        name="daily",
+        goal="Daily digest.",
+        cron="30 7 * * *",
+    )
+    at = timezone.make_aware(datetime(2026, 12, 1, 7, 30, 12))  # noqa: DTZ001
+    (started,) = schedules.fire_due(at)
+    assert schedules.fire_due(at + timedelta(seconds=30)) == []  # same minute: once
+    assert schedules.fire_due(at + timedelta(minutes=1)) == []  # not due
+    run = Run.objects.get(mission_id=started)
+    assert run.contract["trigger"].startswith("schedule:")
+    assert run.mission.goal == "Daily digest."
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [("* * * *", "five fields"), ("61 * * * *", "Invalid cron"), ("a b c d e", "Invalid")],
+)
+def test_bad_cron_expressions_are_refused(cron: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        schedules.parse_cron(cron)
+
+
+def test_provider_keys_are_write_only_and_encrypted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert not registry.has_key("openai")
+    keys.put("openai", "sk-test-0123456789")
+    stored = ProviderKey.objects.get(provider="openai")
+    assert b"sk-test" not in bytes(stored.ciphertext)
+    assert stored.hint == "6789"
+    assert registry.has_key("openai")
+    assert keys.get("openai") == "sk-test-0123456789"
+    (openai,) = [s for s in keys.status() if s["provider"] == "openai"]
+    assert openai["configured"] is True
+    assert openai["source"] == "console"
+    assert "sk-test-0123456789" not in str(keys.status())
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env-key")
+    assert keys.get("openai") == "from-env-key"  # the environment wins
+    assert keys.delete("openai")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert not registry.has_key("openai")
+    with pytest.raises(KernelError, match="Unknown provider"):
+        keys.put("acme", "0123456789")
+    with pytest.raises(KernelError, match="8 to 500"):
+        keys.put("openai", "short")
