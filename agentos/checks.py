@@ -57,6 +57,16 @@ def check_settings(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
         messages.append(
             Error("The channels-postgres layer CONFIG needs a TIME_ZONE key.", id="agentos.E006")
         )
+    from agentos.telemetry import EXPORTERS
+
+    if settings.OTEL_EXPORTER not in EXPORTERS:
+        messages.append(
+            Error(
+                f"AGENTOS_OTEL_EXPORTER is {settings.OTEL_EXPORTER!r}; expected one of"
+                f" {', '.join(EXPORTERS)}.",
+                id="agentos.E007",
+            )
+        )
     return messages
 
 

@@ -149,6 +149,9 @@ HUEY: dict[str, Any] = {
 # A worker pool whose last beat is older than this is reported `stale` (heartbeat runs each minute).
 WORKER_STALE_AFTER_SECONDS = env_int("AGENTOS_WORKER_STALE_AFTER", 150, minimum=10)
 
+# Telemetry: a span per step (agentos.telemetry). none | otlp | console.
+OTEL_EXPORTER = env_str("AGENTOS_OTEL_EXPORTER", "none").strip().lower()
+
 # An approval or owner question not answered within this many hours is a refusal.
 APPROVAL_TTL_HOURS = env_int("AGENTOS_APPROVAL_TTL_HOURS", 168, minimum=1)
 

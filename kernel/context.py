@@ -7,6 +7,7 @@ order, it returns what was recorded instead of acting again.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agentos import telemetry
 from kernel import bus, crashpoints, journal, runs, scheduler
 from kernel.budgets import NO_COST, Cost
 from kernel.exceptions import JournalMismatch, KernelError, Stop, Suspend
@@ -104,9 +106,12 @@ class RunContext:
     planned: set[int] = field(default_factory=set)  # intents this execution committed ahead
     daily_cap: int | None = None  # read at the first debit of this execution
     seq: int = 0
+    traced: bool = False  # telemetry on: each step's span needs its start time
+    started_ns: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.billed_through = self.run.billed_through
+        self.traced = telemetry.tracer() is not None
 
     @property
     def run_id(self) -> int:
@@ -225,6 +230,8 @@ class RunContext:
     def _call(self, seq: int, request: Any, *, recorded: bool, woken: bool = True) -> StepCall:
         """What the executor of step `seq` gets. An intent this execution planned ahead is not
         a replay: no earlier attempt can have acted on it."""
+        if self.traced:
+            self.started_ns[seq] = time.time_ns()
         return StepCall(
             run_id=self.run_id,
             seq=seq,
@@ -292,8 +299,21 @@ class RunContext:
         if costly:
             self.unbilled_turns = self.unbilled_tool_calls = 0
             self.billed_through = call.seq
+        name = self.records[call.seq].name if call.seq in self.records else ""
         self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)
         crashpoints.hit("after_result_commit", run=self.run_id, seq=call.seq)
+        if self.traced:
+            telemetry.step(
+                self.run,
+                seq=call.seq,
+                kind=kind,
+                name=name,
+                started_ns=self.started_ns.pop(call.seq, time.time_ns()),
+                ended_ns=time.time_ns(),
+                cost=done.cost,
+                result=done.result,
+                settled_by=settled_by,
+            )
         self._after_step()
         if debit is not None:
             self._check_debit(debit)
