@@ -98,6 +98,12 @@ def _families() -> list[Tool]:
     return [*FILE_TOOLS, SHELL, *GIT_TOOLS, *OWNER_TOOLS]
 
 
-BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families()]
+def _others() -> list[Tool]:
+    from tools.launch import START_MISSION
+
+    return [START_MISSION]
+
+
+BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families(), *_others()]
 # What a coding mission gets unless it says otherwise.
 CODING_TOOLS = [tool.name for tool in _families()]

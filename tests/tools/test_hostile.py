@@ -14,7 +14,7 @@ from django.utils import timezone
 from approvals import service
 from approvals.models import Approval
 from kernel.exceptions import KernelError
-from kernel.models import Step
+from kernel.models import Run, Step
 from kernel.worker import Worker
 from missions import demo
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
@@ -190,3 +190,22 @@ def test_each_refusal_is_journaled_with_the_model_answer(hostile: AgentRun) -> N
     assert model.result is not None
     assert model.result["permissions"][0]["decision"] == "deny"
     assert demo.PROJECT  # the demo module is importable alongside (used by the fixtures)
+
+
+def test_an_agent_starts_a_mission_through_the_same_path_after_approval(
+    hostile: AgentRun, monkeypatch: pytest.MonkeyPatch, seeded_catalog: None
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # the new run is created, not executed
+    arguments = {"goal": "Write the changelog.", "definition_of_done": "CHANGELOG.md exists."}
+    run = hostile([calls(("start_mission", arguments)), FINISH], tools=["start_mission"])
+    approval = Approval.objects.get(run=run)
+    assert approval.request["arguments"] == arguments
+    service.decide(approval.pk, approve=True, args_hash=approval.request["args_hash"])
+    Worker(lease_seconds=30).run_until_idle(limit=1)  # only the agent, not the new mission
+
+    (started,) = outputs(run, "start_mission")
+    assert started["output"].startswith("Started mission ")
+    child = Run.objects.exclude(mission=run.mission).get()
+    assert child.contract["trigger"].startswith("agent:")
+    assert child.mission.project_id == run.mission.project_id
+    assert child.input["constraints"] == ["Definition of done: CHANGELOG.md exists."]
