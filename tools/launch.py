@@ -18,7 +18,7 @@ def _start(env: ToolEnv, arguments: dict[str, Any]) -> str:
     from missions.launch import create_mission
     from missions.models import Project
 
-    project = Project.objects.filter(pk=env.project_id).first()
+    project = Project.objects.filter(pk=env.project_id).first() if env.project_id else None
     if project is None:
         raise ToolError("This run has no project to start a mission in.")
     try:
