@@ -231,6 +231,8 @@ LOGGING: dict[str, Any] = {
         # pgserver logs every attach at INFO; keep start-up output readable.
         "pgserver": {"level": "WARNING"},
         "django.channels.server": {"level": "WARNING"},
+        # A doorbell rung while no console is open is normal, not a warning.
+        "channels_postgres.core": {"level": "ERROR"},
         # run_huey attaches its own handler to "huey"; propagating would print every line twice.
         "huey": {"propagate": False},
     },
