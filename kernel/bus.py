@@ -7,6 +7,7 @@ doorbell only says "look again": pages re-read state from the database when it r
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -23,6 +24,17 @@ def ring_on_commit(kind: str, **data: Any) -> None:
 
 
 def ring(kind: str, **data: Any) -> None:
+    """Send in the background: a broken channel layer (its database restarting) can take its
+    pool's timeout to fail, and a worker's step or an owner's request must never wait for it."""
+    _sender.submit(_send, kind, data)
+
+
+# One sender thread: doorbells are rare, their order does not matter, and a stuck send must
+# not pile up threads.
+_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="doorbell")
+
+
+def _send(kind: str, data: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:  # channels swallows layer construction errors and hands back None
         logger.warning("no channel layer configured; doorbell %s not sent", kind)
