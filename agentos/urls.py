@@ -6,6 +6,7 @@ from django.urls import include, path
 from agentos import views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
+from missions import urls as missions_urls
 
 console = (
     [
@@ -17,6 +18,7 @@ console = (
         path("settings/tokens/<int:token_id>/revoke", views.revoke_token_view, name="revoke-token"),
         path("offline/", views.offline, name="offline"),
         *approvals_urls.urlpatterns,
+        *missions_urls.urlpatterns,
         path("manifest.webmanifest", views.manifest, name="manifest"),
         path("sw.js", views.service_worker, name="service-worker"),
         path("<slug:slug>/", views.screen, name="screen"),

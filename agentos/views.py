@@ -28,6 +28,7 @@ from agentos.errors import DomainError
 from agentos.forms import SignInForm, TokenForm
 from agentos.models import ApiToken, AuditEvent
 from approvals import inbox
+from missions import costs, overview
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,13 @@ class Screen:
     summary: Any
     arrives_with: Any = None  # None: built
 
+    @property
+    def url(self) -> str:
+        """A built screen's own page (its URL is named after its slug), else the placeholder."""
+        if self.arrives_with is None:
+            return reverse(f"console:{self.slug}")
+        return reverse("console:screen", args=[self.slug])
+
 
 # The screens of DESIGN.md §8, in navigation order. Unbuilt ones say so plainly.
 SCREENS = [
@@ -45,7 +53,6 @@ SCREENS = [
         "missions",
         gettext_lazy("Missions"),
         gettext_lazy("Goals, definitions of done and live run trees."),
-        gettext_lazy("the agent engine and console issues"),
     ),
     Screen(
         "approvals",
@@ -82,12 +89,7 @@ SCREENS = [
         gettext_lazy("Nodes, runners and active sandboxes."),
         gettext_lazy("the execution-plane issue"),
     ),
-    Screen(
-        "costs",
-        gettext_lazy("Costs & traces"),
-        gettext_lazy("Spend per mission, model and day."),
-        gettext_lazy("the console issue"),
-    ),
+    Screen("costs", gettext_lazy("Costs"), gettext_lazy("Spend per mission, model and day.")),
     Screen("settings", gettext_lazy("Settings"), gettext_lazy("Security and API tokens.")),
 ]
 SCREENS_BY_SLUG = {screen.slug: screen for screen in SCREENS}
@@ -184,18 +186,27 @@ def logout_view(request: HttpRequest) -> HttpResponse:
     return redirect("console:login")
 
 
+# Home's cards and what each collects, in page order.
+HOME_CARDS: dict[str, Callable[[], object]] = {
+    "waiting": inbox.waiting,
+    "running": overview.running,
+    "spend": costs.today,
+    "health": health.check,
+}
+
+
 @require_safe
 @owner_required
 def home(request: HttpRequest) -> HttpResponse:
     # htmx refreshes one card at a time, named by its id (HX-Target); unnamed means health.
     card = None
     if request.htmx:  # type: ignore[attr-defined]
-        card = "waiting" if request.htmx.target == "waiting" else "health"  # type: ignore[attr-defined]
+        target = request.htmx.target  # type: ignore[attr-defined]
+        card = target if target in HOME_CARDS else "health"
     context: dict[str, Any] = {"screen": SCREENS_BY_SLUG["home"]}
-    if card != "health":
-        context["waiting"] = inbox.waiting()
-    if card != "waiting":
-        context["health"] = health.check()
+    for name, collect in HOME_CARDS.items():
+        if card in (None, name):
+            context[name] = collect()
     template = f"console/home.html#{card}" if card else "console/home.html"
     return render(request, template, context)
 

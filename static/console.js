@@ -1,4 +1,8 @@
 // agentos console: live event stream + service worker registration.
+// Server messages: `hello` (then we send `resume`), doorbells (`{"type": "<what changed>"}`,
+// turned into `agentos:<what changed>` DOM events), stream events (`agentos:run-<id>`,
+// `agentos:mission-<id>`, `agentos:runs`) and model deltas (`agentos:delta-<run>`, and the text
+// appended to `[data-delta-for="<run>"]`). Pages also poll slowly, so they work without it.
 // Loaded with <script src defer> (strict CSP, no inline code), so the DOM is parsed when this runs.
 // Everything is inside one IIFE so the page gets no new globals.
 (() => {
@@ -33,7 +37,64 @@
     }
   }
 
-  function onMessage(event) {
+  // The number of the last stream event received: a reconnect resumes right after it, so the
+  // server replays what was missed meanwhile (null: none yet, start at the current head).
+  let lastNumber = null;
+
+  function isId(value) {
+    return Number.isSafeInteger(value) && value > 0;
+  }
+
+  function resume(socket) {
+    const after = lastNumber === null ? "now" : lastNumber;
+    try {
+      socket.send(JSON.stringify({ type: "resume", after }));
+    } catch {
+      // Closed meanwhile: the reconnect sends it again.
+    }
+  }
+
+  // A stream event names what changed: pages listen for their run, their mission, or any run.
+  function onEvent(msg) {
+    if (typeof msg.number === "number") {
+      if (lastNumber !== null && msg.number <= lastNumber) return; // seen already
+      lastNumber = msg.number;
+    }
+    const kind = typeof msg.kind === "string" ? msg.kind : "";
+    if (isId(msg.run)) emit("run-" + msg.run, msg);
+    if (isId(msg.mission)) emit("mission-" + msg.mission, msg);
+    if (kind.startsWith("run.") || kind.startsWith("step.")) emit("runs", msg);
+  }
+
+  // Model output while a step runs: appended as text (never markup) to the elements that show
+  // that run's step under way, using `offset` to drop repeats and to mark a missed beginning.
+  function onDelta(msg) {
+    if (!isId(msg.run) || typeof msg.text !== "string") return;
+    const channel = msg.channel === "reasoning" ? "reasoning" : "text";
+    for (const el of document.querySelectorAll('[data-delta-for="' + msg.run + '"]')) {
+      if ((el.dataset.deltaChannel || "text") !== channel) continue;
+      if (el.dataset.deltaSeq && isId(msg.seq) && el.dataset.deltaSeq !== String(msg.seq)) continue;
+      appendDelta(el, msg);
+    }
+    emit("delta-" + msg.run, { text: msg.text, seq: msg.seq, channel, offset: msg.offset });
+  }
+
+  function appendDelta(el, msg) {
+    const shown = Number(el.dataset.deltaLength || "0");
+    let text = msg.text;
+    if (Number.isSafeInteger(msg.offset) && msg.offset >= 0) {
+      const end = msg.offset + text.length;
+      if (end <= shown) return;
+      if (msg.offset < shown) text = text.slice(shown - msg.offset);
+      else if (msg.offset > shown) text = (shown === 0 ? "\u2026 " : " \u2026 ") + text; // a gap
+      el.dataset.deltaLength = String(end);
+    } else {
+      el.dataset.deltaLength = String(shown + text.length);
+    }
+    el.append(document.createTextNode(text));
+  }
+
+  function onMessage(socket, event) {
     let msg;
     try {
       msg = JSON.parse(event.data);
@@ -43,7 +104,23 @@
     if (!msg || typeof msg !== "object" || Array.isArray(msg)) return;
     if (typeof msg.type !== "string" || !TYPE_RE.test(msg.type)) return;
     try {
-      emit(msg.type, msg);
+      if (msg.type === "hello") {
+        resume(socket);
+      } else if (msg.type === "event") {
+        onEvent(msg);
+      } else if (msg.type === "delta") {
+        onDelta(msg);
+      } else if (msg.type === "error") {
+        // Our cursor comes from another database (restored, reset): start again at its head.
+        if (msg.code === "cursor_ahead") {
+          lastNumber = null;
+          resume(socket);
+        }
+      } else if (msg.type === "doorbell") {
+        if (typeof msg.kind === "string" && TYPE_RE.test(msg.kind)) emit(msg.kind, msg);
+      } else {
+        emit(msg.type, msg); // a doorbell: {"type": "<what changed>"}
+      }
     } catch (err) {
       // A failing listener must not kill the socket handler for later messages.
       console.error("agentos: handler for", msg.type, "failed", err);
@@ -92,7 +169,8 @@
         if (everConnected) emit("reconnected", { type: "reconnected" });
         everConnected = true;
       });
-      socket.addEventListener("message", onMessage);
+      const opened = socket;
+      socket.addEventListener("message", (event) => onMessage(opened, event));
       socket.addEventListener("close", () => {
         socket = null;
         setLive(false);

@@ -3,8 +3,8 @@
 "use strict";
 
 // Bump these to drop every cached copy on the next activation.
-const SHELL_CACHE = "agentos-shell-v1";
-const STATIC_CACHE = "agentos-static-v1"; // runtime cache: hashed /static/ names only known at run time
+const SHELL_CACHE = "agentos-shell-v2";
+const STATIC_CACHE = "agentos-static-v2"; // runtime cache: hashed /static/ names only known at run time
 const STATIC_MAX_ENTRIES = 80; // old hashed files pile up after each deploy; keep the newest N
 const OFFLINE_URL = "/offline/";
 

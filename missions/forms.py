@@ -1,0 +1,120 @@
+"""Console forms: a new mission, steering a run. They parse; `missions.launch`,
+`missions.steering` and `kernel.runs` decide (their refusals are shown on the form)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from missions import steering
+from missions.launch import MAX_GOAL
+from missions.models import ModelInfo, Project, Role, RoleRoute
+
+MICROS = Decimal(1_000_000)
+
+
+def executor_choices() -> list[tuple[str, str]]:
+    """The executor's default route first (no override), then every model of the catalog."""
+    default = RoleRoute.objects.filter(role=Role.EXECUTOR).first()
+    label = (
+        _("Default (%(route)s)") % {"route": f"{default.provider}/{default.model}"}
+        if default
+        else _("Default (none set: choose a model)")
+    )
+    choices = [("", str(label))]
+    for info in ModelInfo.objects.order_by("provider", "model"):
+        value = f"{info.provider}/{info.model}"
+        name = f"{value} — {info.display_name}" if info.display_name else value
+        choices.append((value, name))
+    return choices
+
+
+class MissionForm(forms.Form):
+    project = forms.ModelChoiceField(
+        label=_("Project"), queryset=Project.objects.order_by("name"), empty_label=None
+    )
+    goal = forms.CharField(
+        label=_("Goal"),
+        max_length=MAX_GOAL,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text=_("What the agent should achieve, in your words."),
+    )
+    definition_of_done = forms.CharField(
+        label=_("Definition of done"),
+        required=False,
+        max_length=MAX_GOAL,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("How you (and the agent) will know it is finished. Optional."),
+    )
+    max_usd = forms.DecimalField(
+        label=_("Max spend ($)"),
+        required=False,
+        min_value=Decimal(0),
+        max_digits=12,
+        decimal_places=6,
+        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+    )
+    max_tokens = forms.IntegerField(label=_("Max tokens"), required=False, min_value=0)
+    max_turns = forms.IntegerField(label=_("Max model turns"), required=False, min_value=0)
+    max_tool_calls = forms.IntegerField(label=_("Max tool calls"), required=False, min_value=0)
+    executor = forms.ChoiceField(label=_("Executor model"), required=False, choices=[])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["executor"].choices = executor_choices()  # type: ignore[attr-defined]  # a ChoiceField
+
+    def caps(self) -> dict[str, int]:
+        """Budget caps as `create_mission` takes them (micro-dollars); absent: no cap."""
+        data = self.cleaned_data
+        caps: dict[str, int] = {}
+        if data.get("max_usd") is not None:
+            caps["max_usd_micros"] = int(data["max_usd"] * MICROS)
+        for name in ("max_tokens", "max_turns", "max_tool_calls"):
+            if data.get(name) is not None:
+                caps[name] = int(data[name])
+        return caps
+
+    def routes(self) -> dict[str, dict[str, str]]:
+        chosen = self.cleaned_data.get("executor") or ""
+        if not chosen:
+            return {}
+        provider, _slash, model = chosen.partition("/")
+        return {"executor": {"provider": provider, "model": model}}
+
+
+def initial_from(mission: Any) -> dict[str, Any]:
+    """A new mission's form filled from an earlier one (relaunch)."""
+    route = mission.routes.get("executor") if isinstance(mission.routes, dict) else None
+    return {
+        "project": mission.project_id,
+        "goal": mission.goal,
+        "definition_of_done": mission.definition_of_done,
+        "max_usd": Decimal(mission.max_usd_micros) / MICROS
+        if mission.max_usd_micros is not None
+        else None,
+        "max_tokens": mission.max_tokens,
+        "max_turns": mission.max_turns,
+        "max_tool_calls": mission.max_tool_calls,
+        "executor": f"{route['provider']}/{route['model']}" if isinstance(route, dict) else "",
+    }
+
+
+class MessageForm(forms.Form):
+    text = forms.CharField(
+        label=_("Message to the agent"),
+        max_length=steering.MAX_CHARS,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("Delivered before its next model call."),
+    )
+    interrupt = forms.BooleanField(
+        label=_("Interrupt the current step"),
+        required=False,
+        help_text=_("Cuts a long tool call short so the message arrives now."),
+    )
+
+
+class ForkForm(forms.Form):
+    seq = forms.IntegerField(min_value=1)

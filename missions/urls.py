@@ -1,0 +1,22 @@
+"""Console routes of missions, runs, artifacts and costs, mounted in the `console` namespace by
+`agentos.urls` (before its catch-all for unbuilt screens)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, path, re_path
+
+from missions import run_views, views
+
+urlpatterns: list[URLPattern] = [
+    path("missions/", views.mission_list, name="missions"),
+    path("missions/new/", views.mission_new, name="mission-new"),
+    path("missions/<int:mission_id>/", views.mission_detail, name="mission"),
+    path("runs/<int:run_id>/", run_views.run_detail, name="run"),
+    path("runs/<int:run_id>/message/", run_views.run_message, name="run-message"),
+    path("runs/<int:run_id>/pause/", run_views.run_pause, name="run-pause"),
+    path("runs/<int:run_id>/resume/", run_views.run_resume, name="run-resume"),
+    path("runs/<int:run_id>/stop/", run_views.run_stop, name="run-stop"),
+    path("runs/<int:run_id>/fork/", run_views.run_fork, name="run-fork"),
+    re_path(r"^artifacts/(?P<sha256>[0-9a-f]{64})$", views.artifact, name="artifact"),
+    path("costs/", views.cost_report, name="costs"),
+]

@@ -1,0 +1,140 @@
+"""Console pages of missions: the list, a new mission, one mission with its live run tree and
+artifacts, artifact downloads, and costs. Runs and their steering are in `missions.run_views`.
+
+Missions start through `missions.launch.create_mission`, as from the API and schedules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods, require_safe
+
+from agentos.views import SCREENS_BY_SLUG, owner_required
+from kernel import artifacts as artifact_files
+from kernel.exceptions import KernelError
+from kernel.models import Artifact
+from missions import costs, keys, overview
+from missions.forms import MissionForm, initial_from
+from missions.launch import create_mission
+from missions.models import Mission, Project
+
+# Served inline only when a browser cannot run them as a page of this origin; everything else
+# (HTML, SVG, scripts...) is a download, whatever the agent named it.
+INLINE_TYPES = frozenset(
+    {"text/plain", "application/json", "image/png", "image/jpeg", "image/gif", "image/webp"}
+)
+
+
+@require_safe
+@owner_required
+def mission_list(request: HttpRequest) -> HttpResponse:
+    rows = overview.missions()
+    context = {
+        "screen": SCREENS_BY_SLUG["missions"],
+        "rows": rows,
+        "total": Mission.objects.count(),
+        "collected_at": timezone.now(),
+    }
+    return render(request, "missions/list.html", context)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def mission_new(request: HttpRequest) -> HttpResponse:
+    initial: dict[str, Any] = {}
+    relaunch = request.GET.get("from", "")
+    if relaunch.isdigit():
+        earlier = Mission.objects.filter(pk=int(relaunch)).first()
+        initial = initial_from(earlier) if earlier else {}
+    form = MissionForm(request.POST or None, initial=initial)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                mission, _run = create_mission(
+                    project=form.cleaned_data["project"],
+                    goal=form.cleaned_data["goal"],
+                    definition_of_done=form.cleaned_data["definition_of_done"],
+                    caps=form.caps(),
+                    routes=form.routes(),
+                    trigger="console",
+                )
+            except KernelError as refused:
+                form.add_error(None, refused.message)
+                status = refused.status
+            else:
+                return redirect("console:mission", mission_id=mission.pk)
+        else:
+            status = 400
+    context = {
+        "screen": SCREENS_BY_SLUG["missions"],
+        "form": form,
+        "has_projects": Project.objects.exists(),
+        "keys": keys.status(),
+    }
+    return render(request, "missions/new.html", context, status=status)
+
+
+@require_safe
+@owner_required
+def mission_detail(request: HttpRequest, mission_id: int) -> HttpResponse:
+    mission = get_object_or_404(Mission.objects.select_related("project"), pk=mission_id)
+    live = {"mission": mission, "tree": overview.tree(mission), "budget": _budget(mission)}
+    if request.htmx and request.htmx.target == "run-tree":  # type: ignore[attr-defined]
+        return render(request, "missions/mission.html#tree", live)
+    context = {
+        **live,
+        "screen": SCREENS_BY_SLUG["missions"],
+        "artifacts": overview.artifacts(mission),
+        "route": mission.routes.get("executor") if isinstance(mission.routes, dict) else None,
+    }
+    return render(request, "missions/mission.html", context)
+
+
+def _budget(mission: Mission) -> list[dict[str, Any]]:
+    """Caps next to what was spent; `money` rows are micro-dollars."""
+    spent = mission.spent()
+    return [
+        {
+            "label": _("Spend"),
+            "spent": spent["usd_micros"],
+            "cap": mission.max_usd_micros,
+            "money": True,
+        },
+        {"label": _("Tokens"), "spent": spent["tokens"], "cap": mission.max_tokens},
+        {"label": _("Model turns"), "spent": spent["turns"], "cap": mission.max_turns},
+        {"label": _("Tool calls"), "spent": spent["tool_calls"], "cap": mission.max_tool_calls},
+    ]
+
+
+@require_safe
+@owner_required
+def artifact(request: HttpRequest, sha256: str) -> FileResponse:
+    found = Artifact.objects.filter(sha256=sha256).first()
+    if found is None:
+        raise Http404(_("No such artifact."))
+    try:
+        handle = artifact_files.open_artifact(found)
+    except FileNotFoundError:
+        raise Http404(_("The artifact's file is missing from the data folder.")) from None
+    media_type = found.media_type or "application/octet-stream"
+    inline = media_type.split(";")[0].strip().lower() in INLINE_TYPES
+    # FileResponse closes the file once it is sent.
+    return FileResponse(
+        handle,
+        content_type=media_type,
+        as_attachment=not inline,
+        filename=found.name or found.sha256,
+    )
+
+
+@require_safe
+@owner_required
+def cost_report(request: HttpRequest) -> HttpResponse:
+    context = {"screen": SCREENS_BY_SLUG["costs"], "report": costs.report()}
+    return render(request, "missions/costs.html", context)
