@@ -41,6 +41,6 @@ def _send(kind: str, data: dict[str, Any]) -> None:
         return
     try:
         async_to_sync(layer.group_send)(OWNER_GROUP, {"type": "doorbell", "kind": kind, **data})
-    except Exception:
-        # A lost doorbell costs a page a refresh, never state: log it and go on.
-        logger.exception("doorbell %s not sent", kind)
+    except Exception as error:
+        # A lost doorbell costs a page a refresh, never state: note it and go on.
+        logger.warning("doorbell %s not sent: %s: %s", kind, error.__class__.__name__, error)
