@@ -69,3 +69,9 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind} {self.username}"
+
+
+# Declared beside the code that uses it; imported here so that Django registers it.
+from agentos.idempotency import IdempotencyKey  # noqa: E402
+
+__all__ = ["ApiToken", "AuditEvent", "IdempotencyKey"]

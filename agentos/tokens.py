@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from agentos import audit
 from agentos.errors import DomainError
 from agentos.models import ApiToken, AuditEvent
+from agentos.owner import get_owner
 
 PREFIX = "aos_"
 # last_used_at is rewritten at most this often, so a busy script does not write on every call.
@@ -81,6 +82,14 @@ def authenticate_token(secret: str, *, address: str | None = None) -> ApiToken:
     if token is None or not token.owner.is_active:
         audit.record(AuditEvent.Kind.TOKEN_REFUSED, address=address, reason="unknown")
         raise TokenRefused(_("Invalid API token."))
+    # There is one owner: a token of any other account (made in the admin, or left by an owner
+    # since replaced) opens nothing, whoever its user is.
+    the_owner = get_owner()
+    if the_owner is None or token.owner_id != the_owner.pk:
+        audit.record(
+            AuditEvent.Kind.TOKEN_REFUSED, address=address, reason="not_owner", token=token.pk
+        )
+        raise TokenRefused(_("Invalid API token."))
     if token.revoked_at is not None:
         audit.record(
             AuditEvent.Kind.TOKEN_REFUSED, address=address, reason="revoked", token=token.pk
@@ -88,6 +97,11 @@ def authenticate_token(secret: str, *, address: str | None = None) -> ApiToken:
         raise TokenRefused(_("This API token was revoked."))
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        # Never wait for the row: a write under an Idempotency-Key authenticates inside its
+        # transaction (agentos.idempotency) and holds this lock until it ends; a concurrent
+        # request skips the update (another one just made it) instead of queueing behind it.
+        with transaction.atomic():
+            unlocked = ApiToken.objects.filter(pk=token.pk).select_for_update(skip_locked=True)
+            ApiToken.objects.filter(pk__in=unlocked.values("pk")).update(last_used_at=now)
         token.last_used_at = now
     return token

@@ -14,6 +14,7 @@ from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, StrictBool
 
 from agentos.errors import DomainError
+from agentos.schemas import Text
 from approvals import inbox, service
 from approvals.models import Approval, Question
 
@@ -63,15 +64,15 @@ class DecisionIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     approve: StrictBool
-    args_hash: str = Field(max_length=128)
+    args_hash: Text = Field(max_length=128)
     always: StrictBool = False
-    note: str = Field("", max_length=2000)
+    note: Text = Field("", max_length=2000)
 
 
 class AnswerIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(max_length=10000)
+    text: Text = Field(max_length=10000)
 
 
 def approval_out(approval: Approval) -> dict[str, Any]:

@@ -90,3 +90,51 @@ def validate_caps(caps: dict[str, Any]) -> dict[str, int | None]:
             )
         clean[name] = value
     return clean
+
+
+# The global governors (`GlobalBudget`, one row): a daily spend cap in micro-dollars (null: none)
+# and a cap on runs executing at once across every mission (0 holds every run back).
+GLOBAL_CAPS = {"daily_usd_micros": 2**63 - 1, "max_running_runs": 2**31 - 1}
+
+
+def global_caps() -> dict[str, int | None]:
+    """The global caps in force: the row's, or the model's defaults while none was saved."""
+    from kernel.models import GlobalBudget
+
+    budget = GlobalBudget.objects.order_by("pk").first() or GlobalBudget()
+    return {name: getattr(budget, name) for name in GLOBAL_CAPS}
+
+
+def set_global_caps(changes: dict[str, Any]) -> dict[str, int | None]:
+    """Change some global caps (the console's settings and the API's PATCH); all or nothing.
+
+    Readers (`kernel.scheduler`, `kernel.context`) take the row of lowest id, as written here.
+    """
+    from django.db import transaction
+
+    from kernel.exceptions import KernelError
+    from kernel.models import GlobalBudget
+
+    for name, value in changes.items():
+        if name not in GLOBAL_CAPS:
+            raise KernelError(
+                f"Unknown global cap {name!r}; caps: {', '.join(GLOBAL_CAPS)}.",
+                code="invalid_budget",
+            )
+        if value is None and name == "daily_usd_micros":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise KernelError(f"Global cap {name} must be an integer.", code="invalid_budget")
+        # A daily cap of 0 reads as "no cap" (kernel.context): say null for that, not 0.
+        low = 1 if name == "daily_usd_micros" else 0
+        if not low <= value <= GLOBAL_CAPS[name]:
+            raise KernelError(
+                f"Global cap {name} is between {low} and {GLOBAL_CAPS[name]} (got {value}).",
+                code="invalid_budget",
+            )
+    with transaction.atomic():
+        budget = GlobalBudget.objects.select_for_update().order_by("pk").first() or GlobalBudget()
+        for name, value in changes.items():
+            setattr(budget, name, value)
+        budget.save()
+    return {name: getattr(budget, name) for name in GLOBAL_CAPS}

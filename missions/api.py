@@ -1,0 +1,427 @@
+"""Projects, missions, schedules and settings over /api/v1 (runs and steering: `api_runs`).
+
+Missions start through `missions.launch.create_mission`, as from the console, a schedule or
+another agent; provider keys, global caps and schedules change through their services. Their
+`KernelError`s (unknown ids, invalid caps, no provider) become the API's error shape in
+`agentos.api`; nothing is written when one is raised.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from django.db.models import Count, Q
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema, Status
+from pydantic import ConfigDict, StrictBool, StrictInt
+
+from agentos.errors import DomainError
+from agentos.schemas import Text
+from kernel import budgets
+from missions import keys, launch, projects, schedules
+from missions.models import Mission, Project, Schedule
+
+router = Router()
+
+INT32 = 2**31 - 1
+INT64 = 2**63 - 1
+
+
+def not_found(what: str, pk: object) -> DomainError:
+    return DomainError(f"No {what} {pk}.", code="not_found", status=404)
+
+
+def project_or_404(project_id: int) -> Project:
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        raise not_found("project", project_id)
+    return project
+
+
+# --- Projects -----------------------------------------------------------------------------------
+
+
+class ProjectIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Text = Field(max_length=120)
+    description: Text = Field("", max_length=20_000)
+    repository: Text = Field("", max_length=500, description="Absolute path of a git repository")
+
+
+class ProjectOut(Schema):
+    id: int
+    name: str
+    description: str
+    repository: str
+    created_at: datetime
+
+
+@router.get("/projects", response=list[ProjectOut], tags=["projects"], summary="Projects by name")
+def list_projects(request: HttpRequest) -> list[Project]:
+    return list(Project.objects.all())
+
+
+@router.post(
+    "/projects",
+    response={201: ProjectOut},
+    tags=["projects"],
+    summary="Create a project (a repository must be a git repository)",
+)
+def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
+    project = projects.create_project(
+        name=payload.name, description=payload.description, repository=payload.repository
+    )
+    return Status(201, project)
+
+
+@router.get("/projects/{project_id}", response=ProjectOut, tags=["projects"], summary="A project")
+def get_project(request: HttpRequest, project_id: int) -> Project:
+    return project_or_404(project_id)
+
+
+# --- Missions -----------------------------------------------------------------------------------
+
+# Role's values, spelled out for the schema (a test keeps the two equal).
+RoleName = Literal["planner", "executor", "evaluator", "memory_consolidator", "classifier"]
+
+
+class CapsIn(Schema):
+    """Caps over every run of the mission; null (or absent) means none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: StrictInt | None = Field(None, ge=0, le=INT64)
+    max_usd_micros: StrictInt | None = Field(None, ge=0, le=INT64, description="Micro-dollars")
+    max_turns: StrictInt | None = Field(None, ge=0, le=INT32)
+    max_tool_calls: StrictInt | None = Field(None, ge=0, le=INT32)
+    max_concurrent_runs: StrictInt | None = Field(None, ge=1, le=32_767, description="Default 12")
+
+
+class CapsOut(Schema):
+    max_tokens: int | None
+    max_usd_micros: int | None
+    max_turns: int | None
+    max_tool_calls: int | None
+    max_concurrent_runs: int
+
+
+class RouteIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    provider: Literal["anthropic", "openai", "scripted"]
+    model: Text = Field(min_length=1, max_length=100)
+    effort: Literal["low", "medium", "high"] | None = None
+
+
+class MissionIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    project_id: int
+    goal: Text = Field(max_length=launch.MAX_GOAL)
+    definition_of_done: Text = Field("", max_length=launch.MAX_GOAL)
+    caps: CapsIn | None = None
+    routes: dict[RoleName, RouteIn] = Field(
+        default_factory=dict, description="Per-role overrides of the default model routes"
+    )
+
+
+class SpentOut(Schema):
+    tokens: int
+    usd_micros: int
+    turns: int
+    tool_calls: int
+
+
+class RunsSummaryOut(Schema):
+    total: int
+    by_status: dict[str, int]
+    root_run_ids: list[int]
+
+
+class MissionOut(Schema):
+    id: int
+    project_id: int
+    goal: str
+    definition_of_done: str
+    caps: CapsOut
+    routes: dict[str, Any]
+    created_at: datetime
+
+
+class MissionCreatedOut(MissionOut):
+    run_id: int
+
+
+class MissionDetailOut(MissionOut):
+    spent: SpentOut
+    runs: RunsSummaryOut
+
+
+class MissionPage(Schema):
+    items: list[MissionOut]
+    next: str | None = Field(description="Cursor of the next page; null on the last one")
+
+
+class MissionFilter(Schema):
+    project: int | None = None
+    cursor: str | None = Field(None, max_length=200)
+    limit: int = Field(50, ge=1, le=200)
+
+
+def mission_out(mission: Mission) -> dict[str, Any]:
+    return {
+        "id": mission.pk,
+        "project_id": mission.project_id,
+        "goal": mission.goal,
+        "definition_of_done": mission.definition_of_done,
+        "caps": {name: getattr(mission, name) for name in launch.MISSION_CAPS},
+        "routes": mission.routes if isinstance(mission.routes, dict) else {},
+        "created_at": mission.created_at,
+    }
+
+
+def encode_cursor(mission: Mission) -> str:
+    raw = json.dumps([mission.created_at.isoformat(), mission.pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The (created_at, id) a cursor names; 422 `invalid_cursor` for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, pk = json.loads(raw)
+        created_at = datetime.fromisoformat(at)
+        if not isinstance(pk, int) or isinstance(pk, bool) or created_at.tzinfo is None:
+            raise ValueError(cursor)
+    except (ValueError, TypeError, binascii.Error):
+        raise DomainError(
+            "This cursor was not given by this API; start again without one.",
+            code="invalid_cursor",
+            status=422,
+        ) from None
+    return created_at, pk
+
+
+@router.post(
+    "/missions",
+    response={201: MissionCreatedOut},
+    tags=["missions"],
+    summary="Create a mission and start its root run (the console's path, trigger 'api')",
+)
+def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str, Any]]:
+    mission, run = launch.create_mission(
+        project=project_or_404(payload.project_id),
+        goal=payload.goal,
+        definition_of_done=payload.definition_of_done,
+        caps=payload.caps.model_dump(exclude_unset=True) if payload.caps else {},
+        routes={role: route.model_dump() for role, route in payload.routes.items()},
+        trigger="api",
+    )
+    return Status(201, {**mission_out(mission), "run_id": run.pk})
+
+
+@router.get(
+    "/missions",
+    response=MissionPage,
+    tags=["missions"],
+    summary="Missions, newest first, by pages (pass `next` back as `cursor`)",
+)
+def list_missions(request: HttpRequest, filters: Query[MissionFilter]) -> dict[str, Any]:
+    found = Mission.objects.order_by("-created_at", "-pk")
+    if filters.project is not None:
+        found = found.filter(project=project_or_404(filters.project))
+    if filters.cursor is not None:
+        at, pk = decode_cursor(filters.cursor)
+        found = found.filter(Q(created_at__lt=at) | Q(created_at=at, pk__lt=pk))
+    page = list(found[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    return {
+        "items": [mission_out(mission) for mission in page],
+        "next": encode_cursor(page[-1]) if more else None,
+    }
+
+
+@router.get(
+    "/missions/{mission_id}",
+    response=MissionDetailOut,
+    tags=["missions"],
+    summary="A mission with what it spent and its runs by status",
+)
+def get_mission(request: HttpRequest, mission_id: int) -> dict[str, Any]:
+    mission = Mission.objects.filter(pk=mission_id).first()
+    if mission is None:
+        raise not_found("mission", mission_id)
+    by_status = dict(
+        mission.runs.order_by()
+        .values_list("status")
+        .annotate(count=Count("pk"))
+        .values_list("status", "count")
+    )
+    roots = list(
+        mission.runs.filter(parent__isnull=True).order_by("pk").values_list("pk", flat=True)
+    )
+    return {
+        **mission_out(mission),
+        "spent": mission.spent(),
+        "runs": {"total": sum(by_status.values()), "by_status": by_status, "root_run_ids": roots},
+    }
+
+
+# --- Schedules ----------------------------------------------------------------------------------
+
+
+class ScheduleIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    project_id: int
+    name: Text = Field(max_length=120)
+    goal: Text = Field(max_length=launch.MAX_GOAL)
+    definition_of_done: Text = Field("", max_length=launch.MAX_GOAL)
+    cron: Text = Field(max_length=100, description="minute hour day month weekday")
+    enabled: StrictBool = True
+
+
+class SchedulePatch(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    project_id: int = Field(None)  # type: ignore[assignment]  # absent: unchanged; never null
+    name: Text = Field(None, max_length=120)  # type: ignore[assignment]  # idem
+    goal: Text = Field(None, max_length=launch.MAX_GOAL)  # type: ignore[assignment]  # idem
+    definition_of_done: Text = Field(None, max_length=launch.MAX_GOAL)  # type: ignore[assignment]
+    cron: Text = Field(None, max_length=100)  # type: ignore[assignment]  # idem
+    enabled: StrictBool = Field(None)  # type: ignore[assignment]  # idem
+
+
+class ScheduleOut(Schema):
+    id: int
+    project_id: int
+    name: str
+    goal: str
+    definition_of_done: str
+    cron: str
+    enabled: bool
+    last_fired_at: datetime | None
+    created_at: datetime
+
+
+@router.get("/schedules", response=list[ScheduleOut], tags=["schedules"], summary="Schedules")
+def list_schedules(request: HttpRequest) -> list[Schedule]:
+    return list(Schedule.objects.all())
+
+
+@router.post(
+    "/schedules",
+    response={201: ScheduleOut},
+    tags=["schedules"],
+    summary="Create a recurring mission (cron, five fields)",
+)
+def create_schedule(request: HttpRequest, payload: ScheduleIn) -> Status[Schedule]:
+    schedule = schedules.create_schedule(
+        project=project_or_404(payload.project_id),
+        name=payload.name,
+        goal=payload.goal,
+        definition_of_done=payload.definition_of_done,
+        cron=payload.cron,
+        enabled=payload.enabled,
+    )
+    return Status(201, schedule)
+
+
+@router.patch(
+    "/schedules/{schedule_id}",
+    response=ScheduleOut,
+    tags=["schedules"],
+    summary="Change some fields of a schedule",
+)
+def update_schedule(request: HttpRequest, schedule_id: int, payload: SchedulePatch) -> Schedule:
+    changes = payload.model_dump(exclude_unset=True)
+    if "project_id" in changes:
+        changes["project"] = project_or_404(changes.pop("project_id"))
+    return schedules.update_schedule(schedule_id, changes)
+
+
+@router.delete(
+    "/schedules/{schedule_id}", response={204: None}, tags=["schedules"], summary="Delete"
+)
+def delete_schedule(request: HttpRequest, schedule_id: int) -> Status[None]:
+    schedules.delete_schedule(schedule_id)
+    return Status(204, None)
+
+
+# --- Settings -----------------------------------------------------------------------------------
+
+
+class ProviderKeyOut(Schema):
+    provider: str
+    configured: bool
+    source: Literal["environment", "console"] | None
+    hint: str | None = Field(description="The last 4 characters of a key set from the console")
+    updated_at: datetime | None
+
+
+class ProviderKeyIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    key: Text = Field(max_length=500)
+
+
+class BudgetOut(Schema):
+    daily_usd_micros: int | None = Field(description="Daily spend cap, micro-dollars; null: none")
+    max_running_runs: int = Field(description="Runs executing at once, all missions together")
+
+
+class BudgetPatch(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    daily_usd_micros: StrictInt | None = Field(None, ge=1, le=INT64)
+    max_running_runs: StrictInt = Field(None, ge=0, le=INT32)  # type: ignore[assignment]  # never null
+
+
+@router.get(
+    "/settings/provider-keys",
+    response=list[ProviderKeyOut],
+    tags=["settings"],
+    summary="Which provider keys are set, and where from (never a key)",
+)
+def list_provider_keys(request: HttpRequest) -> list[dict[str, object]]:
+    return keys.status()
+
+
+@router.put(
+    "/settings/provider-keys/{provider}",
+    response=ProviderKeyOut,
+    tags=["settings"],
+    summary="Set a provider's key (write-only: it is never shown again)",
+)
+def put_provider_key(request: HttpRequest, provider: str, payload: ProviderKeyIn) -> object:
+    keys.put(provider, payload.key)
+    return next(item for item in keys.status() if item["provider"] == provider)
+
+
+@router.delete(
+    "/settings/provider-keys/{provider}",
+    response={204: None},
+    tags=["settings"],
+    summary="Forget a key set from the console (an environment variable still wins)",
+)
+def delete_provider_key(request: HttpRequest, provider: str) -> Status[None]:
+    keys.delete(provider)
+    return Status(204, None)
+
+
+@router.get("/settings/budget", response=BudgetOut, tags=["settings"], summary="Global caps")
+def get_budget(request: HttpRequest) -> dict[str, int | None]:
+    return budgets.global_caps()
+
+
+@router.patch(
+    "/settings/budget", response=BudgetOut, tags=["settings"], summary="Change global caps"
+)
+def update_budget(request: HttpRequest, payload: BudgetPatch) -> dict[str, int | None]:
+    return budgets.set_global_caps(payload.model_dump(exclude_unset=True))

@@ -1,0 +1,145 @@
+"""Fuzz /api/v1 from its own OpenAPI schema (schemathesis): no request gets a server error, and
+answers documented in the schema match it.
+
+The schema is loaded from the app itself, through Django's WSGI handler, in the test's
+transaction; a database with one of everything (project, mission, runs with steps, artifact,
+approval, question, schedule) gives the generated requests ids that exist, half of the time.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import schemathesis
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+)
+
+from agentos import tokens
+from kernel import runs, workers
+from missions import schedules
+from tests.api.factories import add_steps, end_run, make_artifact, make_mission, make_project
+from tests.approvals.factories import make_approval, make_question
+from tests.factories import Owner
+
+# Per operation; raise it for a deeper local run (AGENTOS_FUZZ_EXAMPLES=500 make test).
+EXAMPLES = int(os.environ.get("AGENTOS_FUZZ_EXAMPLES", "20"))
+
+
+@dataclass
+class Target:
+    schema: Any  # schemathesis' OpenApiSchema, bound to the WSGI app
+    secret: str  # a bearer token of the owner
+    known: dict[str, list[Any]]  # existing values of path parameters (and project_id)
+
+    def known_or(self, name: str, value: Any) -> Any:
+        """Half of the generated values (chosen by their own hash, so a failure replays)
+        become one that exists; the rest stay as generated, mostly unknown or invalid."""
+        choices = self.known.get(name)
+        digest = zlib.crc32(repr(value).encode())
+        if not choices or digest % 2:
+            return value
+        return choices[digest // 2 % len(choices)]
+
+
+@pytest.fixture
+def wsgi_app() -> Iterator[WSGIHandler]:
+    """Django's WSGI handler, without closing the connection around each request (it holds the
+    test's transaction): the same precaution as Django's test client."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield WSGIHandler()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def target(
+    owner: Owner, wsgi_app: WSGIHandler, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
+) -> Target:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # missions are created, never executed
+    workers.record_beat(worker="fuzz:1", started=True)  # a healthy stack: /health answers 200
+    project = make_project()
+    mission, run = make_mission(project=project)
+    add_steps(run, 3, unfinished=1)
+    child = runs.start_run(mission=mission, program="agent", input={}, parent=run)
+    finished_mission, finished = make_mission("Finished already", project=project)
+    add_steps(finished, 2)
+    end_run(finished)
+    artifact = make_artifact(run, b"# Notes\n", name="NOTES.md", media_type="text/markdown")
+    approval = make_approval()
+    question = make_question()
+    schedule = schedules.create_schedule(
+        project=project, name="weekly", goal="Update the notes.", cron="0 7 * * 1"
+    )
+    return Target(
+        schema=schemathesis.openapi.from_wsgi("/api/v1/openapi.json", wsgi_app),
+        secret=tokens.create_token(owner=owner.user, name="fuzz").secret,
+        known={
+            "project_id": [project.pk],
+            "mission_id": [mission.pk, finished_mission.pk],
+            "run_id": [run.pk, child.pk, finished.pk],
+            "approval_id": [approval.pk],
+            "question_id": [question.pk],
+            "schedule_id": [schedule.pk],
+            "sha256": [artifact.sha256],
+            "provider": ["anthropic", "openai"],
+        },
+    )
+
+
+def operations() -> list[tuple[str, str]]:
+    """Every (path, method) of the schema, one test each (collected once, at import)."""
+    from agentos.api import api
+
+    paths = api.get_openapi_schema()["paths"]
+    return [(path, method) for path, methods in paths.items() for method in methods]
+
+
+# The pytest plugin's lazy schema (`schemathesis.pytest.from_fixture`) needs a pytest internal
+# that pytest 9 removed; each operation's strategy is driven by Hypothesis here instead.
+@pytest.mark.parametrize(("path", "method"), operations())
+def test_no_request_gets_a_server_error(target: Target, path: str, method: str) -> None:
+    operation = target.schema[path][method.upper()]
+    strategy = st.one_of(
+        operation.as_strategy(GenerationMode.POSITIVE),
+        operation.as_strategy(GenerationMode.NEGATIVE),
+    )
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,  # the same examples every run: a failure is a bug, not bad luck
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def fuzz(case: schemathesis.Case[Any]) -> None:
+        if case.path_parameters:
+            case.path_parameters = {
+                name: target.known_or(name, value) for name, value in case.path_parameters.items()
+            }
+        if isinstance(case.body, dict) and "project_id" in case.body:
+            project_id = target.known_or("project_id", case.body["project_id"])
+            case.body = {**case.body, "project_id": project_id}
+        case.call_and_validate(
+            headers={"Authorization": f"Bearer {target.secret}"},
+            checks=[not_a_server_error, response_schema_conformance, content_type_conformance],
+        )
+
+    fuzz()

@@ -1,0 +1,197 @@
+"""Settings (provider keys, global caps) and schedules over /api/v1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kernel.models import GlobalBudget
+from missions import keys
+from missions.models import ProviderKey, Schedule
+from tests.agentos.test_api import error_of
+from tests.api.conftest import Api
+from tests.api.factories import make_project
+
+KEY = "sk-ant-api03-secret-value-1234"
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+# --- provider keys ------------------------------------------------------------------------------
+
+
+def test_it_sets_a_provider_key_without_ever_showing_it(api: Api) -> None:
+    response = api.put("/settings/provider-keys/anthropic", {"key": KEY})
+
+    assert response.status_code == 200
+    assert KEY not in response.content.decode()
+    assert response.json() == {
+        "provider": "anthropic",
+        "configured": True,
+        "source": "console",
+        "hint": "1234",
+        "updated_at": response.json()["updated_at"],
+    }
+    assert keys.get("anthropic") == KEY
+    listed = api.get("/settings/provider-keys")
+    assert KEY not in listed.content.decode()
+    assert [(p["provider"], p["configured"]) for p in listed.json()] == [
+        ("anthropic", True),
+        ("openai", False),
+    ]
+
+
+def test_the_environment_key_wins_and_is_reported_so(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+
+    listed = {p["provider"]: p for p in api.get("/settings/provider-keys").json()}
+
+    assert listed["openai"]["source"] == "environment"
+    assert listed["openai"]["hint"] is None
+
+
+def test_it_deletes_a_provider_key(api: Api) -> None:
+    keys.put("openai", KEY)
+
+    response = api.delete("/settings/provider-keys/openai")
+
+    assert (response.status_code, response.content) == (204, b"")
+    assert not ProviderKey.objects.exists()
+    assert api.delete("/settings/provider-keys/openai").status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("provider", "body", "status", "code"),
+    [
+        ("acme", {"key": KEY}, 404, "not_found"),
+        ("anthropic", {"key": "short"}, 400, "invalid_input"),
+        ("anthropic", {"key": "with spaces inside"}, 400, "invalid_input"),
+        ("anthropic", {}, 422, "invalid_input"),
+        ("anthropic", {"key": KEY, "provider": "openai"}, 422, "invalid_input"),
+    ],
+)
+def test_it_refuses_a_bad_provider_key(
+    api: Api, provider: str, body: dict[str, Any], status: int, code: str
+) -> None:
+    response = api.put(f"/settings/provider-keys/{provider}", body)
+
+    assert (response.status_code, error_of(response)["code"]) == (status, code)
+    assert not ProviderKey.objects.exists()
+    assert api.delete("/settings/provider-keys/acme").status_code == 404
+
+
+# --- global caps --------------------------------------------------------------------------------
+
+
+def test_it_shows_and_changes_the_global_caps(api: Api) -> None:
+    assert api.get("/settings/budget").json() == {
+        "daily_usd_micros": None,
+        "max_running_runs": 64,
+    }
+
+    changed = api.patch("/settings/budget", {"daily_usd_micros": 5_000_000})
+    changed_again = api.patch("/settings/budget", {"max_running_runs": 4})
+    cleared = api.patch("/settings/budget", {"daily_usd_micros": None})
+
+    assert changed.json() == {"daily_usd_micros": 5_000_000, "max_running_runs": 64}
+    assert changed_again.json() == {"daily_usd_micros": 5_000_000, "max_running_runs": 4}
+    assert cleared.json() == {"daily_usd_micros": None, "max_running_runs": 4}
+    budget = GlobalBudget.objects.get()
+    assert (budget.daily_usd_micros, budget.max_running_runs) == (None, 4)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"daily_usd_micros": -1},
+        {"daily_usd_micros": 0},  # reads as "no cap" in the kernel: null says that
+        {"daily_usd_micros": "100"},
+        {"daily_usd_micros": 2**63},
+        {"max_running_runs": None},
+        {"max_running_runs": -1},
+        {"max_running_runs": 2**31},
+        {"max_running_runs": 1.5},
+        {"max_tokens": 10},
+    ],
+)
+def test_it_refuses_bad_global_caps_and_changes_nothing(api: Api, body: dict[str, Any]) -> None:
+    GlobalBudget.objects.create(daily_usd_micros=1_000_000, max_running_runs=8)
+
+    response = api.patch("/settings/budget", body)
+
+    assert (response.status_code, error_of(response)["code"]) == (422, "invalid_input")
+    budget = GlobalBudget.objects.get()
+    assert (budget.daily_usd_micros, budget.max_running_runs) == (1_000_000, 8)
+
+
+# --- schedules ----------------------------------------------------------------------------------
+
+SCHEDULE = {"name": "weekly notes", "goal": "Update the notes.", "cron": "0 7 * * 1"}
+
+
+def test_it_creates_changes_lists_and_deletes_schedules(api: Api) -> None:
+    project = make_project()
+
+    created = api.post("/schedules", {"project_id": project.pk, **SCHEDULE})
+    schedule_id = created.json()["id"]
+    changed = api.patch(f"/schedules/{schedule_id}", {"cron": "30 6 * * 1-5", "enabled": False})
+    listed = api.get("/schedules").json()
+    deleted = api.delete(f"/schedules/{schedule_id}")
+
+    assert created.status_code == 201
+    assert created.json() == {
+        "id": schedule_id,
+        "project_id": project.pk,
+        "name": "weekly notes",
+        "goal": "Update the notes.",
+        "definition_of_done": "",
+        "cron": "0 7 * * 1",
+        "enabled": True,
+        "last_fired_at": None,
+        "created_at": created.json()["created_at"],
+    }
+    assert (changed.json()["cron"], changed.json()["enabled"]) == ("30 6 * * 1-5", False)
+    assert changed.json()["name"] == "weekly notes"
+    assert [s["id"] for s in listed] == [schedule_id]
+    assert deleted.status_code == 204
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"cron": "every monday"}, 422, "cron"),
+        ({"cron": "*/0 * * * *"}, 422, "cron"),
+        ({"goal": " "}, 422, "goal"),
+        ({"project_id": 999999}, 404, None),
+        ({"enabled": "no"}, 422, None),
+        ({"colour": "red"}, 422, None),
+    ],
+)
+def test_it_refuses_a_bad_schedule_and_changes_nothing(
+    api: Api, body: dict[str, Any], status: int, field: str | None
+) -> None:
+    project = make_project()
+    existing = api.post("/schedules", {"project_id": project.pk, **SCHEDULE}).json()
+
+    created = api.post("/schedules", {"project_id": project.pk, **SCHEDULE, **body})
+    changed = api.patch(f"/schedules/{existing['id']}", body)
+
+    for response in (created, changed):
+        assert response.status_code == status
+        if field is not None:
+            assert set(error_of(response)["details"]["fields"]) == {field}  # type: ignore[index]
+    assert Schedule.objects.count() == 1
+    assert api.get("/schedules").json() == [existing]
+
+
+def test_it_answers_404_for_an_unknown_schedule(api: Api, db: None) -> None:
+    assert api.patch("/schedules/999999", {"enabled": False}).status_code == 404
+    assert api.delete("/schedules/999999").status_code == 404
