@@ -256,6 +256,9 @@ class Event(models.Model):
     kind = models.CharField(max_length=60)
     trust = models.CharField(max_length=10, choices=Trust.choices, default=Trust.SYSTEM)
     data = models.JSONField(default=dict, blank=True)
+    # The event's place in the stream clients read (`kernel.stream`), given after it commits;
+    # NULL until then. The table also has `tx` (the writing transaction), for the database only.
+    number = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["id"]
