@@ -1,11 +1,31 @@
-"""The console's WebSocket: owner-only, same-origin only, a doorbell for live pages.
+"""The console's WebSocket at /ws/events: owner-only, same-origin only.
 
-The durable event stream (resumable by cursor) arrives with the console issue; today the socket
-carries doorbells (`{"type": "health"}`) that tell open pages to re-read state.
+Server to client, one JSON object per frame, told apart by `type`:
+- `{"type": "hello"}` once accepted;
+- doorbells, `{"type": <what changed>}` (e.g. `"waits"`, `"health"`): look again (pages
+  re-read state; the console turns each into an `agentos:<type>` DOM event);
+- `{"type": "event", "number": n, "at", "kind", "mission", "run", "seq", "trust", "data",
+  "wait"}`: the durable stream, after the client resumed (below); kinds in `kernel.stream`;
+- `{"type": "delta", "run", "seq", "channel": "text" | "reasoning", "offset", "text"}`: model
+  output while a step runs, ephemeral (never replayed; `step.completed` carries the whole
+  text; `offset` is where the chunk starts in that step's text, so a gap shows);
+- `{"type": "error", "code", "message", ...}`: the socket stays open.
+
+Client to server: `{"type": "resume", "after": N}`, N the number of the last event it has (0
+for everything), or `"after": "now"` to start at the current head. The server replays from the
+database in pages, then streams each event as it is numbered: it polls every `POLL_SECONDS`,
+and at once on any doorbell (the channel layer may drop those; the poll does not depend on
+them). A client that reconnects with its last number misses nothing and gets nothing twice.
+A later `resume` replaces the cursor. Errors: `cursor_ahead` (N above the head: the client's
+state comes from another database, or it made N up), `invalid_cursor`, `invalid_message`,
+`unavailable` (the database did not answer: resume again).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import logging
 from typing import Any
 from urllib.parse import urlparse
@@ -15,17 +35,23 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.security.websocket import OriginValidator, WebsocketDenier
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
 from agentos import audit
 from agentos.models import AuditEvent
+from kernel import stream
 from kernel.bus import OWNER_GROUP
 
 logger = logging.getLogger(__name__)
 
 # Close codes in the 4000-4999 private range, so the client can tell why it was refused.
 CLOSE_UNAUTHENTICATED = 4401
+# How often an open stream looks for newly numbered events without a doorbell, and how many
+# events it reads per query while replaying.
+POLL_SECONDS = 0.25
+PAGE_SIZE = 200
 
 
 def _address(scope: dict[str, Any]) -> str | None:
@@ -65,6 +91,9 @@ def _is_verified_owner(scope: dict[str, Any]) -> bool:
 
 
 class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels has no hints
+    cursor: int = 0
+    pump: asyncio.Task[None] | None = None
+
     async def connect(self) -> None:
         if not await _is_verified_owner(self.scope):
             await database_sync_to_async(audit.record)(
@@ -74,19 +103,117 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             )
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        self.wake = asyncio.Event()
         await self.channel_layer.group_add(OWNER_GROUP, self.channel_name)
         await self.accept()
         await self.send_json({"type": "hello"})
 
     async def disconnect(self, code: int) -> None:
+        await self._stop_pump()
         await self.channel_layer.group_discard(OWNER_GROUP, self.channel_name)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        # Clients only listen for now; anything they send is ignored.
-        return None
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        # Channels would let a malformed frame end the connection; answer it instead.
+        try:
+            content = json.loads(text_data) if text_data else None
+        except ValueError:
+            content = None
+        if not isinstance(content, dict):
+            await self._error("invalid_message", "Send one JSON object per frame.")
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
+        if content.get("type") != "resume":
+            await self._error("invalid_message", "The only message a client sends is 'resume'.")
+            return
+        # The old cursor's pump stops first: nothing from it arrives after the new cursor.
+        await self._stop_pump()
+        after: Any = content.get("after")
+        cursor_given = isinstance(after, int) and not isinstance(after, bool) and after >= 0
+        if after != "now" and not cursor_given:
+            await self._error(
+                "invalid_cursor",
+                "'after' is the number of the last event you have (0 for all) or 'now'.",
+            )
+            return
+        try:
+            head = await _current_head()
+        except Exception:
+            logger.exception("event stream: reading the head failed")
+            await self._error("unavailable", "The event stream is unavailable; resume again.")
+            return
+        if after == "now":
+            self.cursor = head
+        elif after > head:
+            await self._error(
+                "cursor_ahead",
+                f"Event {after} does not exist yet; the last one is {head}.",
+                head=head,
+            )
+            return
+        else:
+            self.cursor = after
+        self.pump = asyncio.create_task(self._stream())
+
+    async def _stream(self) -> None:
+        """1. read the next page after the cursor (numbering new events first when the last
+        page was not full); 2. send it, moving the cursor; 3. when caught up, sleep until a
+        doorbell or the next poll."""
+        full = False
+        while True:
+            try:
+                events = await _next_page(self.cursor, sequence=not full)
+            except Exception:
+                # The database is away (restart, failover): keep the socket, try again.
+                logger.exception("event stream: reading events failed")
+                events = []
+            for event in events:
+                await self.send_json({"type": "event", **event})
+                self.cursor = event["number"]
+            full = len(events) == PAGE_SIZE
+            if full:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
+            self.wake.clear()
+
+    async def _stop_pump(self) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+            # A pump that already failed (the client went away mid-send) has nothing to add.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.pump
+            self.pump = None
+
+    async def _error(self, code: str, message: str, **details: Any) -> None:
+        await self.send_json({"type": "error", "code": code, "message": message, **details})
 
     async def doorbell(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": event["kind"]})
+        # Something changed: the stream looks now rather than at its next poll.
+        if self.pump is not None:
+            self.wake.set()
+
+    async def delta(self, event: dict[str, Any]) -> None:
+        await self.send_json(event)
+
+    @classmethod
+    async def encode_json(cls, content: dict[str, Any]) -> str:
+        return json.dumps(content, cls=DjangoJSONEncoder)
+
+
+@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
+def _current_head() -> int:
+    stream.sequence()
+    return stream.head()
+
+
+@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
+def _next_page(after: int, *, sequence: bool) -> list[stream.StreamEvent]:
+    if sequence:
+        stream.sequence()
+    return stream.page(after, PAGE_SIZE)
 
 
 def websocket_application() -> Any:

@@ -1,0 +1,236 @@
+"""The event stream over the console's WebSocket: resume by cursor, replay, then live."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from agentos.asgi import application
+from kernel import journal, runs, stream
+from kernel.models import Event, Run, RunStatus, Wait
+from kernel.worker import Worker
+from tests.factories import make_owner, verified_client
+from tests.kernel.factories import make_mission
+from tests.stream import programs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def in_thread[T](function: Callable[[], T]) -> T:
+    """Run blocking database work on a thread of its own (as a worker process would)."""
+
+    def run() -> T:
+        try:
+            return function()
+        finally:
+            connection.close()
+
+    return await asyncio.to_thread(run)
+
+
+async def open_socket(client: Client) -> WebsocketCommunicator:
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    socket = WebsocketCommunicator(
+        application,
+        "/ws/events",
+        headers=[
+            (b"host", b"127.0.0.1:8000"),
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()),
+        ],
+    )
+    connected, _code = await socket.connect()
+    assert connected
+    assert await socket.receive_json_from() == {"type": "hello"}
+    return socket
+
+
+async def next_event(socket: WebsocketCommunicator) -> dict[str, Any]:
+    """The next stream event, past doorbells and deltas."""
+    while True:
+        message = await socket.receive_json_from(timeout=20)
+        if message["type"] == "event":
+            return message  # type: ignore[no-any-return]  # JSON from the socket
+
+
+def owner_client() -> Client:
+    return verified_client(make_owner())
+
+
+def row(event: dict[str, Any]) -> tuple[Any, ...]:
+    return (event["number"], event["kind"], event["run"], event["seq"], event["data"])
+
+
+def table() -> list[tuple[Any, ...]]:
+    """The events table, numbered rows in number order: the reference."""
+    return [
+        (e.number, e.kind, e.run_id, e.seq, e.data)
+        for e in Event.objects.filter(number__gt=0).order_by("number")
+    ]
+
+
+def start_story(count: int, **input: Any) -> list[int]:
+    mission = make_mission()
+    return [
+        runs.start_run(mission=mission, program="test.stream.story", input=input).pk
+        for _ in range(count)
+    ]
+
+
+def work() -> None:
+    Worker(lease_seconds=30).run_until_idle()
+
+
+def answer_all(run_ids: list[int]) -> None:
+    for wait in Wait.objects.filter(run_id__in=run_ids, state="open"):
+        runs.answer_wait(wait.pk, answer={"text": "yes"})
+
+
+async def test_it_delivers_every_event_exactly_once_across_a_reconnect_mid_run() -> None:
+    """The acceptance test of the stream: what a phone that lost signal mid-run receives, once
+    it reconnects with its cursor, is exactly the events table, in order."""
+    client = await sync_to_async(owner_client)()
+    received: list[dict[str, Any]] = []
+    programs.GATE.clear()
+
+    socket = await open_socket(client)
+    await socket.send_json_to({"type": "resume", "after": 0})
+    run_ids = await sync_to_async(start_story)(2, steps=4, pause=0.01, ask=True, gate=True)
+    # Two workers: both runs execute at once, their events interleave.
+    first = asyncio.gather(in_thread(work), in_thread(work))
+    # Mid-run: both runs are held at their gated step, whose intent the client has seen...
+    while sum(1 for e in received if e["data"].get("name") == "slow 0") < 2:
+        received.append(await next_event(socket))
+    # ...when the phone loses signal: whatever was in flight is lost with the connection.
+    await socket.disconnect()
+    programs.GATE.set()
+    await first
+    assert set(await sync_to_async(run_statuses)(run_ids)) == {RunStatus.WAITING}
+
+    # The owner answers elsewhere; the runs go on while the phone reconnects.
+    await sync_to_async(answer_all)(run_ids)
+    second = asyncio.gather(in_thread(work), in_thread(work))
+    socket = await open_socket(client)
+    await socket.send_json_to({"type": "resume", "after": received[-1]["number"]})
+    await second
+    head = await in_thread(lambda: (stream.sequence(), stream.head())[1])
+    while received[-1]["number"] < head:
+        received.append(await next_event(socket))
+    await socket.disconnect()
+
+    assert set(await sync_to_async(run_statuses)(run_ids)) == {RunStatus.DONE}
+    expected = await sync_to_async(table)()
+    assert [row(event) for event in received] == expected
+    assert [event["number"] for event in received] == list(range(1, head + 1))
+    kinds = {event["kind"] for event in received}
+    assert {"run.created", "step.started", "step.completed", "wait.opened"} <= kinds
+    assert {"wait.answered", "run.waiting", "run.finished"} <= kinds
+
+
+def run_statuses(run_ids: list[int]) -> list[str]:
+    return list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
+
+
+async def test_it_replays_in_pages_then_streams_new_events() -> None:
+    client = await sync_to_async(owner_client)()
+    await sync_to_async(append)(450)
+
+    socket = await open_socket(client)
+    await socket.send_json_to({"type": "resume", "after": 10})
+    replayed = [await next_event(socket) for _ in range(440)]
+    await sync_to_async(append)(3)
+    live = [await next_event(socket) for _ in range(3)]
+    await socket.disconnect()
+
+    assert [e["number"] for e in replayed + live] == list(range(11, 454))
+    assert [e["data"]["index"] for e in live] == [0, 1, 2]
+
+
+def append(count: int) -> None:
+    for index in range(count):
+        journal.append_event("tick", index=index)
+
+
+async def test_it_starts_at_the_head_when_asked_for_now() -> None:
+    client = await sync_to_async(owner_client)()
+    await sync_to_async(append)(5)
+
+    socket = await open_socket(client)
+    await socket.send_json_to({"type": "resume", "after": "now"})
+    await asyncio.sleep(0.3)  # a poll goes by: nothing old arrives
+    await sync_to_async(append)(1)
+    event = await next_event(socket)
+    await socket.disconnect()
+
+    assert event["number"] == 6
+
+
+async def test_it_refuses_a_cursor_from_the_future_and_stays_usable() -> None:
+    client = await sync_to_async(owner_client)()
+    await sync_to_async(append)(2)
+
+    socket = await open_socket(client)
+    await socket.send_json_to({"type": "resume", "after": 99})
+    refused = await socket.receive_json_from()
+    await socket.send_json_to({"type": "resume", "after": 1})
+    event = await next_event(socket)
+    await socket.disconnect()
+
+    assert refused["type"] == "error"
+    assert refused["code"] == "cursor_ahead"
+    assert refused["head"] == 2
+    assert event["number"] == 2
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ({"type": "resume", "after": -1}, "invalid_cursor"),
+        ({"type": "resume", "after": "7"}, "invalid_cursor"),
+        ({"type": "resume", "after": True}, "invalid_cursor"),
+        ({"type": "resume"}, "invalid_cursor"),
+        ({"type": "subscribe"}, "invalid_message"),
+        ([1, 2], "invalid_message"),
+    ],
+)
+async def test_it_answers_a_bad_message_and_stays_open(message: Any, code: str) -> None:
+    client = await sync_to_async(owner_client)()
+    socket = await open_socket(client)
+
+    await socket.send_json_to(message)
+    answer = await socket.receive_json_from()
+    await socket.send_to(text_data="{not json")
+    malformed = await socket.receive_json_from()
+    await socket.send_json_to({"type": "resume", "after": 0})
+    await sync_to_async(append)(1)
+    event = await next_event(socket)
+    await socket.disconnect()
+
+    assert (answer["type"], answer["code"]) == ("error", code)
+    assert malformed["code"] == "invalid_message"
+    assert event["number"] == 1
+
+
+async def test_it_shows_an_approval_request_when_it_opens() -> None:
+    client = await sync_to_async(owner_client)()
+    socket = await open_socket(client)
+    await socket.send_json_to({"type": "resume", "after": "now"})
+
+    run_ids = await sync_to_async(start_story)(1, ask=True)
+    await in_thread(work)
+    while (event := await next_event(socket))["kind"] != "wait.opened":
+        pass
+    await socket.disconnect()
+
+    assert event["run"] == run_ids[0]
+    assert event["mission"] is not None
+    assert event["wait"]["type"] == "question"
+    assert event["wait"]["text"] == "Go on?"
