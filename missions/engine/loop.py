@@ -27,7 +27,7 @@ from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, RunStatus, StepKind
 from kernel.programs import Outcome
 from missions import pricing, steering
-from missions.engine import relief
+from missions.engine import deltas, relief
 from missions.engine.context import assemble
 from missions.engine.relief import Verbatim
 from missions.models import Mission, ModelInfo
@@ -346,7 +346,9 @@ def _model_step(
         for text in delivered:
             _append_user_text(provider, items, OWNER_PREFIX + text)
         asked = replace(conversation, items=items)
-    done = _call_model(provider, asked, tools, options, spec)
+    # Its text and reasoning stream to open consoles as step (run, seq) while it is written.
+    with deltas.streaming(call.run_id, call.seq):
+        done = _call_model(provider, asked, tools, options, spec)
     # The harness's permission verdicts on the calls the model asked for are recorded with
     # its answer: journaled, and the same on a replay even if the rules changed since.
     permissions = judge(done.result["tool_calls"])
@@ -410,15 +412,24 @@ def _collect(
     text: list[str] = []
     reasoning: list[str] = []
     calls: list[ToolCall] = []
-    for event in provider.stream(conversation, tools, options):
-        if isinstance(event, TextDelta):
-            text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            reasoning.append(event.text)
-        elif isinstance(event, ToolCall):
-            calls.append(event)
-        elif isinstance(event, Completed):
-            return event, "".join(text), "".join(reasoning), calls
+    relay = deltas.relay()
+    try:
+        for event in provider.stream(conversation, tools, options):
+            if isinstance(event, TextDelta):
+                text.append(event.text)
+                if relay is not None:
+                    relay.add("text", event.text)
+            elif isinstance(event, ReasoningDelta):
+                reasoning.append(event.text)
+                if relay is not None:
+                    relay.add("reasoning", event.text)
+            elif isinstance(event, ToolCall):
+                calls.append(event)
+            elif isinstance(event, Completed):
+                return event, "".join(text), "".join(reasoning), calls
+    finally:
+        if relay is not None:
+            relay.flush()
     raise StepFailed(f"{provider.name}: the stream ended without a completed response")
 
 
