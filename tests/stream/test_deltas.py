@@ -124,6 +124,8 @@ async def test_it_sends_nothing_when_no_console_listens(monkeypatch: pytest.Monk
     async def record(self: Any, group: str, message: dict[str, Any]) -> None:
         sent.append(message)
 
+    # No console: not even one a failed test left behind without disconnecting.
+    await get_channel_layer().flush()
     monkeypatch.setattr(InMemoryChannelLayer, "group_send", record)
     run = await sync_to_async(scripted_run)([{"text": "Nobody reads this."}])
 
