@@ -238,6 +238,9 @@ LOGGING: dict[str, Any] = {
     },
 }
 
+# Doorbells to open consoles are sent from a background thread (kernel.bus).
+DOORBELLS_IN_BACKGROUND = True
+
 # --- Kernel -------------------------------------------------------------------------------------
 KERNEL_LEASE_SECONDS = float(env_int("AGENTOS_LEASE_SECONDS", 30, minimum=1))
 KERNEL_POLL_SECONDS = float(env_int("AGENTOS_KERNEL_POLL_SECONDS", 5, minimum=1))

@@ -18,6 +18,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # database named in its CONFIG, which is not the test database. The browser tests run the real
 # stack (daphne, workers, PostgreSQL layer) in subprocesses against the test database.
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The in-memory layer's queues belong to the caller's event loop: send from the caller's thread.
+DOORBELLS_IN_BACKGROUND = False
 
 # django-otp refuses a correct token sent within 2^(n-1) s of n failures; tests that are not about
 # throttling must not sleep for it. Our own sign-in limiter still applies.
