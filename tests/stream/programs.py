@@ -46,7 +46,8 @@ def story(ctx: RunContext) -> Outcome:
     for index in range(int(ctx.input.get("steps", 0))):
         ctx.step(
             StepKind.CHECKPOINT,
-            effect=Effect.READ,
+            # An effect: its start is announced (a read is announced once, done).
+            effect=Effect.IDEMPOTENT_WRITE,
             name=f"slow {index}",
             request={"i": index, "gated": bool(ctx.input.get("gate")) and index == 0},
             execute=slow,
