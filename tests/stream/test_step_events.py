@@ -24,14 +24,15 @@ def test_it_records_when_steps_start_and_complete_reads_when_they_complete() -> 
         ("run.created", None),
         ("step.started", 1),  # a model call
         ("step.completed", 1),
-        ("step.completed", 2),  # reads take milliseconds: announced once, done
+        ("step.completed", 2),  # a read takes milliseconds: announced once, done
+        ("step.started", 3),  # a write
         ("step.completed", 3),
         ("run.finished", None),
     ]
     assert {e["run"] for e in events} == {run.pk}
     # Step events are written without their mission; the stream reads it from the run.
     assert {e["mission"] for e in events} == {run.mission_id}
-    assert Event.objects.filter(kind__startswith="step.", mission__isnull=True).count() == 4
+    assert Event.objects.filter(kind__startswith="step.", mission__isnull=True).count() == 5
     model, tool = events[2], events[3]
     assert events[1]["data"] == {"kind": "model_call", "name": "m", "effect": "model_call"}
     assert model["trust"] == "agent"
