@@ -1,4 +1,7 @@
-"""The journal: the only writer of step intents, step results and events.
+"""The journal: the only writer of step intents, step results and (with `append_event`) events.
+
+Steps and waits announce themselves in the events table through database triggers (migrations
+0010 and 0011, `kernel.stream`), inside the journal's own statements.
 
 Hot path (one run's steps) is two single-statement transactions per step, each fenced:
 
