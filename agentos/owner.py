@@ -32,11 +32,13 @@ def get_owner() -> User | None:
 
 
 def is_verified_owner(user: object) -> bool:
-    """An active user whose session passed the second factor (django-otp's `is_verified`)."""
+    """The owner (the active superuser: agentos has one) in a session that passed the second
+    factor (django-otp's `is_verified`). Another account, even verified, is not the owner."""
     is_verified = getattr(user, "is_verified", None)
     return bool(
         getattr(user, "is_authenticated", False)
         and getattr(user, "is_active", False)
+        and getattr(user, "is_superuser", False)
         and callable(is_verified)
         and is_verified()
     )

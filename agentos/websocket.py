@@ -83,7 +83,7 @@ def allowed_origins() -> list[str]:
 @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
 def _is_verified_owner(scope: dict[str, Any]) -> bool:
     user = scope.get("user")
-    if user is None or not user.is_authenticated or not user.is_active:
+    if user is None or not user.is_authenticated or not user.is_active or not user.is_superuser:
         return False
     device_id = scope["session"].get(DEVICE_ID_SESSION_KEY)
     device = Device.from_persistent_id(device_id) if device_id else None

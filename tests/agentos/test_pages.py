@@ -4,8 +4,10 @@ import re
 
 import pytest
 from django.test import Client
+from django_otp import DEVICE_ID_SESSION_KEY
 
 from agentos.views import SCREENS
+from tests.factories import Owner
 
 INLINE_SCRIPT = re.compile(rb"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)
 INLINE_HANDLER = re.compile(rb"\son[a-z]+\s*=", re.IGNORECASE)
@@ -132,3 +134,21 @@ def test_it_serves_the_service_worker_from_the_root(client: Client, db: None) ->
 
     assert response.status_code == 200
     assert response["Content-Type"] == "text/javascript"
+
+
+@pytest.mark.django_db
+def test_a_verified_account_that_is_not_the_owner_is_refused(owner: Owner) -> None:
+    """agentos has one owner: another account, even with its own second factor, gets nothing."""
+    from django.contrib.auth.models import User
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    other = User.objects.create_user("guest", password="a long enough password")
+    device = TOTPDevice.objects.create(user=other, name="guest", confirmed=True)
+    client = Client()
+    client.force_login(other)
+    session = client.session
+    session[DEVICE_ID_SESSION_KEY] = device.persistent_id
+    session.save()
+
+    assert client.get("/").status_code == 302
+    assert client.get("/api/v1/me").status_code == 401
