@@ -107,6 +107,7 @@ class RunContext:
     daily_cap: int | None = None  # read at the first debit of this execution
     seq: int = 0
     traced: bool = False  # telemetry on: each step's span needs its start time
+    deferred: journal.Deferred | None = None  # a free read's result, written with the next intent
     started_ns: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -155,7 +156,13 @@ class RunContext:
         if recorded is None:
             crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
             woken = journal.record_intent(
-                self.fence, seq=seq, kind=kind, effect=effect, name=name, request=request
+                self.fence,
+                seq=seq,
+                kind=kind,
+                effect=effect,
+                name=name,
+                request=request,
+                prior=self._take_deferred(),
             )
             self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
             crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
@@ -209,6 +216,7 @@ class RunContext:
                     effect=Effect.READ,
                     name=spec.name,
                     request=spec.request,
+                    prior=self._take_deferred(),
                 )
                 self.records[seq] = Record(
                     seq, spec.kind, Effect.READ, spec.name, "", None, False, ""
@@ -276,7 +284,28 @@ class RunContext:
         # The ledger statement runs for a step that cost something, or that commits planned
         # intents; either way it moves the billing watermark, so it takes the counters along.
         costly = not done.cost.is_zero or bool(planned)
-        debit = journal.record_result(
+        self.flush_deferred()  # results are written in step order
+        if not costly and replayable and settled_by == "executed":
+            # A free read: its result rides on the next intent (one round trip less a turn).
+            self.deferred = journal.Deferred(call.seq, done.result, settled_by, executions)
+            debit = None
+        else:
+            debit = self._write_result(
+                call, done, settled_by, executions, costly, replayable, planned
+            )
+        return self._after_record(call, kind, done, settled_by, costly, planned, debit)
+
+    def _write_result(
+        self,
+        call: StepCall,
+        done: Done,
+        settled_by: str,
+        executions: int,
+        costly: bool,
+        replayable: bool,
+        planned: list[tuple[int, str, str, Any]] | None,
+    ) -> journal.Debit | None:
+        return journal.record_result(
             self.fence,
             seq=call.seq,
             result=done.result,
@@ -291,6 +320,17 @@ class RunContext:
             replayable=replayable,
             planned=planned,
         )
+
+    def _after_record(
+        self,
+        call: StepCall,
+        kind: str,
+        done: Done,
+        settled_by: str,
+        costly: bool,
+        planned: list[tuple[int, str, str, Any]] | None,
+        debit: journal.Debit | None,
+    ) -> Any:
         for planned_seq, planned_kind, planned_name, _request in planned or []:
             self.records[planned_seq] = Record(
                 planned_seq, planned_kind, Effect.READ, planned_name, "", None, False, ""
@@ -332,8 +372,28 @@ class RunContext:
             self._count(recorded.kind)
         return recorded.result
 
+    def _take_deferred(self) -> journal.Deferred | None:
+        deferred, self.deferred = self.deferred, None
+        return deferred
+
+    def flush_deferred(self) -> None:
+        """Write a held-back read result now (before any other write of this run's journal)."""
+        deferred = self._take_deferred()
+        if deferred is not None:
+            journal.record_result(
+                self.fence,
+                seq=deferred.seq,
+                result=deferred.result,
+                cost=NO_COST,
+                settled_by=deferred.settled_by,
+                executions=deferred.executions,
+                replayable=True,
+            )
+
     def bill(self) -> None:
-        """Put the free steps' counters in the ledger: when the execution ends or parks."""
+        """Put the free steps' counters in the ledger: when the execution ends or parks.
+        A held-back result goes first: counters never cover a step without its result."""
+        self.flush_deferred()
         if self.unbilled_turns or self.unbilled_tool_calls:
             last = max(seq for seq, record in self.records.items() if record.finished)
             journal.bill_counters(
@@ -425,6 +485,7 @@ class RunContext:
         if recorded is None:
             due = timezone.now() + expires_in
             crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
+            self.flush_deferred()
             journal.record_intent(
                 self.fence,
                 seq=seq,
@@ -509,6 +570,7 @@ class RunContext:
             crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
             journal.record_intent(
                 self.fence,
+                prior=self._take_deferred(),
                 seq=seq,
                 kind=StepKind.JOIN,
                 effect=Effect.READ,

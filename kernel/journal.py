@@ -136,6 +136,42 @@ FROM fenced
 RETURNING (SELECT wake_pending FROM fenced)
 """
 
+# The same, also recording the result of the step before it: a free read whose result the
+# context held back (`Deferred`) rides on this statement instead of taking its own round trip.
+# Both are fenced by the same lock; the intent never commits without that result.
+_INTENT_AFTER_DEFERRED = _INTENT.replace(
+    "FOR SHARE)\nINSERT INTO kernel_step",
+    """FOR SHARE),
+prior AS (
+    UPDATE kernel_step SET result = %(prior_result)s, finished_at = now(),
+        settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
+    WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
+        AND EXISTS (SELECT 1 FROM fenced)
+    RETURNING id)
+INSERT INTO kernel_step""",
+    1,
+).replace(
+    # Read `prior` before inserting: it then runs first, and the events its row fires (the
+    # read's `step.completed`) come before the new intent's.
+    "FROM fenced\nRETURNING",
+    "FROM fenced, (SELECT count(*) FROM prior) AS recorded_first\nRETURNING",
+)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The result of a free, replayable step not written yet: it goes with the next intent.
+
+    Losing it in a crash is what an asynchronous commit already allows for these steps: the
+    step has an intent and no result, so it runs again (a read).
+    """
+
+    seq: int
+    result: Any
+    settled_by: str
+    executions: int
+
+
 _INTENT_WITH_WAIT = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE),
 step AS (
@@ -161,8 +197,10 @@ def record_intent(
     name: str,
     request: Any,
     wait: tuple[str, Any, datetime | None] | None = None,
+    prior: Deferred | None = None,
 ) -> bool:
-    """Commit the intent of step `seq` (and, for a wait step, its wait row) before it runs.
+    """Commit the intent of step `seq` (and, for a wait step, its wait row) before it runs;
+    with `prior`, the held-back result of the step before it, in the same statement.
 
     Returns whether a wake-up arrived for the run since it was claimed (see `_INTENT`).
     """
@@ -182,7 +220,17 @@ def record_intent(
         "key": idempotency_key(fence.run_id, seq),
     }
     sql = _INTENT
-    if wait is not None:
+    if prior is not None:
+        if wait is not None:
+            raise KernelError("A wait's intent does not carry a deferred result.")
+        sql = _INTENT_AFTER_DEFERRED
+        params.update(
+            prior_seq=prior.seq,
+            prior_result=Jsonb(prior.result),
+            prior_settled_by=prior.settled_by,
+            prior_executions=prior.executions,
+        )
+    elif wait is not None:
         sql = _INTENT_WITH_WAIT
         params["wait_kind"], question, params["due_at"] = wait
         params["question"] = Jsonb(question)
