@@ -287,7 +287,9 @@ class RunContext:
         self.flush_deferred()  # results are written in step order
         if not costly and replayable and settled_by == "executed":
             # A free read: its result rides on the next intent (one round trip less a turn).
-            self.deferred = journal.Deferred(call.seq, done.result, settled_by, executions)
+            self.deferred = journal.Deferred(
+                call.seq, done.result, settled_by, executions, timezone.now()
+            )
             debit = None
         else:
             debit = self._write_result(
@@ -380,15 +382,7 @@ class RunContext:
         """Write a held-back read result now (before any other write of this run's journal)."""
         deferred = self._take_deferred()
         if deferred is not None:
-            journal.record_result(
-                self.fence,
-                seq=deferred.seq,
-                result=deferred.result,
-                cost=NO_COST,
-                settled_by=deferred.settled_by,
-                executions=deferred.executions,
-                replayable=True,
-            )
+            journal.record_deferred(self.fence, deferred)
 
     def bill(self) -> None:
         """Put the free steps' counters in the ledger: when the execution ends or parks.

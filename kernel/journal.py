@@ -143,7 +143,7 @@ _INTENT_AFTER_DEFERRED = _INTENT.replace(
     "FOR SHARE)\nINSERT INTO kernel_step",
     """FOR SHARE),
 prior AS (
-    UPDATE kernel_step SET result = %(prior_result)s, finished_at = now(),
+    UPDATE kernel_step SET result = %(prior_result)s, finished_at = %(prior_finished_at)s,
         settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
     WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
         AND EXISTS (SELECT 1 FROM fenced)
@@ -170,6 +170,40 @@ class Deferred:
     result: Any
     settled_by: str
     executions: int
+    finished_at: datetime  # when the step ended, not when its result is written
+
+
+# A held-back result written on its own (before a write that cannot carry it), async commit.
+_DEFERRED = """
+WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
+UPDATE kernel_step SET result = %(prior_result)s, finished_at = %(prior_finished_at)s,
+    settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
+WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
+    AND EXISTS (SELECT 1 FROM fenced) AND set_config('synchronous_commit', 'off', true) = 'off'
+RETURNING id
+"""
+
+
+def _prior_params(prior: Deferred) -> dict[str, Any]:
+    return {
+        "prior_seq": prior.seq,
+        "prior_result": Jsonb(prior.result),
+        "prior_settled_by": prior.settled_by,
+        "prior_executions": prior.executions,
+        "prior_finished_at": prior.finished_at,
+    }
+
+
+def record_deferred(fence: Fence, prior: Deferred) -> None:
+    """Write a held-back result now (see `Deferred`)."""
+    with _cursor() as cursor:
+        cursor.execute(
+            _DEFERRED,
+            {"run": fence.run_id, "fence": fence.token, **_prior_params(prior)},
+            prepare=True,
+        )
+        if cursor.fetchone() is None:
+            _explain_refused_result(fence, prior.seq)
 
 
 _INTENT_WITH_WAIT = """
@@ -224,12 +258,7 @@ def record_intent(
         if wait is not None:
             raise KernelError("A wait's intent does not carry a deferred result.")
         sql = _INTENT_AFTER_DEFERRED
-        params.update(
-            prior_seq=prior.seq,
-            prior_result=Jsonb(prior.result),
-            prior_settled_by=prior.settled_by,
-            prior_executions=prior.executions,
-        )
+        params.update(_prior_params(prior))
     elif wait is not None:
         sql = _INTENT_WITH_WAIT
         params["wait_kind"], question, params["due_at"] = wait
