@@ -3,7 +3,10 @@
 Absolute numbers drift between runs on shared machines, ratios do not (see
 ../shared/notes/performance.md), so every part measures its own floor:
 
-1. one durable step: raw psycopg doing the journal's two commits vs a `chaos.noop` run;
+1. one step: raw psycopg doing the journal's two commits vs a `chaos.noop` run of free reads
+   (the target line; a read's result commits asynchronously, riding on the next intent), and
+   the same run with writes (an effect: synchronous result commit, both ends announced in the
+   event stream), shown without a target so the cost of an effectful step stays visible;
 2. resume: reading a 1,000-step journal and replaying the program through `RunContext`;
 3. throughput at K = 32: 32 threads of the floor vs 32 runs on two `kernel_worker` processes.
 
@@ -190,13 +193,15 @@ def retire_leftovers() -> int:
     )
 
 
-def start_noop(mission: Mission, steps: int) -> Run:
-    return runs.start_run(mission=mission, program=PROGRAM, input={"steps": steps})
+def start_noop(mission: Mission, steps: int, *, writes: bool = False) -> Run:
+    return runs.start_run(
+        mission=mission, program=PROGRAM, input={"steps": steps, "writes": writes}
+    )
 
 
-def execute_one(mission: Mission, steps: int) -> float:
+def execute_one(mission: Mission, steps: int, *, writes: bool = False) -> float:
     """Start a run, claim and execute it in this thread; return its wall time in seconds."""
-    run = start_noop(mission, steps)
+    run = start_noop(mission, steps, writes=writes)
     started = time.perf_counter()
     outcome = Worker(lease_seconds=60).work_one()
     elapsed = time.perf_counter() - started
@@ -204,9 +209,9 @@ def execute_one(mission: Mission, steps: int) -> float:
     return elapsed
 
 
-def measure_kernel_step(mission: Mission, steps: int) -> float:
+def measure_kernel_step(mission: Mission, steps: int, *, writes: bool = False) -> float:
     """µs per step of one `chaos.noop` run claimed and executed in this thread."""
-    return execute_one(mission, steps) / steps * 1e6
+    return execute_one(mission, steps, writes=writes) / steps * 1e6
 
 
 def profile_kernel_step(mission: Mission, steps: int, *, top: int = 25) -> str:
@@ -409,6 +414,7 @@ class Report:
     k_steps: int
     floor_us: list[float]
     kernel_us: list[float]
+    write_us: list[float]
     resume: Resume
     floor_steps_s: list[float]
     kernel_steps_s: list[float]
@@ -418,16 +424,24 @@ class Report:
         return statistics.median(self.kernel_us) / statistics.median(self.floor_us)
 
     @property
+    def write_ratio(self) -> float:
+        """Steps with an effect: their result commits synchronously, and both ends are
+        announced in the event stream; measured apart so the figure stays visible."""
+        return statistics.median(self.write_us) / statistics.median(self.floor_us)
+
+    @property
     def throughput_ratio(self) -> float:
         return statistics.median(self.kernel_steps_s) / statistics.median(self.floor_steps_s)
 
     def lines(self) -> list[str]:
         resume_met = self.resume.fresh_ms <= RESUME_TARGET_MS
         return [
-            f"1. One durable step (intent commit, then result + state commit), N = {self.steps}",
+            f"1. One step (intent, then result + ledger), N = {self.steps}",
             _row("floor, raw psycopg 3, prepared", self.floor_us, "µs/step"),
             _row(f"kernel, {PROGRAM} in-process", self.kernel_us, "µs/step"),
             _row("kernel / floor", [self.ratio], "", _target(self.ratio, "≤", RATIO_TARGET)),
+            _row("kernel, the same steps as writes", self.write_us, "µs/step"),
+            _row("writes / floor (no target)", [self.write_ratio], ""),
             f"2. Resume of a {RESUME_STEPS:,}-step run (median)",
             _row("read + replay, new connection", [self.resume.fresh_ms], "ms",
                  f"{verdict(resume_met)} (target ≤ {RESUME_TARGET_MS:g} ms)"),
@@ -447,6 +461,7 @@ class Report:
             f" floor_us={fig(statistics.median(self.floor_us))}"
             f" ratio={fig(self.ratio)} resume_1000_ms={fig(self.resume.fresh_ms)}"
             f" throughput_ratio_k32={fig(self.throughput_ratio)}"
+            f" write_ratio={fig(self.write_ratio)}"
         )
 
 
@@ -494,6 +509,7 @@ def run(
     warmup = max(100, steps // 10)
     floor_us: list[float] = []
     kernel_us: list[float] = []
+    write_us: list[float] = []
     floor_steps_s: list[float] = []
     kernel_steps_s: list[float] = []
     with scratch_tables():
@@ -503,6 +519,7 @@ def run(
         for _ in range(rounds):
             floor_us.append(measure_floor_step(steps, warmup=warmup))
             kernel_us.append(measure_kernel_step(mission, steps))
+            write_us.append(measure_kernel_step(mission, steps, writes=True))
         say(f"resume: a {RESUME_STEPS}-step run, {repeats} times …")
         resume = measure_resume(mission, repeats=repeats)
         say(f"throughput: {rounds} rounds of {k} runs x {k_steps} steps, floor then kernel …")
@@ -517,6 +534,7 @@ def run(
         k_steps=k_steps,
         floor_us=floor_us,
         kernel_us=kernel_us,
+        write_us=write_us,
         resume=resume,
         floor_steps_s=floor_steps_s,
         kernel_steps_s=kernel_steps_s,

@@ -174,13 +174,14 @@ def child(ctx: RunContext) -> Outcome:
 
 
 def noop(ctx: RunContext) -> Outcome:
-    """`steps` no-op checkpoints: the benchmark's workload. Durable steps (an intent commit,
-    then a result commit, as the benchmark's floor does): a free read's result would ride on
-    the next intent and measure one round trip instead of two."""
+    """`steps` no-op checkpoints: the benchmark's workload. Free reads by default (their result
+    rides on the next intent); with `"writes": true`, idempotent writes (an intent commit, then
+    a synchronous result commit: what a step with an effect pays)."""
+    effect = Effect.IDEMPOTENT_WRITE if ctx.input.get("writes") else Effect.READ
     for index in range(int(ctx.input.get("steps", 1))):
         ctx.step(
             StepKind.CHECKPOINT,
-            effect=Effect.IDEMPOTENT_WRITE,
+            effect=effect,
             name="noop",
             request={"i": index},
             execute=lambda call: Done(None),
