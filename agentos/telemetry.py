@@ -141,7 +141,7 @@ def step(
     span = active.start_span(
         span_name,
         context=trace.set_span_in_context(NonRecordingSpan(parent)),
-        kind=SpanKind.INTERNAL if operation not in ("chat",) else SpanKind.CLIENT,
+        kind=SpanKind.CLIENT if operation == "chat" else SpanKind.INTERNAL,
         attributes=attributes,
         start_time=started_ns,
     )

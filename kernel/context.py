@@ -511,21 +511,14 @@ class RunContext:
         raise Suspend(wait.due_at, f"{wait_kind} wait on step {seq}")  # due_at wakes it
 
     def _open_wait(self, seq: int, kind: str, question: Any, *, due_at: datetime | None) -> Wait:
-        wait, created = Wait.objects.get_or_create(
+        # Its `wait.opened` event is written by the database with the row (a trigger), as for
+        # every wait: no window where the wait exists and its event does not.
+        wait, _created = Wait.objects.get_or_create(
             run_id=self.run_id,
             seq=seq,
             kind=kind,
             defaults={"question": question, "due_at": due_at},
         )
-        if created:
-            journal.append_event(
-                "wait.opened",
-                run_id=self.run_id,
-                mission_id=self.run.mission_id,
-                seq=seq,
-                wait_kind=kind,
-                wait=wait.pk,
-            )
         return wait
 
     # --- children --------------------------------------------------------------------------

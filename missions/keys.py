@@ -16,8 +16,9 @@ from django.conf import settings
 
 from kernel.exceptions import KernelError
 from missions.models import ProviderKey
+from missions.providers.registry import KEYS
 
-ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+ENV = KEYS  # provider -> the environment variable its SDK reads
 
 
 def _fernet() -> Fernet:

@@ -8,6 +8,7 @@ from typing import Any
 from django.db import transaction
 
 from kernel import runs
+from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.exceptions import KernelError
 from kernel.models import Run
 from missions.models import Mission, Project, Role
@@ -62,13 +63,7 @@ def start_mission(
     )
 
 
-MISSION_CAPS = (
-    "max_tokens",
-    "max_usd_micros",
-    "max_turns",
-    "max_tool_calls",
-    "max_concurrent_runs",
-)
+MISSION_CAPS = (*CAP_FIELDS, "max_concurrent_runs")
 PROVIDERS = ("anthropic", "openai", "scripted")
 EFFORTS = ("low", "medium", "high")
 MAX_GOAL = 20_000
@@ -107,19 +102,22 @@ def create_mission(
 
 
 def _caps(caps: dict[str, Any]) -> dict[str, int | None]:
-    clean: dict[str, int | None] = {}
-    for name, value in caps.items():
-        if name not in MISSION_CAPS:
+    """The budget caps are the kernel's (`validate_caps`); a mission adds its concurrency cap
+    and has no wall-clock cap."""
+    caps = dict(caps)
+    concurrent = caps.pop("max_concurrent_runs", None)
+    if "max_seconds" in caps:
+        raise KernelError(
+            "Unknown budget cap 'max_seconds' for a mission (it caps runs).",
+            code="invalid_budget",
+        )
+    clean = validate_caps(caps)
+    if concurrent is not None:
+        if isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1:
             raise KernelError(
-                f"Unknown cap {name!r}; caps: {', '.join(MISSION_CAPS)}.", code="invalid_budget"
+                "Cap max_concurrent_runs must be an integer of at least 1.", code="invalid_budget"
             )
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise KernelError(f"Cap {name} must be an integer or null.", code="invalid_budget")
-        if value is not None and value < (1 if name == "max_concurrent_runs" else 0):
-            raise KernelError(f"Cap {name} cannot be {value}.", code="invalid_budget")
-        clean[name] = value
-    if clean.get("max_concurrent_runs", 0) is None:
-        clean.pop("max_concurrent_runs")
+        clean["max_concurrent_runs"] = concurrent
     return clean
 
 

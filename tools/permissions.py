@@ -11,7 +11,6 @@ external actions ask the owner.
 from __future__ import annotations
 
 import fnmatch
-import posixpath
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 from django.db.models.signals import post_delete, post_save
 
+from tools import workspace
 from tools.base import Risk, Tool, ToolError
 from tools.models import Decision, PermissionRule
 
@@ -62,7 +62,10 @@ class Verdict:
 
 def protected(path: str) -> str | None:
     """Why `path` (workspace-relative) is protected, or None."""
-    normal = posixpath.normpath(path.strip().removeprefix("/workspace/"))
+    try:
+        normal = workspace.relative(path)
+    except ToolError:
+        return None  # not a workspace path at all: the tool refuses it, precisely
     parts = [part for part in normal.split("/") if part not in ("", ".")]
     for part in parts:
         if part in PROTECTED_DIRS:

@@ -85,16 +85,17 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
     repo = Path(repository)
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         raise ToolError(f"{repository} is not a git repository.")
+    from cluster.sandbox import give
+
     path = root() / "worktrees" / f"run-{run_id}"
     if _is_worktree_of(path, repo):
+        give(path)  # a crash may have come between `worktree add` and handing it over
         return path
     if path.exists():  # a crash in the middle of `worktree add`, or a stale run's: start again
         shutil.rmtree(path)
     git(repo, "worktree", "prune")
     path.parent.mkdir(parents=True, exist_ok=True)
     git(repo, "worktree", "add", "-B", f"agentos/run-{run_id}", str(path), base)
-    from cluster.sandbox import give
-
     give(path)
     return path
 

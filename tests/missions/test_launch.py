@@ -46,8 +46,8 @@ def test_a_mission_starts_its_root_run_with_the_trigger_recorded(project: Projec
     ("arguments", "message"),
     [
         ({"goal": " "}, "needs a goal"),
-        ({"goal": "x", "caps": {"max_dollars": 1}}, "Unknown cap 'max_dollars'"),
-        ({"goal": "x", "caps": {"max_turns": -1}}, "cannot be -1"),
+        ({"goal": "x", "caps": {"max_dollars": 1}}, "Unknown budget cap 'max_dollars'"),
+        ({"goal": "x", "caps": {"max_turns": -1}}, r"cannot be negative \(got -1\)"),
         ({"goal": "x", "caps": {"max_turns": "10"}}, "must be an integer"),
         ({"goal": "x", "routes": {"boss": {}}}, "Unknown role 'boss'"),
         ({"goal": "x", "routes": {"executor": {"provider": "acme", "model": "m"}}}, "acme"),

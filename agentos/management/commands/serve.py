@@ -40,8 +40,8 @@ class Command(BaseCommand):
         created = owner.ensure_owner()
         if created:
             self.stdout.write(credentials.render(created, url=url))
-            if not no_demo:
-                self._start_demo()
+        if not no_demo:
+            self._start_demo()
 
         # Children reach the database this process started through DATABASE_URL; they never
         # start or stop it themselves.
@@ -89,9 +89,14 @@ class Command(BaseCommand):
         sys.exit(supervisor.run())
 
     def _start_demo(self) -> None:
-        """On first start: the demo project and its mission (see missions.demo)."""
+        """While nothing was ever asked of agentos (no mission yet): the demo project and its
+        mission (see missions.demo). Decided from the data, not from "the owner was just
+        created", so a start killed between the two still gets its demo."""
         from missions import demo
+        from missions.models import Mission
 
+        if Mission.objects.exists():
+            return
         try:
             run = demo.ensure_demo()
         except Exception as error:  # the product runs without its demo
