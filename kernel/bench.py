@@ -103,6 +103,8 @@ def raw_connect() -> RawConnection:
     # Django's cursor factory (client-side binding) and adapters context are not the floor's.
     params.pop("cursor_factory", None)
     params.pop("context", None)
+    # Django's `prepare_threshold=None` would make `prepare=True` a no-op: the floor prepares.
+    params["prepare_threshold"] = journal.EXPLICIT_PREPARES_ONLY
     return psycopg.connect(**params, autocommit=True)
 
 

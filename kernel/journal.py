@@ -85,6 +85,11 @@ def idempotency_key(run_id: int, seq: int) -> str:
 
 # One cursor per psycopg connection (connections are per thread), made once: the hot path
 # should not rebuild a cursor and its adapters twice per step.
+# Django opens its connections with `prepare_threshold=None` (for transaction-mode poolers),
+# which makes psycopg ignore `prepare=True`: every journal statement was parsed and planned
+# again, ~0.3 ms each, more than the commit of a small step. A threshold no query reaches
+# turns preparation back on for the statements that ask for it, and for them only.
+EXPLICIT_PREPARES_ONLY = 1 << 30
 _cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
     weakref.WeakKeyDictionary()
 )
@@ -98,6 +103,8 @@ def _cursor() -> Iterator[psycopg.Cursor[Any]]:
         raise RuntimeError("no database connection")
     cursor = _cursors.get(raw)
     if cursor is None or cursor.closed:
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = EXPLICIT_PREPARES_ONLY
         # psycopg's own Cursor (server-side binding, auto-prepared), not Django's ClientCursor.
         cursor = psycopg.Cursor(raw)
         # Django's backend loads json as text (its JSONField parses); the journal wants objects.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
 
 from kernel import journal, scheduler
 from kernel.budgets import Cost
@@ -194,3 +194,22 @@ def test_it_uses_a_stable_idempotency_key_per_run_and_step() -> None:
 def test_it_refuses_a_run_of_an_unknown_program() -> None:
     with pytest.raises(KernelError, match="No program named 'nope'"):
         start("nope", mission=make_mission())
+
+
+def test_its_hot_path_statements_are_prepared_on_the_server() -> None:
+    """Django turns psycopg's prepared statements off; the journal must turn them on for its own
+    statements (parse and plan cost more than the commit of a small step), and only for those."""
+    fence = claim(start("chaos.noop"))
+    for seq in (1, 2):
+        journal.record_intent(fence, seq=seq, kind="tool_call", effect="read", name="x", request={})
+        journal.record_result(fence, seq=seq, result={}, cost=Cost())
+    list(Run.objects.filter(pk=fence.run_id))  # an ORM query, run as often as the journal's
+    list(Run.objects.filter(pk=fence.run_id))
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+
+    assert any("INSERT INTO kernel_step" in statement for statement in prepared), prepared
+    assert any("UPDATE kernel_step SET result" in statement for statement in prepared), prepared
+    assert not any('"kernel_run"' in statement for statement in prepared), prepared  # the ORM's
