@@ -122,13 +122,19 @@ def agent(ctx: RunContext) -> Outcome:
     bench = _workbench(ctx, spec)
     # Recorded once: a window edited in the catalog mid-run must not move the compaction points
     # of a replay (the journal would no longer match the program).
-    window = ctx.step(
-        StepKind.CHECKPOINT,
-        effect=Effect.READ,
-        name="context-window",
-        request={},
-        execute=lambda call: Done(spec.context_window or _window(provider.name, spec.model)),
+    window, server_clearing = _model_facts(
+        ctx.step(
+            StepKind.CHECKPOINT,
+            effect=Effect.READ,
+            name="context-window",
+            request={},
+            execute=lambda call: Done(_context_facts(provider.name, spec)),
+        )
     )
+    if server_clearing:
+        # The provider clears old tool results on its side: the thread we keep stays whole.
+        options = replace(options, server_clearing=relief.server_clearing(window))
+    count = functools.partial(_count, ctx, provider, prefix.tools, options)
     verbatim = Verbatim(goal=spec.goal, constraints=spec.constraints, owner_messages=[])
     size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(conversation.items)
     compactions = 0
@@ -137,7 +143,10 @@ def agent(ctx: RunContext) -> Outcome:
     # while the run waited), then only when the kernel says something arrived.
     look = [True]
     for turn in range(1, spec.max_turns + 1):
-        if relief.CLEAR_AT * window < size <= relief.COMPACT_AT * window:
+        # A decision taken on an estimate is first checked with the provider's own count.
+        if size > (relief.COMPACT_AT if server_clearing else relief.CLEAR_AT) * window:
+            size = count(conversation, turn=turn, estimate=size)
+        if not server_clearing and relief.CLEAR_AT * window < size <= relief.COMPACT_AT * window:
             cleared = relief.clear_old_tool_results(conversation.items)
             if cleared:
                 size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(
@@ -158,6 +167,8 @@ def agent(ctx: RunContext) -> Outcome:
             size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(
                 conversation.items
             )
+            if size > relief.COMPACT_AT * window:
+                size = count(conversation, turn=turn, estimate=size)
             if size > relief.COMPACT_AT * window:
                 # Even the summary does not fit: going on would fail at the provider, or loop.
                 return Outcome(
@@ -262,13 +273,60 @@ def _planned_reads(tools: dict[str, Tool], response: dict[str, Any]) -> list[tup
     return planned
 
 
-def _window(provider: str, model: str) -> int:
-    known = (
-        ModelInfo.objects.filter(provider=provider, model=model)
-        .values_list("context_window", flat=True)
-        .first()
+def _context_facts(provider: str, spec: Spec) -> dict[str, Any]:
+    """The model's window (the run's own figure, else the catalog's, else a default) and
+    whether its provider clears old tool results server-side (Anthropic's context editing,
+    where the catalog, read from the model listing, says the model supports it)."""
+    known = ModelInfo.objects.filter(provider=provider, model=spec.model).first()
+    capabilities = known.capabilities if known is not None else {}
+    return {
+        "window": spec.context_window
+        or (known.context_window if known is not None else None)
+        or relief.DEFAULT_WINDOW,
+        "server_clearing": provider == "anthropic"
+        and relief.supports_server_clearing(capabilities),
+    }
+
+
+def _model_facts(recorded: Any) -> tuple[int, bool]:
+    """(window, server-side clearing) from the recorded checkpoint; runs recorded before the
+    checkpoint said more than the window hold a bare number, and clear on our side."""
+    if isinstance(recorded, int):
+        return recorded, False
+    return int(recorded["window"]), bool(recorded["server_clearing"])
+
+
+def _count(
+    ctx: RunContext,
+    provider: Provider,
+    tools: list[Any],
+    options: Options,
+    conversation: Conversation,
+    *,
+    turn: int,
+    estimate: int,
+) -> int:
+    """The size of the next request as the provider counts it (a journaled read, so a replay
+    decides the same), or `estimate` where the provider has no counting endpoint or the count
+    failed: a count is worth a decision, not a failed run."""
+    if not provider.counts_tokens:
+        return estimate
+
+    def counted(call: StepCall) -> Done:
+        try:
+            return Done({"tokens": provider.count_tokens(conversation, tools, options)})
+        except ProviderError as error:
+            return Done({"tokens": None, "error": f"{error.code}: {error.message}"})
+
+    result = ctx.step(
+        StepKind.CHECKPOINT,
+        effect=Effect.READ,
+        name="count-tokens",
+        request={"turn": turn, "estimate": estimate},
+        execute=counted,
     )
-    return known or relief.DEFAULT_WINDOW
+    tokens = result.get("tokens")
+    return int(tokens) if isinstance(tokens, int) else estimate
 
 
 def _compact(
@@ -289,10 +347,14 @@ def _compact(
     """
 
     def summarise(call: StepCall) -> Done:
+        # Old tool results are cleared from what the summariser reads (already done on our
+        # side, unless the provider clears them on its own and our thread is whole).
+        items = copy.deepcopy(conversation.items)
+        relief.clear_old_tool_results(items)
         transcript = Conversation(
             provider=provider.name,
             system=relief.COMPACTION_SYSTEM,
-            items=[provider.user_message(json.dumps(conversation.items, ensure_ascii=False))],
+            items=[provider.user_message(json.dumps(items, ensure_ascii=False))],
             turn=turn,
         )
         done = _call_model(provider, transcript, [], replace(options, purpose="compaction"), spec)

@@ -15,6 +15,8 @@ from typing import Any
 
 from kernel import artifacts
 from kernel.models import Run
+from missions.providers.anthropic import CLEAR_TOOL_USES
+from missions.providers.base import ServerClearing
 
 CHARS_PER_TOKEN = 4
 OFFLOAD_TOKENS = 3000  # a tool result larger than this goes to an artifact
@@ -24,6 +26,8 @@ KEEP_RECENT_RESULTS = 4  # the latest tool results stay in full
 CLEAR_BATCH = 4  # clear at least this many at once: each clearing rewrites the cached prefix
 COMPACT_AT = 0.55  # of the model's window: between DESIGN.md's 50 and 60 %
 DEFAULT_WINDOW = 200_000  # when the catalog does not know the model's window
+# Server-side clearing: at least this share of the window at a time (the batch's reason).
+SERVER_CLEAR_AT_LEAST = 0.05
 
 
 def estimate_tokens(value: Any) -> int:
@@ -101,6 +105,22 @@ def rehydrate(workspace: str) -> dict[str, str]:
                 else ""
             )
     return found
+
+
+def supports_server_clearing(capabilities: dict[str, Any]) -> bool:
+    """Whether a model listing's capabilities offer Anthropic's tool-result clearing."""
+    editing = capabilities.get("context_management")
+    strategy = editing.get(CLEAR_TOOL_USES) if isinstance(editing, dict) else None
+    return isinstance(strategy, dict) and strategy.get("supported") is True
+
+
+def server_clearing(window: int) -> ServerClearing:
+    """The provider clears where we would have (`CLEAR_AT`), keeping as many recent results."""
+    return ServerClearing(
+        trigger_tokens=int(CLEAR_AT * window),
+        keep=KEEP_RECENT_RESULTS,
+        clear_at_least_tokens=int(SERVER_CLEAR_AT_LEAST * window),
+    )
 
 
 CLEARED = "[tool result cleared to save context; the full result is in the run's journal]"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 import anthropic
@@ -71,6 +73,7 @@ USAGE_FIELDS = {
 
 class AnthropicProvider:
     name = "anthropic"
+    counts_tokens = True
 
     def __init__(
         self,
@@ -89,6 +92,86 @@ class AnthropicProvider:
     def stream(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
     ) -> Iterator[Event]:
+        request = _Request.of(conversation, tools, options)
+        with (
+            _typed_errors(),
+            self.client.messages.create(
+                model=options.model,
+                max_tokens=options.max_output_tokens,
+                # Native items are opaque dicts by design (base.Conversation): the API validates.
+                messages=cast(list[MessageParam], conversation.items),
+                system=request.system,
+                tools=request.tools or anthropic.omit,
+                thinking=request.thinking,
+                output_config=request.output_config,
+                timeout=options.timeout_seconds,
+                stream=True,
+                extra_headers=request.extra_headers,
+                extra_body=request.extra_body,
+            ) as events,
+        ):
+            yield from translate(events)
+
+    def count_tokens(
+        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+    ) -> int:
+        """`POST /v1/messages/count_tokens` with exactly what `stream` would send (free)."""
+        request = _Request.of(conversation, tools, options)
+        with _typed_errors():
+            counted = self.client.messages.count_tokens(
+                model=options.model,
+                messages=cast(list[MessageParam], conversation.items),
+                system=request.system,
+                tools=request.tools or anthropic.omit,
+                thinking=request.thinking,
+                output_config=request.output_config,
+                timeout=options.timeout_seconds,
+                extra_headers=request.extra_headers,
+                extra_body=request.extra_body,
+            )
+        return counted.input_tokens
+
+    def user_message(self, text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+    def tool_results(self, results: list[ToolResult]) -> list[dict[str, Any]]:
+        if not results:
+            return []  # the API rejects a message with no content
+        content = [
+            {
+                "type": "tool_result",
+                "tool_use_id": result.call_id,
+                "content": result.output,
+                "is_error": result.is_error,
+            }
+            for result in results
+        ]
+        return [{"role": "user", "content": content}]
+
+
+# Context editing is a beta of the Messages API: a header to opt in, a body field the SDK's
+# non-beta types do not declare (its beta client would change every type we read back).
+CONTEXT_EDITING_BETA = "context-management-2025-06-27"
+CLEAR_TOOL_USES = "clear_tool_uses_20250919"
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a request adds to the conversation: the frozen prefix (tools and system, with their
+    cache breakpoints), thinking and effort, and context editing. The same for a response and
+    for its token count, so the count is of the request that will be sent."""
+
+    system: str | list[TextBlockParam] | anthropic.Omit
+    tools: list[ToolParam]
+    thinking: ThinkingConfigParam | anthropic.Omit
+    output_config: OutputConfigParam | anthropic.Omit
+    extra_headers: dict[str, str] | None
+    extra_body: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, conversation: Conversation, tools: list[ToolSpec], options: Options) -> _Request:
+        if conversation.provider != AnthropicProvider.name:
+            raise BadRequest(f"a {conversation.provider!r} thread cannot be sent to Anthropic")
         tool_params: list[ToolParam] = [
             {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
             for tool in tools
@@ -108,54 +191,47 @@ class AnthropicProvider:
                         "cache_control": {"type": "ephemeral"},
                     }
                 ]
-        thinking: ThinkingConfigParam | anthropic.Omit = anthropic.omit
-        if options.thinking:
-            # Adaptive thinking (DESIGN.md §5): the model decides how much to think, steered by
-            # `effort`; the fixed-budget mode is deprecated for current models.
-            thinking = {"type": "adaptive"}
+        # Adaptive thinking (DESIGN.md §5): the model decides how much to think, steered by
+        # `effort`; the fixed-budget mode is deprecated for current models.
+        thinking: ThinkingConfigParam | anthropic.Omit = (
+            {"type": "adaptive"} if options.thinking else anthropic.omit
+        )
         # Effort lives in `output_config`; SDK 2.14 types it, so it goes through the typed
         # parameter rather than `extra_body`, and mypy checks the allowed values.
         output_config: OutputConfigParam | anthropic.Omit = (
             {"effort": options.effort} if options.effort else anthropic.omit
         )
-        try:
-            with self.client.messages.create(
-                model=options.model,
-                max_tokens=options.max_output_tokens,
-                # Native items are opaque dicts by design (base.Conversation): the API validates.
-                messages=cast(list[MessageParam], conversation.items),
-                system=system,
-                tools=tool_params or anthropic.omit,
-                thinking=thinking,
-                output_config=output_config,
-                timeout=options.timeout_seconds,
-                stream=True,
-            ) as events:
-                yield from translate(events)
-        except anthropic.APIStatusError as error:
-            raise status_error(error) from error
-        except (anthropic.APIConnectionError, httpx2.TransportError) as error:
-            # A refused connection, a timeout, or a peer that closed mid-body.
-            raise StreamInterrupted(str(error)) from error
-        except anthropic.CredentialsError as error:
-            raise AuthenticationFailed(str(error)) from error
+        clearing = options.server_clearing
+        if clearing is None:
+            return cls(system, tool_params, thinking, output_config, None, None)
+        edit = {
+            "type": CLEAR_TOOL_USES,
+            "trigger": {"type": "input_tokens", "value": clearing.trigger_tokens},
+            "keep": {"type": "tool_uses", "value": clearing.keep},
+            "clear_at_least": {"type": "input_tokens", "value": clearing.clear_at_least_tokens},
+        }
+        return cls(
+            system,
+            tool_params,
+            thinking,
+            output_config,
+            {"anthropic-beta": CONTEXT_EDITING_BETA},
+            {"context_management": {"edits": [edit]}},
+        )
 
-    def user_message(self, text: str) -> dict[str, Any]:
-        return {"role": "user", "content": [{"type": "text", "text": text}]}
 
-    def tool_results(self, results: list[ToolResult]) -> list[dict[str, Any]]:
-        if not results:
-            return []  # the API rejects a message with no content
-        content = [
-            {
-                "type": "tool_result",
-                "tool_use_id": result.call_id,
-                "content": result.output,
-                "is_error": result.is_error,
-            }
-            for result in results
-        ]
-        return [{"role": "user", "content": content}]
+@contextmanager
+def _typed_errors() -> Iterator[None]:
+    """The SDK's exceptions as our typed provider errors."""
+    try:
+        yield
+    except anthropic.APIStatusError as error:
+        raise status_error(error) from error
+    except (anthropic.APIConnectionError, httpx2.TransportError) as error:
+        # A refused connection, a timeout, or a peer that closed mid-body.
+        raise StreamInterrupted(str(error)) from error
+    except anthropic.CredentialsError as error:
+        raise AuthenticationFailed(str(error)) from error
 
 
 def translate(events: Iterable[RawMessageStreamEvent]) -> Iterator[Event]:

@@ -42,6 +42,20 @@ Effort = Literal["low", "medium", "high"]
 
 
 @dataclass(frozen=True)
+class ServerClearing:
+    """Old tool results cleared by the provider itself, on its side, before the model reads the
+    request (Anthropic's context editing): the thread we keep and send stays whole.
+
+    Past `trigger_tokens` of input, the oldest results are replaced by a placeholder, all but
+    the latest `keep`, and at least `clear_at_least_tokens` at a time (each clearing rewrites
+    the cached prompt from that point, so it must be worth it)."""
+
+    trigger_tokens: int
+    keep: int
+    clear_at_least_tokens: int
+
+
+@dataclass(frozen=True)
 class Options:
     model: str
     max_output_tokens: int = 8192
@@ -50,6 +64,8 @@ class Options:
     cache_prefix: bool = True  # Anthropic prompt-cache breakpoints on tools + system
     timeout_seconds: float = 600.0
     purpose: Literal["turn", "compaction"] = "turn"
+    # Only for a model whose catalog entry says it supports it (see `missions.engine.loop`).
+    server_clearing: ServerClearing | None = None
 
 
 # --- What comes out -----------------------------------------------------------------------------
@@ -172,6 +188,8 @@ class Provider(Protocol):
     """A model provider. Implementations: `anthropic`, `openai`, `scripted` (offline)."""
 
     name: str
+    # Whether `count_tokens` asks the provider's counting endpoint (else it is an estimate).
+    counts_tokens: bool
 
     def stream(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
@@ -179,6 +197,16 @@ class Provider(Protocol):
         """Send the conversation; yield deltas and tool calls, then exactly one `Completed`.
 
         Raises a `ProviderError` subclass; never yields a `Completed` for a partial response.
+        """
+        ...
+
+    def count_tokens(
+        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+    ) -> int:
+        """The input tokens this request would weigh, counted by the provider's own counting
+        endpoint (nothing is generated, nothing billed) where `counts_tokens`.
+
+        Raises a `ProviderError` subclass like `stream`.
         """
         ...
 

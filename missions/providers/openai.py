@@ -81,6 +81,7 @@ _INCOMPLETE_STOPS: dict[str, StopReason] = {
 
 class OpenAIProvider:
     name = "openai"
+    counts_tokens = True
 
     def __init__(
         self,
@@ -113,13 +114,30 @@ class OpenAIProvider:
         except openai.APIError as exc:  # an error object the SDK found inside the stream
             raise _coded_error(exc.code, exc.message) from exc
 
+    def count_tokens(
+        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+    ) -> int:
+        """`POST /v1/responses/input_tokens` with what `stream` would send (nothing generated)."""
+        if conversation.provider != self.name:
+            raise BadRequest(f"a {conversation.provider!r} thread cannot be sent to OpenAI")
+        try:
+            counted = self.client.responses.input_tokens.count(
+                model=options.model,
+                instructions=conversation.system,
+                input=cast(ResponseInputParam, conversation.items),
+                tools=[_function_tool(spec) for spec in tools] if tools else openai.omit,
+                reasoning=_reasoning(options) or openai.omit,
+                timeout=options.timeout_seconds,
+            )
+        except openai.APIStatusError as exc:
+            raise status_error(exc) from exc
+        except openai.APIConnectionError as exc:
+            raise StreamInterrupted(exc.message) from exc
+        return counted.input_tokens
+
     def _stream(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
     ) -> Iterator[Event]:
-        effort_or_thinking = options.effort is not None or options.thinking
-        reasoning: Reasoning = {"summary": "auto"}
-        if options.effort is not None:
-            reasoning["effort"] = options.effort
         stream = self.client.responses.create(
             model=options.model,
             instructions=conversation.system,
@@ -127,7 +145,7 @@ class OpenAIProvider:
             input=cast(ResponseInputParam, conversation.items),
             tools=[_function_tool(spec) for spec in tools] if tools else openai.omit,
             max_output_tokens=options.max_output_tokens,
-            reasoning=reasoning if effort_or_thinking else openai.omit,
+            reasoning=_reasoning(options) or openai.omit,
             store=False,
             include=["reasoning.encrypted_content"],
             stream=True,
@@ -182,6 +200,16 @@ class OpenAIProvider:
             }
             for result in results
         ]
+
+
+def _reasoning(options: Options) -> Reasoning | None:
+    """Reasoning summaries (and the effort) when asked for; None leaves the model's default."""
+    if options.effort is None and not options.thinking:
+        return None
+    reasoning: Reasoning = {"summary": "auto"}
+    if options.effort is not None:
+        reasoning["effort"] = options.effort
+    return reasoning
 
 
 def _function_tool(spec: ToolSpec) -> FunctionToolParam:

@@ -4,6 +4,7 @@ streaming wire format (SSE events shaped as in the public streaming reference)."
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 
 import pytest
 
@@ -20,6 +21,7 @@ from missions.providers.base import (
     ProviderError,
     RateLimited,
     ReasoningDelta,
+    ServerClearing,
     ServerError,
     StreamInterrupted,
     TextDelta,
@@ -39,7 +41,7 @@ from tests.providers.anthropic_wire import (
     thinking,
     tool_use,
 )
-from tests.providers.wire import Failure, Stream, WireServer
+from tests.providers.wire import Failure, Json, Received, Stream, WireServer
 
 OPTIONS = Options(model="claude-test", max_output_tokens=4096)
 WEATHER = ToolSpec(
@@ -73,6 +75,10 @@ def run(
     options: Options = OPTIONS,
 ) -> list[Event]:
     return list(provider.stream(thread, tools or [], options))
+
+
+def header(request: Received, name: str) -> str | None:
+    return {key.lower(): value for key, value in request.headers.items()}.get(name)
 
 
 def fail(
@@ -275,6 +281,67 @@ def test_it_sends_a_plain_prefix_without_caching_and_effort_in_output_config(
     assert "cache_control" not in body["tools"][0]
     assert body["output_config"] == {"effort": "low"}
     assert "thinking" not in body
+
+
+def test_it_asks_for_server_side_tool_result_clearing_behind_its_beta_header(
+    provider: AnthropicProvider, server: WireServer
+) -> None:
+    server.queue(Stream(reply(text(0, "Hi"))), Stream(reply(text(0, "Hi"))))
+    clearing = ServerClearing(trigger_tokens=80_000, keep=4, clear_at_least_tokens=10_000)
+
+    run(provider, conversation(), [WEATHER], replace(OPTIONS, server_clearing=clearing))
+    run(provider, conversation(), [WEATHER])
+
+    asked, plain = server.received
+    assert asked.body["context_management"] == {
+        "edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "input_tokens", "value": 80_000},
+                "keep": {"type": "tool_uses", "value": 4},
+                "clear_at_least": {"type": "input_tokens", "value": 10_000},
+            }
+        ]
+    }
+    assert header(asked, "anthropic-beta") == "context-management-2025-06-27"
+    assert "context_management" not in plain.body
+    assert header(plain, "anthropic-beta") is None
+    # Everything else is the same request: clearing changes nothing of the frozen prefix.
+    assert {k: v for k, v in asked.body.items() if k != "context_management"} == plain.body
+
+
+def test_it_counts_the_tokens_of_exactly_the_request_it_would_send(
+    provider: AnthropicProvider, server: WireServer
+) -> None:
+    server.queue(Json({"input_tokens": 1234}), Stream(reply(text(0, "Hi"))))
+    options = replace(OPTIONS, effort="high", thinking=True)
+
+    assert provider.count_tokens(conversation(), [WEATHER, CLOCK], options) == 1234
+    run(provider, conversation(), [WEATHER, CLOCK], options)
+
+    counted, sent = server.received
+    assert counted.path == "/v1/messages/count_tokens"
+    assert sent.path == "/v1/messages"
+    # Model, messages, system, tools (cache breakpoints included), thinking and effort alike.
+    unsent = {"max_tokens", "stream"}
+    assert counted.body == {k: v for k, v in sent.body.items() if k not in unsent}
+
+
+def test_it_maps_a_failed_count_to_a_typed_error(
+    provider: AnthropicProvider, server: WireServer
+) -> None:
+    server.queue(
+        Failure(429, error_body("rate_limit_error", "slow down"), {"retry-after": "3"}),
+        Failure(400, error_body("invalid_request_error", "prompt is too long: 9 > 8 maximum")),
+    )
+
+    with pytest.raises(RateLimited) as limited:
+        provider.count_tokens(conversation(), [], OPTIONS)
+    with pytest.raises(ContextTooLong):
+        provider.count_tokens(conversation(), [], OPTIONS)
+    assert limited.value.retry_after == 3
+    with pytest.raises(BadRequest, match="cannot be sent to Anthropic"):
+        provider.count_tokens(Conversation(provider="openai", system=""), [], OPTIONS)
 
 
 def test_it_reports_a_refusal_with_the_text_produced(

@@ -35,7 +35,7 @@ from missions.providers.base import (
 )
 from missions.providers.openai import OpenAIProvider
 from tests.providers.openai_wire import MODEL, Responses
-from tests.providers.wire import Failure, Received, Stream, WireServer
+from tests.providers.wire import Failure, Json, Received, Stream, WireServer
 
 WEATHER = ToolSpec(
     name="get_weather",
@@ -390,3 +390,41 @@ def test_it_marks_failed_tool_results_in_their_output(provider: OpenAIProvider) 
         {"type": "function_call_output", "call_id": "call_1", "output": "ok"},
         {"type": "function_call_output", "call_id": "call_2", "output": "Error: no such city"},
     ]
+
+
+def test_it_counts_the_input_tokens_of_exactly_the_request_it_would_send(
+    provider: OpenAIProvider, server: WireServer
+) -> None:
+    server.queue(
+        Json({"object": "response.input_tokens", "input_tokens": 4321}),
+        Responses().message("msg_1", "Sunny.").completed(),
+    )
+    conversation = thread(provider.user_message("Weather in Paris?"))
+    options = Options(model=MODEL, effort="low")
+
+    assert provider.count_tokens(conversation, [WEATHER], options) == 4321
+    run(provider, conversation, [WEATHER], options)
+
+    counted, sent = server.received
+    assert counted.path == "/v1/responses/input_tokens"
+    assert sent.path == "/v1/responses"
+    for field in ("model", "instructions", "input", "tools", "reasoning"):
+        assert counted.body[field] == sent.body[field], field
+
+
+def test_it_maps_a_failed_count_to_a_typed_error(
+    provider: OpenAIProvider, server: WireServer
+) -> None:
+    server.queue(
+        Failure(429, {"error": {"message": "slow", "type": "requests"}}, {"retry-after": "2"}),
+        Failure(400, {"error": {"message": "too long", "code": "context_length_exceeded"}}),
+    )
+    conversation = thread(provider.user_message("Hi"))
+
+    with pytest.raises(RateLimited) as limited:
+        provider.count_tokens(conversation, [], Options(model=MODEL))
+    with pytest.raises(ContextTooLong):
+        provider.count_tokens(conversation, [], Options(model=MODEL))
+    assert limited.value.retry_after == 2
+    with pytest.raises(BadRequest, match="cannot be sent to OpenAI"):
+        provider.count_tokens(Conversation(provider="anthropic", system=""), [], Options(MODEL))
