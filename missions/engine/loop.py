@@ -143,10 +143,12 @@ def agent(ctx: RunContext) -> Outcome:
     # while the run waited), then only when the kernel says something arrived.
     look = [True]
     for turn in range(1, spec.max_turns + 1):
+        # Clearing is ours unless the provider does it, and only worth it a batch at a time.
+        clearing = not server_clearing and relief.clearable(conversation.items)
         # A decision taken on an estimate is first checked with the provider's own count.
-        if size > (relief.COMPACT_AT if server_clearing else relief.CLEAR_AT) * window:
+        if size > (relief.CLEAR_AT if clearing else relief.COMPACT_AT) * window:
             size = count(conversation, turn=turn, estimate=size)
-        if not server_clearing and relief.CLEAR_AT * window < size <= relief.COMPACT_AT * window:
+        if clearing and relief.CLEAR_AT * window < size <= relief.COMPACT_AT * window:
             cleared = relief.clear_old_tool_results(conversation.items)
             if cleared:
                 size = relief.estimate_tokens(prefix.system) + relief.estimate_tokens(

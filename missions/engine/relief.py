@@ -134,13 +134,22 @@ def clear_old_tool_results(items: list[dict[str, Any]]) -> int:
     `function_call_output` items, scripted `tool` items. A pure function of the conversation, so
     a replay clears exactly the same results.
     """
-    slots = [slot for item in items for slot in _result_slots(item)]
-    old = [slot for slot in slots[:-KEEP_RECENT_RESULTS] if slot[0][slot[1]] != CLEARED]
+    old = _old_results(items)
     if len(old) < CLEAR_BATCH:
         return 0
     for holder, key in old:
         holder[key] = CLEARED
     return len(old)
+
+
+def clearable(items: list[dict[str, Any]]) -> bool:
+    """Whether `clear_old_tool_results` would clear a batch now."""
+    return len(_old_results(items)) >= CLEAR_BATCH
+
+
+def _old_results(items: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    slots = [slot for item in items for slot in _result_slots(item)]
+    return [slot for slot in slots[:-KEEP_RECENT_RESULTS] if slot[0][slot[1]] != CLEARED]
 
 
 def _result_slots(item: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:

@@ -90,11 +90,6 @@ def test_it_asks_the_provider_to_count_before_compacting_on_an_estimate(
         ("model_call", MODEL),
     ]
     assert steps[3].result == {"tokens": 700}
-    assert not any(
-        block.get("content") == relief.CLEARED
-        for message in asked.body["messages"]
-        for block in (message["content"] if isinstance(message["content"], list) else [])
-    )
 
 
 @pytest.mark.parametrize(
@@ -127,6 +122,31 @@ def test_it_compacts_when_the_count_confirms_or_cannot_be_had(
     assert run.output == {"answer": "Finished.", "turns": 2}
 
 
+def tool_results(messages: list[dict[str, Any]]) -> list[Any]:
+    return [
+        block["content"]
+        for message in messages
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+
+def test_it_counts_before_clearing_only_when_a_batch_could_be_cleared(server: WireServer) -> None:
+    # Every turn reports 900 tokens, past the 40 % of clearing; a batch of old results (all
+    # but the latest four) exists from the ninth turn: one count then, then one clearing.
+    turns = [noop_turn(turn, input_tokens=900) for turn in range(1, 11)]
+    answers = [*turns[:8], Json({"input_tokens": 900}), *turns[8:], FINAL]
+
+    agent(server, *answers)
+
+    asked = paths(server)
+    assert asked.count("/v1/messages/count_tokens") == 1
+    assert asked.index("/v1/messages/count_tokens") == 8  # after eight turns, before the ninth
+    ninth = tool_results(server.received[9].body["messages"])
+    assert ninth == [relief.CLEARED] * 4 + [f"ok {turn}" for turn in (5, 6, 7, 8)]
+
+
 def test_it_leaves_tool_result_clearing_to_a_provider_that_does_it_server_side(
     server: WireServer,
 ) -> None:
@@ -154,16 +174,9 @@ def test_it_leaves_tool_result_clearing_to_a_provider_that_does_it_server_side(
     for received in server.received:
         assert received.body["context_management"] == {"edits": [edit]}
     # Our thread stays whole: every tool result of the last request is there in full.
-    last = server.received[-1].body["messages"]
-    results = [
-        block
-        for message in last
-        if isinstance(message["content"], list)
-        for block in message["content"]
-        if block.get("type") == "tool_result"
-    ]
+    results = tool_results(server.received[-1].body["messages"])
     assert len(results) == 10
-    assert relief.CLEARED not in {block["content"] for block in results}
+    assert relief.CLEARED not in results
     window = Step.objects.get(run=run, name="context-window")
     assert window.result == {"window": WINDOW, "server_clearing": True}
 
