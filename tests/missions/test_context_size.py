@@ -136,7 +136,7 @@ def test_it_counts_before_clearing_only_when_a_batch_could_be_cleared(server: Wi
     # Every turn reports 900 tokens, past the 40 % of clearing; a batch of old results (all
     # but the latest four) exists from the ninth turn: one count then, then one clearing.
     turns = [noop_turn(turn, input_tokens=900) for turn in range(1, 11)]
-    answers = [*turns[:8], Json({"input_tokens": 900}), *turns[8:], FINAL]
+    answers: list[Answer] = [*turns[:8], Json({"input_tokens": 900}), *turns[8:], FINAL]
 
     agent(server, *answers)
 
