@@ -126,8 +126,24 @@ def entry(step: Step, wait: Wait | None = None) -> Entry:
 
 def _checkpoint(name: str, request: dict[str, Any], result: Any) -> str:
     """The checkpoints the engine and the owner tools record, in words; others as JSON."""
-    if name == "context-window" and isinstance(result, int):
+    if name == "context-window" and isinstance(result, int):  # recorded before it said more
         return _("Context window: %(tokens)s tokens") % {"tokens": f"{result:,}"}
+    if name == "context-window" and isinstance(result, dict):
+        window = {"tokens": f"{result.get('window', 0):,}"}
+        if result.get("server_clearing"):
+            return _("Context window: %(tokens)s tokens; the provider clears old tool results") % (
+                window
+            )
+        return _("Context window: %(tokens)s tokens") % window
+    if name == "count-tokens" and isinstance(result, dict):
+        if isinstance(result.get("tokens"), int):
+            return _("The provider counts %(tokens)s tokens (estimated %(estimate)s)") % {
+                "tokens": f"{result['tokens']:,}",
+                "estimate": f"{request.get('estimate', 0):,}",
+            }
+        return _("No count from the provider (%(error)s): the estimate decides") % {
+            "error": result.get("error", "")
+        }
     if name == "workspace" and isinstance(result, str):
         return _("Works in %(path)s") % {"path": result}
     if name.startswith("approval-request:"):

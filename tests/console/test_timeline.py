@@ -169,3 +169,29 @@ def test_checkpoints_are_said_in_words() -> None:
 
     assert window.summary == "Context window: 200,000 tokens"
     assert notified.summary == "Told you: Tests pass."
+    facts = {"window": 200_000, "server_clearing": True}
+    cleared = timeline.entry(step(StepKind.CHECKPOINT, name="context-window", result=facts))
+    assert cleared.summary == (
+        "Context window: 200,000 tokens; the provider clears old tool results"
+    )
+    counted = timeline.entry(
+        step(
+            StepKind.CHECKPOINT,
+            name="count-tokens",
+            request={"turn": 3, "estimate": 120_500},
+            result={"tokens": 98_000},
+        )
+    )
+    assert counted.summary == "The provider counts 98,000 tokens (estimated 120,500)"
+    failed = timeline.entry(
+        step(
+            StepKind.CHECKPOINT,
+            name="count-tokens",
+            request={"turn": 3, "estimate": 120_500},
+            result={"tokens": None, "error": "overloaded: Overloaded"},
+        )
+    )
+    assert (
+        failed.summary
+        == "No count from the provider (overloaded: Overloaded): the estimate decides"
+    )
