@@ -154,6 +154,11 @@ def _checkpoint(name: str, request: dict[str, Any], result: Any) -> str:
 
 
 def _model_call(found: Entry, result: dict[str, Any]) -> None:
+    cleared = result.get("cleared")
+    if isinstance(cleared, dict):
+        found.summary = _(
+            "The provider cleared %(results)s old tool results (%(tokens)s tokens) first."
+        ) % {"results": cleared.get("tool_results", 0), "tokens": f"{cleared.get('tokens', 0):,}"}
     found.text = str(result.get("text") or "")
     found.reasoning = str(result.get("reasoning") or "")
     found.owner_messages = [str(m) for m in result.get("owner_messages") or []]

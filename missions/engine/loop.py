@@ -455,8 +455,19 @@ def _call_model(
                 raise StepFailed(f"{provider.name}: {error.code}: {error.message}") from error
             time.sleep(min(error.retry_after or 2**attempt, 60))
     priced = pricing.price_of(provider=provider.name, model=spec.model, usage=completed.usage)
+    cleared = (
+        {
+            "cleared": {
+                "tool_results": completed.cleared_tool_results,
+                "tokens": completed.cleared_tokens,
+            }
+        }
+        if completed.cleared_tool_results
+        else {}
+    )
     return Done(
         {
+            **cleared,
             "items": completed.items,
             "text": text,
             "reasoning": reasoning,

@@ -245,6 +245,7 @@ def translate(events: Iterable[RawMessageStreamEvent]) -> Iterator[Event]:
     counts: dict[str, int] = {}
     stop_reason: str | None = None
     explanation: str | None = None
+    cleared = {"cleared_tool_results": 0, "cleared_tokens": 0}
     for event in events:
         if event.type == "message_start":
             counts.update(usage_counts(event.message.usage.to_dict()))
@@ -289,6 +290,10 @@ def translate(events: Iterable[RawMessageStreamEvent]) -> Iterator[Event]:
             counts.update(usage_counts(event.usage.to_dict()))  # cumulative totals
             if event.delta.stop_details is not None:
                 explanation = event.delta.stop_details.explanation
+            # Context editing's report, a beta field the SDK keeps without declaring it.
+            for edit in _applied_edits(event.to_dict().get("context_management")):
+                cleared["cleared_tool_results"] += _count(edit.get("cleared_tool_uses"))
+                cleared["cleared_tokens"] += _count(edit.get("cleared_input_tokens"))
         elif event.type == "message_stop":
             content = [blocks[index] for index in sorted(blocks)]
             mapped = STOP_REASONS.get(stop_reason or "", "other")
@@ -303,10 +308,25 @@ def translate(events: Iterable[RawMessageStreamEvent]) -> Iterator[Event]:
                 usage=Usage(**counts),
                 items=[{"role": "assistant", "content": content}],
                 refusal=refusal,
+                **cleared,
             )
             return
     # The body ended cleanly but early (cut on a chunk boundary): the response is partial.
     raise StreamInterrupted("the stream ended before message_stop")
+
+
+def _applied_edits(report: object) -> list[dict[str, Any]]:
+    """The tool-result clearings in a `context_management` report, whatever else it holds."""
+    edits = report.get("applied_edits") if isinstance(report, dict) else None
+    return [
+        edit
+        for edit in (edits if isinstance(edits, list) else [])
+        if isinstance(edit, dict) and edit.get("type") == CLEAR_TOOL_USES
+    ]
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -115,6 +115,9 @@ class Completed:
     usage: Usage
     items: list[dict[str, Any]]
     refusal: str | None = None
+    # What the provider cleared on its side before the model read this request (`ServerClearing`).
+    cleared_tool_results: int = 0
+    cleared_tokens: int = 0
 
 
 Event = TextDelta | ReasoningDelta | ToolCall | Completed

@@ -156,6 +156,15 @@ def test_an_approval_wait_shows_the_call_its_diff_and_the_decision() -> None:
     assert "<strong>refused</strong> — Not before Monday." in html
 
 
+def test_a_model_step_says_what_the_provider_cleared_before_it_read() -> None:
+    result = {"text": "Done.", "cleared": {"tool_results": 8, "tokens": 50_000}}
+
+    html = rendered(step(StepKind.MODEL_CALL, name="claude-opus-5-5", result=result))
+
+    assert "The provider cleared 8 old tool results (50,000 tokens) first." in html
+    assert "cleared" not in rendered(step(StepKind.MODEL_CALL, result={"text": "Done."}))
+
+
 def test_checkpoints_are_said_in_words() -> None:
     window = timeline.entry(step(StepKind.CHECKPOINT, name="context-window", result=200_000))
     notified = timeline.entry(

@@ -34,12 +34,15 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[WireServer]:
         yield server
 
 
-def noop_turn(turn: int, *, input_tokens: int) -> Stream:
+def noop_turn(
+    turn: int, *, input_tokens: int, context_management: dict[str, Any] | None = None
+) -> Stream:
     return Stream(
         reply(
             tool_use(0, f"toolu_{turn}", "noop", json.dumps({"note": str(turn)})),
             stop_reason="tool_use",
             start=message_start(input_tokens=input_tokens),
+            context_management=context_management,
         )
     )
 
@@ -160,11 +163,16 @@ def test_it_leaves_tool_result_clearing_to_a_provider_that_does_it_server_side(
     )
     # Ten turns at 900 tokens: past the 40 % where the loop would clear old results itself
     # (and count first), short of the 55 % of a compaction.
-    turns = [noop_turn(turn, input_tokens=900) for turn in range(1, 11)]
+    turns = [noop_turn(turn, input_tokens=900) for turn in range(1, 10)]
+    edit = {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 5, "cleared_input_tokens": 450}
+    turns.append(noop_turn(10, input_tokens=900, context_management={"applied_edits": [edit]}))
 
     run = agent(server, *turns, FINAL)
 
     assert set(paths(server)) == {"/v1/messages"}  # no count: no decision to check
+    tenth = Step.objects.filter(run=run, kind="model_call").order_by("seq")[9]
+    assert isinstance(tenth.result, dict)
+    assert tenth.result["cleared"] == {"tool_results": 5, "tokens": 450}
     edit = {
         "type": "clear_tool_uses_20250919",
         "trigger": {"type": "input_tokens", "value": 800},

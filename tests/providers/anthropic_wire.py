@@ -66,16 +66,21 @@ def reply(
     stop_reason: str = "end_turn",
     output_tokens: int = 20,
     start: SSE | None = None,
+    context_management: dict[str, Any] | None = None,
 ) -> list[SSE]:
     end = {"stop_reason": stop_reason, "stop_sequence": None}
+    delta: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": end,
+        "usage": {"output_tokens": output_tokens},
+    }
+    if context_management is not None:  # what context editing did (a beta field)
+        delta["context_management"] = context_management
     return [
         start or message_start(),
         PING,
         *(event for events in blocks for event in events),
-        (
-            "message_delta",
-            {"type": "message_delta", "delta": end, "usage": {"output_tokens": output_tokens}},
-        ),
+        ("message_delta", delta),
         ("message_stop", {"type": "message_stop"}),
     ]
 

@@ -81,6 +81,12 @@ def header(request: Received, name: str) -> str | None:
     return {key.lower(): value for key, value in request.headers.items()}.get(name)
 
 
+def completed(events: list[Event]) -> Completed:
+    final = events[-1]
+    assert isinstance(final, Completed)
+    return final
+
+
 def fail(
     provider: AnthropicProvider, answer: Stream | Failure, server: WireServer
 ) -> ProviderError:
@@ -308,6 +314,29 @@ def test_it_asks_for_server_side_tool_result_clearing_behind_its_beta_header(
     assert header(plain, "anthropic-beta") is None
     # Everything else is the same request: clearing changes nothing of the frozen prefix.
     assert {k: v for k, v in asked.body.items() if k != "context_management"} == plain.body
+
+
+def test_it_reports_what_the_server_cleared(
+    provider: AnthropicProvider, server: WireServer
+) -> None:
+    edits = {
+        "applied_edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "cleared_tool_uses": 8,
+                "cleared_input_tokens": 50_000,
+            }
+        ]
+    }
+    server.queue(
+        Stream(reply(text(0, "Hi"), context_management=edits)), Stream(reply(text(0, "Hi")))
+    )
+
+    cleared = completed(run(provider, conversation()))
+    untouched = completed(run(provider, conversation()))
+
+    assert (cleared.cleared_tool_results, cleared.cleared_tokens) == (8, 50_000)
+    assert (untouched.cleared_tool_results, untouched.cleared_tokens) == (0, 0)
 
 
 def test_it_counts_the_tokens_of_exactly_the_request_it_would_send(
