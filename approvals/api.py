@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, StrictBool
 
+from agentos import audit
 from agentos.errors import DomainError
 from agentos.schemas import Text
 from approvals import inbox, service
@@ -143,6 +144,8 @@ def decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> dict[
         args_hash=payload.args_hash,
         always=payload.always,
         note=payload.note,
+        username=request.user.get_username(),
+        address=audit.client_address(request),
     )
     return approval_out(Approval.objects.select_related("run").get(pk=approval_id))
 

@@ -13,6 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from agentos import audit
+from agentos.models import AuditEvent
 from approvals.models import Approval, Question
 from kernel import runs
 from kernel.context import Done, RunContext, StepCall
@@ -96,10 +98,14 @@ def decide(
     always: bool = False,
     note: str = "",
     by: str = "owner",
+    username: str = "",
+    address: str | None = None,
 ) -> Approval:
     """Record the owner's decision on an open approval and wake its run.
 
-    `args_hash` must be the request's own: the owner decides on what they were shown.
+    `args_hash` must be the request's own: the owner decides on what they were shown. The
+    decision also goes to the security log (`AuditEvent`), in the same transaction: what the
+    owner let an agent do, and from where, is kept apart from the runs it concerns.
     """
     with transaction.atomic():
         approval: Approval | None = (
@@ -124,6 +130,18 @@ def decide(
         )
         if always:
             _always_allow(approval)
+        audit.record(
+            AuditEvent.Kind.APPROVAL_DECIDED,
+            username=username,
+            address=address,
+            by=by,
+            approval=approval.pk,
+            run=approval.run_id,
+            tool=approval.request.get("tool", ""),
+            args_hash=args_hash,
+            approved=approve,
+            always=always,
+        )
     return Approval.objects.get(pk=approval.pk)
 
 

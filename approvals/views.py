@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_safe
 
+from agentos import audit
 from agentos.errors import DomainError
 from agentos.views import SCREENS_BY_SLUG, owner_required
 from approvals import inbox, service
@@ -54,6 +55,8 @@ def approval(request: HttpRequest, approval_id: int) -> HttpResponse:
                     args_hash=form.cleaned_data["args_hash"],
                     always=decision == "always",
                     note=form.cleaned_data["note"],
+                    username=request.user.get_username(),
+                    address=audit.client_address(request),
                 )
             except DomainError as refused:
                 error, status = _decision_error(refused), refused.status

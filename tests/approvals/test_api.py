@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from agentos import tokens
+from agentos.models import AuditEvent
 from approvals import service
 from approvals.models import Approval
 from kernel.models import Event, Wait, WaitState
@@ -132,6 +133,29 @@ def test_it_approves_the_exact_call_and_wakes_the_run(owner_client: Client) -> N
     }
     assert wait.run.wake_pending  # queued, never executed: woken for its next claim
     assert Event.objects.filter(kind="wait.answered", run_id=approval.run_id).exists()
+
+
+def test_it_keeps_each_decision_in_the_security_log_and_nothing_for_a_refused_one(
+    owner_client: Client, owner: Owner
+) -> None:
+    approval = make_approval()
+    decide(owner_client, approval, approve=True, args_hash="0" * 64)  # another call: refused
+    decide(owner_client, approval, approve=True, always=True)
+    decide(owner_client, approval, approve=False)  # already settled: refused
+
+    logged = AuditEvent.objects.get(kind=AuditEvent.Kind.APPROVAL_DECIDED)
+
+    assert logged.username == owner.username
+    assert logged.address == "127.0.0.1"
+    assert logged.detail == {
+        "approval": approval.pk,
+        "run": approval.run_id,
+        "tool": "shell",
+        "args_hash": approval.request["args_hash"],
+        "approved": True,
+        "always": True,
+        "by": "owner",
+    }
 
 
 def test_it_refuses_with_a_note(owner_client: Client) -> None:
