@@ -93,7 +93,16 @@ def test_pausing_a_running_run_parks_it_after_the_step_under_way(seeded_catalog:
     worker.start()
     assert started.wait(10)
     runs.pause_run(run.pk)
-    time.sleep(0.5)  # a lease renewal (every 0.2 s) relays the pause to the executing run
+    # A lease renewal (every 0.2 s) reads the pause with the lease it extends, then relays it to
+    # the executing run before its next renewal: two renewals after the pause, and it is relayed.
+    leases = [Run.objects.get(pk=run.pk).lease_expires_at]
+    deadline = time.monotonic() + 10
+    while len(leases) < 3:
+        assert time.monotonic() < deadline, "the lease was not renewed after the pause"
+        lease = Run.objects.get(pk=run.pk).lease_expires_at
+        if lease != leases[-1]:
+            leases.append(lease)
+        time.sleep(0.01)
     release.set()
     worker.join(10)
 
