@@ -73,6 +73,19 @@ class Debit:
     day_usd_micros: int | None
 
 
+def as_stored(value: Any) -> Any:
+    """`value` as the journal will give it back: object keys in jsonb's order (shorter keys
+    first, then by their bytes), which is not the order they were written in. A program that
+    serialises a live result (the engine sends a model's answer back to it) produces then the
+    same bytes as after a replay."""
+    if isinstance(value, dict):
+        ordered = sorted(value, key=lambda key: (len(key.encode()), key.encode()))
+        return {key: as_stored(value[key]) for key in ordered}
+    if isinstance(value, list):
+        return [as_stored(item) for item in value]
+    return value
+
+
 def request_hash(kind: str, name: str, request: Any) -> str:
     body = json.dumps([kind, name, request], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(body.encode()).hexdigest()

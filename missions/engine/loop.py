@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from approvals import service as approvals
+from kernel import journal
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, RunStatus, StepKind
@@ -468,7 +469,9 @@ def _call_model(
     return Done(
         {
             **cleared,
-            "items": completed.items,
+            # Sent back on every later turn: in the order a replay reads them, so a resumed
+            # run sends the same bytes as the run before its crash.
+            "items": journal.as_stored(completed.items),
             "text": text,
             "reasoning": reasoning,
             "tool_calls": [asdict(call) for call in calls],

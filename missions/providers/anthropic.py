@@ -98,8 +98,7 @@ class AnthropicProvider:
             self.client.messages.create(
                 model=options.model,
                 max_tokens=options.max_output_tokens,
-                # Native items are opaque dicts by design (base.Conversation): the API validates.
-                messages=cast(list[MessageParam], conversation.items),
+                messages=request.messages,
                 system=request.system,
                 tools=request.tools or anthropic.omit,
                 thinking=request.thinking,
@@ -120,7 +119,7 @@ class AnthropicProvider:
         with _typed_errors():
             counted = self.client.messages.count_tokens(
                 model=options.model,
-                messages=cast(list[MessageParam], conversation.items),
+                messages=request.messages,
                 system=request.system,
                 tools=request.tools or anthropic.omit,
                 thinking=request.thinking,
@@ -161,6 +160,7 @@ class _Request:
     cache breakpoints), thinking and effort, and context editing. The same for a response and
     for its token count, so the count is of the request that will be sent."""
 
+    messages: list[MessageParam]
     system: str | list[TextBlockParam] | anthropic.Omit
     tools: list[ToolParam]
     thinking: ThinkingConfigParam | anthropic.Omit
@@ -176,7 +176,14 @@ class _Request:
             {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
             for tool in tools
         ]
+        # Native items are opaque dicts by design (base.Conversation): the API validates.
+        messages = cast(list[MessageParam], conversation.items)
         system: str | list[TextBlockParam] | anthropic.Omit = conversation.system or anthropic.omit
+        if options.cache_prefix and options.purpose == "turn" and messages:
+            # And one after the last message: the next turn reads the whole conversation so far
+            # from the cache and pays full price only for what it appends (a one-off
+            # compaction request would only pay the cache write).
+            messages = [*messages[:-1], _with_breakpoint(messages[-1])]
         if options.cache_prefix:
             # Breakpoints after the last tool and after the system prompt: tools + system are
             # frozen for the whole run (DESIGN §5), so every turn after the first reads them from
@@ -203,7 +210,7 @@ class _Request:
         )
         clearing = options.server_clearing
         if clearing is None:
-            return cls(system, tool_params, thinking, output_config, None, None)
+            return cls(messages, system, tool_params, thinking, output_config, None, None)
         edit = {
             "type": CLEAR_TOOL_USES,
             "trigger": {"type": "input_tokens", "value": clearing.trigger_tokens},
@@ -211,6 +218,7 @@ class _Request:
             "clear_at_least": {"type": "input_tokens", "value": clearing.clear_at_least_tokens},
         }
         return cls(
+            messages,
             system,
             tool_params,
             thinking,
@@ -218,6 +226,25 @@ class _Request:
             {"anthropic-beta": CONTEXT_EDITING_BETA},
             {"context_management": {"edits": [edit]}},
         )
+
+
+# Blocks the API refuses a breakpoint on (thinking), or cannot cache (an empty text).
+_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+
+
+def _with_breakpoint(message: MessageParam) -> MessageParam:
+    """A copy of `message` with a cache breakpoint on its last block; the thread itself is
+    left as recorded (the breakpoint moves forward every turn, the content never changes)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content:
+        return message
+    last = dict(cast(dict[str, Any], content[-1]))
+    if last.get("type") in _UNCACHEABLE or last.get("text") == "":
+        return message
+    last["cache_control"] = {"type": "ephemeral"}
+    return cast(MessageParam, {**message, "content": [*content[:-1], last]})
 
 
 @contextmanager

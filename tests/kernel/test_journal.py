@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import IntegrityError, connection
 
@@ -213,3 +215,17 @@ def test_its_hot_path_statements_are_prepared_on_the_server() -> None:
     assert any("INSERT INTO kernel_step" in statement for statement in prepared), prepared
     assert any("UPDATE kernel_step SET result" in statement for statement in prepared), prepared
     assert not any('"kernel_run"' in statement for statement in prepared), prepared  # the ORM's
+
+
+def test_it_says_how_a_value_comes_back_from_the_journal() -> None:
+    """Keys come back in jsonb's order, not in the order written: `as_stored` predicts it."""
+    value = {"type": "tool_use", "input": {"zeta": 1, "b": [{"yy": 1, "x": 2}]}, "id": "t", "é": 0}
+    fence = claim(start("chaos.noop"))
+    journal.record_intent(fence, seq=1, kind="tool_call", effect="read", name="x", request={})
+    journal.record_result(fence, seq=1, result=value, cost=Cost())
+
+    back = journal.load(fence.run_id)[1].result
+
+    assert back == value
+    assert json.dumps(back) == json.dumps(journal.as_stored(value))
+    assert json.dumps(back) != json.dumps(value)  # the order written is indeed not kept

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -38,6 +39,19 @@ def worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
         ],
         env=env,
     )
+
+
+def without_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            **message,
+            "content": [
+                {key: value for key, value in block.items() if key != "cache_control"}
+                for block in message["content"]
+            ],
+        }
+        for message in messages
+    ]
 
 
 def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) -> None:
@@ -103,10 +117,16 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
     assert len(requests) == 4  # four turns, four requests: none repeated after the kill
     assert [len(body["messages"]) for body in requests] == [1, 3, 5, 7]
     for earlier, later in itertools.pairwise(requests):
-        # The prefix is byte-identical and the conversation only grows.
+        # The prefix is byte-identical and the conversation only grows; only the conversation's
+        # cache breakpoint moves, to the end of each request.
         assert json.dumps(later["system"]) == json.dumps(earlier["system"])
         assert json.dumps(later["tools"]) == json.dumps(earlier["tools"])
-        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+        grown = without_breakpoints(later["messages"])[: len(earlier["messages"])]
+        assert json.dumps(grown) == json.dumps(without_breakpoints(earlier["messages"]))
+    for body in requests:
+        *before, last_block = [b for m in body["messages"] for b in m["content"]]
+        assert last_block["cache_control"] == {"type": "ephemeral"}
+        assert not any("cache_control" in block for block in before)
     model_steps = Step.objects.filter(run=run, kind="model_call")
     assert [s.executions for s in model_steps] == [1, 1, 1, 1]
     # The tool call after the kill had its intent committed with the model's answer (a planned

@@ -3,6 +3,7 @@ streaming wire format (SSE events shaped as in the public streaming reference)."
 
 from __future__ import annotations
 
+import json
 import socket
 from dataclasses import replace
 
@@ -121,7 +122,9 @@ def test_it_streams_text_deltas_then_one_completed(
     assert sent.body["stream"] is True
     assert sent.body["model"] == "claude-test"
     assert sent.body["max_tokens"] == 4096
-    assert sent.body["messages"] == conversation().items
+    sent_text = {"type": "text", "text": "What is the weather in Paris?"}
+    breakpoint = {"cache_control": {"type": "ephemeral"}}
+    assert sent.body["messages"] == [{"role": "user", "content": [{**sent_text, **breakpoint}]}]
 
 
 def test_it_assembles_a_tool_call_from_streamed_json_chunks(
@@ -218,6 +221,7 @@ def test_it_sends_thinking_blocks_back_unchanged_with_the_tool_results(
                 "tool_use_id": "toolu_03",
                 "content": "18°C, sunny",
                 "is_error": False,
+                "cache_control": {"type": "ephemeral"},  # the conversation's moving breakpoint
             }
         ],
     }
@@ -272,6 +276,36 @@ def test_it_puts_cache_breakpoints_on_the_last_tool_and_the_system_prompt(
     assert body["system"] == [
         {"type": "text", "text": "You are a careful agent.", "cache_control": ephemeral}
     ]
+
+
+def test_it_moves_a_cache_breakpoint_to_the_end_of_the_conversation_each_turn(
+    provider: AnthropicProvider, server: WireServer
+) -> None:
+    thread = conversation()
+    thread.items += [
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "get_time", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "noon"}],
+        },
+    ]
+    recorded = json.dumps(thread.items)
+    server.queue(Stream(reply(text(0, "Hi"))), Stream(reply(text(0, "Hi"))))
+
+    run(provider, thread, [CLOCK])
+    run(provider, thread, [CLOCK], replace(OPTIONS, purpose="compaction"))
+
+    turn, compaction = (received.body["messages"] for received in server.received)
+    ephemeral = {"type": "ephemeral"}
+    assert turn[-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "noon", "cache_control": ephemeral}
+    ]
+    assert json.dumps(turn[:-1]) == json.dumps(thread.items[:-1])  # earlier messages untouched
+    assert json.dumps(compaction) == recorded  # a one-off request: no cache write for it
+    assert json.dumps(thread.items) == recorded  # the thread stays as recorded
 
 
 def test_it_sends_a_plain_prefix_without_caching_and_effort_in_output_config(
