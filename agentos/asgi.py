@@ -12,6 +12,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
 # Django must be set up before anything imports models (the WebSocket stack does).
 django_asgi_app = get_asgi_application()
 
-from agentos.websocket import websocket_application  # noqa: E402
+from typing import Any  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_application()})
+from agentos.websocket import websocket_application  # noqa: E402
+from kernel import bus  # noqa: E402
+
+router = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_application()})
+
+
+async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    # The server's loop is the process's loop for the channel layer (see `kernel.bus`).
+    bus.adopt_running_loop()
+    await router(scope, receive, send)

@@ -6,7 +6,10 @@ doorbell only says "look again": pages re-read state from the database when it r
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,7 +19,62 @@ from django.conf import settings
 from django.db import transaction
 
 OWNER_GROUP = "owner"
+LAYER_TIMEOUT_SECONDS = 60.0
 logger = logging.getLogger(__name__)
+
+
+def layer_call[T](function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Await a channel layer call from synchronous code, on the process's one event loop.
+
+    channels-postgres keeps one connection pool per process, and the tasks that refill it run
+    on the loop that opened it. `async_to_sync` gives each call a new loop, closed right after:
+    once the database restarts, a pool opened that way can never refill (a `PoolTimeout` on
+    every send until the process restarts, found by `make chaos`). So every call of a process
+    goes to one loop that lives as long as it: the ASGI server's (`adopt_running_loop`), else a
+    thread of ours. In-process tests send inline instead (`DOORBELLS_IN_BACKGROUND` off): their
+    in-memory layer's queues belong to the caller's loop.
+    """
+    if not settings.DOORBELLS_IN_BACKGROUND:
+        return async_to_sync(function)(*args)
+    loop = _process_loop()
+    if _running_loop() is loop:
+        raise RuntimeError("layer_call would wait on its own event loop: await the layer instead")
+    future = asyncio.run_coroutine_threadsafe(_awaited(function, *args), loop)
+    return future.result(LAYER_TIMEOUT_SECONDS)
+
+
+async def _awaited[T](function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    return await function(*args)
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def adopt_running_loop() -> None:
+    """Make the running loop (the ASGI server's) the process's loop for `layer_call`, unless
+    one was chosen already: its consumers and our sends then share one loop, and one pool."""
+    global _loop
+    if _loop is None:
+        with _loop_lock:
+            if _loop is None:
+                _loop = asyncio.get_running_loop()
+
+
+def _process_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="channel-layer", daemon=True).start()
+        return _loop
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def ring_on_commit(kind: str, **data: Any) -> None:
@@ -45,7 +103,7 @@ def _send(kind: str, data: dict[str, Any]) -> None:
         logger.warning("no channel layer configured; doorbell %s not sent", kind)
         return
     try:
-        async_to_sync(layer.group_send)(OWNER_GROUP, {"type": "doorbell", "kind": kind, **data})
+        layer_call(layer.group_send, OWNER_GROUP, {"type": "doorbell", "kind": kind, **data})
     except Exception as error:
         # A lost doorbell costs a page a refresh, never state: note it and go on.
         logger.warning("doorbell %s not sent: %s: %s", kind, error.__class__.__name__, error)

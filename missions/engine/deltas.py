@@ -23,10 +23,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from asgiref.sync import async_to_sync
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
-from kernel.bus import OWNER_GROUP
+from kernel.bus import OWNER_GROUP, layer_call
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +169,7 @@ def _send(messages: list[Message]) -> None:
         if layer is None or not _presence.check(layer):
             return
         for message in messages:
-            async_to_sync(layer.group_send)(OWNER_GROUP, message)
+            layer_call(layer.group_send, OWNER_GROUP, message)
     except Exception:
         logger.exception("%d delta(s) not sent", len(messages))
     finally:
@@ -186,7 +185,7 @@ def _group_has_members(layer: BaseChannelLayer) -> bool:
         return True  # a layer we cannot ask: send, and let it drop
     # channels-postgres: its group table, through its own connection pool. A crashed daphne
     # may leave members behind, which costs sends, nothing else.
-    channels = async_to_sync(database.retrieve_group_channels)(group_key(OWNER_GROUP))
+    channels = layer_call(database.retrieve_group_channels, group_key(OWNER_GROUP))
     return bool(channels)
 
 
