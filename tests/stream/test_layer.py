@@ -33,10 +33,11 @@ def layer(settings: Settings) -> Iterator[PostgresChannelLayer]:
             "kwargs": {"application_name": APPLICATION},
         },
     }
-    assert channels_postgres.db.connection_pool is None  # the process's pool, ours to open
+    # The process's pool is a global of channels-postgres: this test opens its own, then puts
+    # back whatever an earlier test left there.
+    earlier, channels_postgres.db.connection_pool = channels_postgres.db.connection_pool, None
     yield PostgresChannelLayer(**config)
-    pool = channels_postgres.db.connection_pool
-    channels_postgres.db.connection_pool = None
+    pool, channels_postgres.db.connection_pool = channels_postgres.db.connection_pool, earlier
     if pool is not None:
         bus.layer_call(pool.close)
 
