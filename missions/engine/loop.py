@@ -144,8 +144,13 @@ def agent(ctx: RunContext) -> Outcome:
     # while the run waited), then only when the kernel says something arrived.
     look = [True]
     for turn in range(1, spec.max_turns + 1):
-        # Clearing is ours unless the provider does it, and only worth it a batch at a time.
-        clearing = not server_clearing and relief.clearable(conversation.items)
+        # Clearing is ours unless the provider does it, and only worth it a batch at a time
+        # (looked at only past its threshold: it reads the whole thread).
+        clearing = (
+            size > relief.CLEAR_AT * window
+            and not server_clearing
+            and relief.clearable(conversation.items)
+        )
         # A decision taken on an estimate is first checked with the provider's own count.
         if size > (relief.CLEAR_AT if clearing else relief.COMPACT_AT) * window:
             size = count(conversation, turn=turn, estimate=size)
