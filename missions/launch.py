@@ -46,6 +46,8 @@ def start_mission(
         "provider": route.provider,
         "model": route.model,
         "effort": route.effort,
+        # The model decides how much to think (DESIGN.md §5); effort steers the spend.
+        "thinking": route.provider != "scripted",
         "tools": CODING_TOOLS if repository else [],
         "constraints": constraints,
         "instructions": CODING_INSTRUCTIONS if repository else "",

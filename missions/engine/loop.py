@@ -78,6 +78,9 @@ class Spec:
     model: str
     role: str = "executor"
     effort: str | None = None
+    # Adaptive thinking (Anthropic) / reasoning summaries (OpenAI). Off for runs started before
+    # it was recorded: turning it on in the middle of a tool loop is refused by Anthropic.
+    thinking: bool = False
     tools: list[str] = field(default_factory=list)
     constraints: list[str] = field(default_factory=list)
     max_turns: int = 50
@@ -115,6 +118,7 @@ def agent(ctx: RunContext) -> Outcome:
         model=spec.model,
         max_output_tokens=spec.max_output_tokens,
         effort=spec.effort,  # type: ignore[arg-type]  # validated by the routing layer
+        thinking=spec.thinking,
     )
     conversation = Conversation(
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]

@@ -42,6 +42,31 @@ def test_a_mission_starts_its_root_run_with_the_trigger_recorded(project: Projec
     assert run.input["constraints"] == ["Definition of done: A report exists."]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_mission_on_a_real_model_thinks_adaptively_at_its_routes_effort(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernel.worker import Worker
+    from tests.providers.anthropic_wire import reply, text
+    from tests.providers.wire import Stream, wire_server
+
+    with wire_server() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        server.queue(Stream(reply(text(0, "Done."))))
+        route = {"provider": "anthropic", "model": "claude-opus-5-5", "effort": "high"}
+        _, run = create_mission(
+            project=project, goal="Say done.", routes={"executor": route}, trigger="api"
+        )
+
+        assert Worker(lease_seconds=30).run_until_idle() == ["done"]
+
+    asked = server.received[0].body
+    assert asked["thinking"] == {"type": "adaptive"}
+    assert asked["output_config"] == {"effort": "high"}
+    assert run.input["thinking"] is True
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
