@@ -119,6 +119,7 @@ def agent(ctx: RunContext) -> Outcome:
         max_output_tokens=spec.max_output_tokens,
         effort=spec.effort,  # type: ignore[arg-type]  # validated by the routing layer
         thinking=spec.thinking,
+        cache_key=f"agentos-run-{ctx.run_id}",
     )
     conversation = Conversation(
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]

@@ -66,6 +66,9 @@ class Options:
     purpose: Literal["turn", "compaction"] = "turn"
     # Only for a model whose catalog entry says it supports it (see `missions.engine.loop`).
     server_clearing: ServerClearing | None = None
+    # One per thread: OpenAI sends requests with the same key to the same prompt cache
+    # (`prompt_cache_key`); Anthropic caches by its breakpoints and needs none.
+    cache_key: str | None = None
 
 
 # --- What comes out -----------------------------------------------------------------------------

@@ -146,6 +146,7 @@ class OpenAIProvider:
             tools=[_function_tool(spec) for spec in tools] if tools else openai.omit,
             max_output_tokens=options.max_output_tokens,
             reasoning=_reasoning(options) or openai.omit,
+            prompt_cache_key=options.cache_key or openai.omit,
             store=False,
             include=["reasoning.encrypted_content"],
             stream=True,

@@ -67,6 +67,31 @@ def test_a_mission_on_a_real_model_thinks_adaptively_at_its_routes_effort(
     assert run.input["thinking"] is True
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_mission_on_openai_asks_for_reasoning_summaries_and_one_prompt_cache(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernel.worker import Worker
+    from tests.providers.openai_wire import Responses
+    from tests.providers.wire import wire_server
+
+    with wire_server() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        server.queue(Responses().message("msg_1", "Done.").completed())
+        route = {"provider": "openai", "model": "gpt-6.1-sol", "effort": "low"}
+        _, run = create_mission(
+            project=project, goal="Say done.", routes={"executor": route}, trigger="api"
+        )
+
+        assert Worker(lease_seconds=30).run_until_idle() == ["done"]
+
+    asked = server.received[0].body
+    assert asked["reasoning"] == {"summary": "auto", "effort": "low"}
+    assert asked["prompt_cache_key"] == f"agentos-run-{run.pk}"
+    assert asked["store"] is False
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

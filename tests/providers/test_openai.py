@@ -410,6 +410,7 @@ def test_it_counts_the_input_tokens_of_exactly_the_request_it_would_send(
     assert sent.path == "/v1/responses"
     for field in ("model", "instructions", "input", "tools", "reasoning"):
         assert counted.body[field] == sent.body[field], field
+    assert "prompt_cache_key" not in sent.body  # only when the options name a thread
 
 
 def test_it_maps_a_failed_count_to_a_typed_error(
