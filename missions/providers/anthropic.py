@@ -156,9 +156,10 @@ CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 
 @dataclass(frozen=True)
 class _Request:
-    """What a request adds to the conversation: the frozen prefix (tools and system, with their
-    cache breakpoints), thinking and effort, and context editing. The same for a response and
-    for its token count, so the count is of the request that will be sent."""
+    """A request but for the model's name and limits: the messages (with a cache breakpoint
+    after the last), the frozen prefix (tools and system, with theirs), thinking and effort, and
+    context editing. The same for a response and for its token count, so the count is of the
+    request that will be sent."""
 
     messages: list[MessageParam]
     system: str | list[TextBlockParam] | anthropic.Omit
