@@ -20,8 +20,10 @@ APPLICATION = "agentos-test-layer"
 
 
 @pytest.fixture
-def layer(settings: Settings) -> Iterator[PostgresChannelLayer]:
+def layer(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresChannelLayer]:
     settings.DOORBELLS_IN_BACKGROUND = True  # the workers' way: no event loop of their own
+    # As in a worker process: no loop adopted yet (in-process ASGI tests adopt theirs).
+    monkeypatch.setattr(bus, "_loop", None)
     config = {
         **settings.DATABASES["default"],
         "TIME_ZONE": None,
