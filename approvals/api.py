@@ -172,5 +172,10 @@ def get_question(request: HttpRequest, question_id: int) -> dict[str, Any]:
     summary="Answer a question; wakes the run",
 )
 def answer(request: HttpRequest, question_id: int, payload: AnswerIn) -> dict[str, Any]:
-    service.answer(question_id, text=payload.text)
+    service.answer(
+        question_id,
+        text=payload.text,
+        username=request.user.get_username(),
+        address=audit.client_address(request),
+    )
     return question_out(Question.objects.select_related("run").get(pk=question_id))

@@ -145,12 +145,31 @@ def decide(
     return Approval.objects.get(pk=approval.pk)
 
 
-def answer(question_id: int, *, text: str, by: str = "owner") -> Question:
+def answer(
+    question_id: int,
+    *,
+    text: str,
+    by: str = "owner",
+    username: str = "",
+    address: str | None = None,
+) -> Question:
+    """Answer an open question and wake its run; the security log keeps who answered, from
+    where (not the text: it is in the journal), in the same transaction."""
     if not text.strip():
         raise KernelError("An answer cannot be empty.", code="invalid_input")
-    if not Question.objects.filter(pk=question_id).exists():
-        raise KernelError(f"No question {question_id}.", code="not_found", status=404)
-    runs.answer_wait(question_id, answer={"text": text}, by=by)
+    with transaction.atomic():
+        question = Question.objects.filter(pk=question_id).first()
+        if question is None:
+            raise KernelError(f"No question {question_id}.", code="not_found", status=404)
+        runs.answer_wait(question_id, answer={"text": text}, by=by)
+        audit.record(
+            AuditEvent.Kind.QUESTION_ANSWERED,
+            username=username,
+            address=address,
+            question=question.pk,
+            run=question.run_id,
+            by=by,
+        )
     return Question.objects.get(pk=question_id)
 
 

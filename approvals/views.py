@@ -82,7 +82,12 @@ def question(request: HttpRequest, question_id: int) -> HttpResponse:
     if request.method == "POST":
         if form.is_valid():
             try:
-                service.answer(found.pk, text=form.cleaned_data["text"])
+                service.answer(
+                    found.pk,
+                    text=form.cleaned_data["text"],
+                    username=request.user.get_username(),
+                    address=audit.client_address(request),
+                )
             except DomainError as refused:
                 error, status = _decision_error(refused), refused.status
                 found = _question(question_id)

@@ -335,6 +335,21 @@ def test_it_answers_a_question_and_wakes_the_run(owner_client: Client) -> None:
     assert owner_client.get("/api/v1/questions").json() == []
 
 
+def test_it_keeps_who_answered_a_question_in_the_security_log_not_the_answer(
+    owner_client: Client, owner: Owner
+) -> None:
+    question = make_question()
+    answer = {"text": "release, and the key is hunter2"}
+    url = f"/api/v1/questions/{question.pk}/answer"
+
+    assert owner_client.post(url, answer, content_type="application/json").status_code == 200
+    assert owner_client.post(url, answer, content_type="application/json").status_code == 409
+
+    logged = AuditEvent.objects.get(kind=AuditEvent.Kind.QUESTION_ANSWERED)  # once
+    assert (logged.username, logged.address) == (owner.username, "127.0.0.1")
+    assert logged.detail == {"question": question.pk, "run": question.run_id, "by": "owner"}
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
