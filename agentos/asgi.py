@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from channels.routing import ProtocolTypeRouter
 from django.core.asgi import get_asgi_application
@@ -11,8 +12,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
 
 # Django must be set up before anything imports models (the WebSocket stack does).
 django_asgi_app = get_asgi_application()
-
-from typing import Any  # noqa: E402
 
 from agentos.websocket import websocket_application  # noqa: E402
 from kernel import bus  # noqa: E402

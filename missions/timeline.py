@@ -126,11 +126,11 @@ def entry(step: Step, wait: Wait | None = None) -> Entry:
 
 def _checkpoint(name: str, request: dict[str, Any], result: Any) -> str:
     """The checkpoints the engine and the owner tools record, in words; others as JSON."""
-    if name == "context-window" and isinstance(result, int):  # recorded before it said more
-        return _("Context window: %(tokens)s tokens") % {"tokens": f"{result:,}"}
-    if name == "context-window" and isinstance(result, dict):
-        window = {"tokens": f"{result.get('window', 0):,}"}
-        if result.get("server_clearing"):
+    if name == "context-window" and isinstance(result, int | dict):
+        # A bare number: recorded before the checkpoint said whether the provider clears.
+        facts = result if isinstance(result, dict) else {"window": result}
+        window = {"tokens": f"{facts.get('window', 0):,}"}
+        if facts.get("server_clearing"):
             return _("Context window: %(tokens)s tokens; the provider clears old tool results") % (
                 window
             )

@@ -134,7 +134,7 @@ def agent(ctx: RunContext) -> Outcome:
             effect=Effect.READ,
             name="context-window",
             request={},
-            execute=lambda call: Done(_context_facts(provider.name, spec)),
+            execute=lambda call: Done(_context_facts(provider, spec)),
         )
     )
     if server_clearing:
@@ -286,18 +286,19 @@ def _planned_reads(tools: dict[str, Tool], response: dict[str, Any]) -> list[tup
     return planned
 
 
-def _context_facts(provider: str, spec: Spec) -> dict[str, Any]:
+def _context_facts(provider: Provider, spec: Spec) -> dict[str, Any]:
     """The model's window (the run's own figure, else the catalog's, else a default) and
-    whether its provider clears old tool results server-side (Anthropic's context editing,
-    where the catalog, read from the model listing, says the model supports it)."""
-    known = ModelInfo.objects.filter(provider=provider, model=spec.model).first()
+    whether its provider clears old tool results server-side (where the catalog, read from the
+    model listing, says the model has the provider's clearing capability)."""
+    known = ModelInfo.objects.filter(provider=provider.name, model=spec.model).first()
     capabilities = known.capabilities if known is not None else {}
     return {
         "window": spec.context_window
         or (known.context_window if known is not None else None)
         or relief.DEFAULT_WINDOW,
-        "server_clearing": provider == "anthropic"
-        and relief.supports_server_clearing(capabilities),
+        "server_clearing": relief.supports_server_clearing(
+            capabilities, provider.clearing_capability
+        ),
     }
 
 

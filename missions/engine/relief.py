@@ -15,7 +15,6 @@ from typing import Any
 
 from kernel import artifacts
 from kernel.models import Run
-from missions.providers.anthropic import CLEAR_TOOL_USES
 from missions.providers.base import ServerClearing
 
 CHARS_PER_TOKEN = 4
@@ -107,11 +106,12 @@ def rehydrate(workspace: str) -> dict[str, str]:
     return found
 
 
-def supports_server_clearing(capabilities: dict[str, Any]) -> bool:
-    """Whether a model listing's capabilities offer Anthropic's tool-result clearing."""
+def supports_server_clearing(capabilities: dict[str, Any], strategy: str | None) -> bool:
+    """Whether a model listing's capabilities offer the context-editing `strategy` (Anthropic
+    lists them under `context_management`)."""
     editing = capabilities.get("context_management")
-    strategy = editing.get(CLEAR_TOOL_USES) if isinstance(editing, dict) else None
-    return isinstance(strategy, dict) and strategy.get("supported") is True
+    offered = editing.get(strategy) if isinstance(editing, dict) and strategy else None
+    return isinstance(offered, dict) and offered.get("supported") is True
 
 
 def server_clearing(window: int) -> ServerClearing:

@@ -71,9 +71,16 @@ USAGE_FIELDS = {
 }
 
 
+# Context editing is a beta of the Messages API: a header to opt in, a body field the SDK's
+# non-beta types do not declare (its beta client would change every type we read back).
+CONTEXT_EDITING_BETA = "context-management-2025-06-27"
+CLEAR_TOOL_USES = "clear_tool_uses_20250919"
+
+
 class AnthropicProvider:
     name = "anthropic"
     counts_tokens = True
+    clearing_capability: str | None = CLEAR_TOOL_USES
 
     def __init__(
         self,
@@ -146,12 +153,6 @@ class AnthropicProvider:
             for result in results
         ]
         return [{"role": "user", "content": content}]
-
-
-# Context editing is a beta of the Messages API: a header to opt in, a body field the SDK's
-# non-beta types do not declare (its beta client would change every type we read back).
-CONTEXT_EDITING_BETA = "context-management-2025-06-27"
-CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 
 
 @dataclass(frozen=True)

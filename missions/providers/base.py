@@ -196,6 +196,9 @@ class Provider(Protocol):
     name: str
     # Whether `count_tokens` asks the provider's counting endpoint (else it is an estimate).
     counts_tokens: bool
+    # The model-listing capability saying a model can have old tool results cleared on the
+    # provider's side (the adapter then honours `Options.server_clearing`); None: not offered.
+    clearing_capability: str | None
 
     def stream(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options

@@ -82,6 +82,7 @@ _INCOMPLETE_STOPS: dict[str, StopReason] = {
 class OpenAIProvider:
     name = "openai"
     counts_tokens = True
+    clearing_capability: str | None = None  # the Responses API clears nothing on its side
 
     def __init__(
         self,

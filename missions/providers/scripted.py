@@ -35,6 +35,7 @@ LABEL = "[scripted offline model] "
 class ScriptedProvider:
     name = NAME
     counts_tokens = False
+    clearing_capability: str | None = None
 
     def __init__(self, script: dict[str, Any]) -> None:
         turns = script.get("turns")
@@ -119,8 +120,8 @@ class ScriptedProvider:
     def count_tokens(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
     ) -> int:
-        # No counting endpoint: what its usage would say (4 characters a token).
-        return (len(conversation.system) + self._chars(conversation.items)) // 4
+        # No counting endpoint: the weight its usage would give (4 characters a token).
+        return (len(conversation.system) + sum(len(json.dumps(i)) for i in conversation.items)) // 4
 
     def user_message(self, text: str) -> dict[str, Any]:
         return {"role": "user", "text": text}

@@ -4,6 +4,7 @@ schedules; provider keys set from the console."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -14,6 +15,9 @@ from missions import keys, schedules
 from missions.launch import create_mission
 from missions.models import Mission, Project, ProviderKey, Schedule
 from missions.providers import registry
+from tests.providers.anthropic_wire import reply, text
+from tests.providers.openai_wire import Responses
+from tests.providers.wire import Answer, Stream, wire_server
 
 pytestmark = pytest.mark.django_db
 
@@ -42,26 +46,41 @@ def test_a_mission_starts_its_root_run_with_the_trigger_recorded(project: Projec
     assert run.input["constraints"] == ["Definition of done: A report exists."]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_mission_on_a_real_model_thinks_adaptively_at_its_routes_effort(
-    project: Project, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def first_request_of_a_mission_on(
+    project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    route: dict[str, str],
+    answer: Answer,
+    *,
+    base_path: str = "",
+) -> tuple[dict[str, Any], Run]:
+    """Launch a mission on `route` against the local wire server; its first request and run."""
     from kernel.worker import Worker
-    from tests.providers.anthropic_wire import reply, text
-    from tests.providers.wire import Stream, wire_server
 
     with wire_server() as server:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        server.queue(Stream(reply(text(0, "Done."))))
-        route = {"provider": "anthropic", "model": "claude-opus-5-5", "effort": "high"}
+        variable = registry.KEYS[route["provider"]]
+        monkeypatch.setenv(variable, "test-key")
+        # ANTHROPIC_BASE_URL, OPENAI_BASE_URL: the SDKs' own variables.
+        monkeypatch.setenv(variable.replace("API_KEY", "BASE_URL"), server.url + base_path)
+        server.queue(answer)
         _, run = create_mission(
             project=project, goal="Say done.", routes={"executor": route}, trigger="api"
         )
 
         assert Worker(lease_seconds=30).run_until_idle() == ["done"]
 
-    asked = server.received[0].body
+    return server.received[0].body, run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_mission_on_a_real_model_thinks_adaptively_at_its_routes_effort(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    route = {"provider": "anthropic", "model": "claude-opus-5-5", "effort": "high"}
+    answer = Stream(reply(text(0, "Done.")))
+
+    asked, run = first_request_of_a_mission_on(project, monkeypatch, route, answer)
+
     assert asked["thinking"] == {"type": "adaptive"}
     assert asked["output_config"] == {"effort": "high"}
     assert run.input["thinking"] is True
@@ -71,22 +90,11 @@ def test_a_mission_on_a_real_model_thinks_adaptively_at_its_routes_effort(
 def test_a_mission_on_openai_asks_for_reasoning_summaries_and_one_prompt_cache(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernel.worker import Worker
-    from tests.providers.openai_wire import Responses
-    from tests.providers.wire import wire_server
+    route = {"provider": "openai", "model": "gpt-6.1-sol", "effort": "low"}
+    answer = Responses().message("msg_1", "Done.").completed()
 
-    with wire_server() as server:
-        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
-        server.queue(Responses().message("msg_1", "Done.").completed())
-        route = {"provider": "openai", "model": "gpt-6.1-sol", "effort": "low"}
-        _, run = create_mission(
-            project=project, goal="Say done.", routes={"executor": route}, trigger="api"
-        )
+    asked, run = first_request_of_a_mission_on(project, monkeypatch, route, answer, base_path="/v1")
 
-        assert Worker(lease_seconds=30).run_until_idle() == ["done"]
-
-    asked = server.received[0].body
     assert asked["reasoning"] == {"summary": "auto", "effort": "low"}
     assert asked["prompt_cache_key"] == f"agentos-run-{run.pk}"
     assert asked["store"] is False
