@@ -129,6 +129,7 @@ class Sandbox(Protocol):
         limits: Limits = DEFAULT_LIMITS,
         stopping: threading.Event | None = None,
         stdin: bytes = b"",
+        run_id: int | None = None,
     ) -> Result: ...
 
 
@@ -157,9 +158,9 @@ def sandbox_user() -> str:
     return str(configured or os.environ.get("AGENTOS_SANDBOX_USER") or DEFAULT_USER)
 
 
-def identity() -> tuple[int, int]:
-    """(uid, gid) that commands run as: the sandbox user when we are root (created if missing),
-    else our own ids (bwrap as an ordinary user is already a sandbox)."""
+def identity(run_id: int | None = None) -> tuple[int, int]:
+    """(uid, gid) that commands of `run_id` run as: the sandbox user when we are root (created if
+    missing), else our own ids (bwrap as an ordinary user is already a sandbox)."""
     if os.geteuid() != 0:
         return os.getuid(), os.getgid()
     name = sandbox_user()
@@ -229,12 +230,12 @@ def _user_lock() -> Iterator[None]:
         os.close(fd)
 
 
-def give(path: Path) -> None:
-    """Make a directory tree the sandbox identity's own (when root; a no-op otherwise).
-    Symlinks are changed themselves, never followed."""
+def give(path: Path, run_id: int | None = None) -> None:
+    """Make a directory tree the sandbox identity's own (`run_id`'s, when root; a no-op
+    otherwise). Symlinks are changed themselves, never followed."""
     if os.geteuid() != 0:
         return
-    uid, gid = identity()
+    uid, gid = identity(run_id)
     os.chown(path, uid, gid, follow_symlinks=False)
     if path.is_symlink() or not path.is_dir():
         return
@@ -447,11 +448,12 @@ class BwrapSandbox:
         limits: Limits = DEFAULT_LIMITS,
         stopping: threading.Event | None = None,
         stdin: bytes = b"",
+        run_id: int | None = None,
     ) -> Result:
         if not argv:
             raise ValueError("nothing to run: argv is empty")
         workdir = _workdir(workdir)
-        uid, gid = identity()
+        uid, gid = identity(run_id)
         git_mounts, git_paths = _git_mounts(workdir)
         for path in (workdir, *git_paths):
             _check_reachable(path, uid, gid)
