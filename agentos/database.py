@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from agentos import private
+
 SCHEMES = {"postgres", "postgresql"}
 
 
@@ -26,10 +28,10 @@ def embedded_url(pgdata: Path, *, stop_on_exit: bool) -> str:
     """
     # pgserver falls back to a runtime directory for its socket when the data path is too long
     # for a unix socket; without XDG_RUNTIME_DIR, platformdirs warns and guesses one.
-    os.environ.setdefault(
-        "XDG_RUNTIME_DIR", str(Path(tempfile.gettempdir()) / f"agentos-runtime-{os.getuid()}")
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or str(
+        Path(tempfile.gettempdir()) / f"agentos-runtime-{os.getuid()}"
     )
-    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = str(private_runtime_dir(Path(runtime)))
     # Imported here: it is heavy and unused when DATABASE_URL is set.
     from pgserver.postgres_server import get_server
 
@@ -39,6 +41,13 @@ def embedded_url(pgdata: Path, *, stop_on_exit: bool) -> str:
     info = server.get_postmaster_info()
     # The socket directory is not always the data directory (long paths): read it, never guess.
     return f"postgresql://postgres@/postgres?host={info.socket_dir}&port={info.port or 5432}"
+
+
+def private_runtime_dir(path: Path) -> Path:
+    """The runtime directory, only ours: under a shared /tmp anyone may create that name first,
+    then read or replace the database's socket. Created 0700; an existing one is used only if
+    it is a real directory (not a symlink) that we own with no access for others."""
+    return private.ensure_dir(path)
 
 
 def _forget_dead_handles(server: Any) -> None:

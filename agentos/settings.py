@@ -12,7 +12,7 @@ from typing import Any
 
 from django.utils.csp import CSP
 
-from agentos import database
+from agentos import database, private
 from agentos.env import env_bool, env_int, env_list, env_path, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -28,15 +28,9 @@ def _secret_key() -> str:
     if configured:
         return configured
     path = DATA_DIR / "secret_key"
-    if not path.exists():
-        # O_EXCL: two processes starting at once must not each write a different key.
-        try:
-            with path.open("x", encoding="utf-8") as handle:
-                handle.write(secrets.token_urlsafe(50))
-            path.chmod(0o600)
-        except FileExistsError:
-            pass
-    return path.read_text(encoding="utf-8").strip()
+    # 0600 from creation, and only one key even when two processes start at once (see private).
+    private.create(path, secrets.token_urlsafe(50) + "\n")
+    return private.read(path).strip()
 
 
 SECRET_KEY = _secret_key()
