@@ -67,7 +67,7 @@ def replace(path: Path, text: str) -> None:
     """Replace `path`'s content whole: a reader sees the old file or the new one, never half."""
     temp = _write_temp(path, text)
     try:
-        os.replace(temp, path)
+        temp.replace(path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -78,9 +78,11 @@ def read(path: Path) -> str:
     """The content of a secret file, refused unless it is a regular file of ours, 0600 or less."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
+    except OSError:
         if path.is_symlink():
-            raise Unsafe(f"{path} is a symbolic link; a secret file must be a plain file.") from None
+            raise Unsafe(
+                f"{path} is a symbolic link; a secret file must be a plain file."
+            ) from None
         raise
     with os.fdopen(fd, encoding="utf-8") as handle:
         _check(path, os.fstat(handle.fileno()), kind="file")
@@ -95,12 +97,12 @@ def ensure_dir(path: Path) -> Path:
     """
     created = False
     with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
+        path.mkdir(mode=0o700)
         created = True
     info = os.lstat(path)
     if created and stat.S_IMODE(info.st_mode) != 0o700:
         # A restrictive umask took the owner's own bits; the directory is ours from its creation.
-        os.chmod(path, 0o700)
+        path.chmod(0o700)
         info = os.lstat(path)
     _check(path, info, kind="directory")
     return path

@@ -1,29 +1,24 @@
 """Provider API keys: from the environment, else set (write-only) from the console.
 
-Stored encrypted (Fernet, with a key derived from Django's secret key): a copy of the database
-alone does not give them away. They are read only when a provider client is built, never put in
-a prompt, a sandbox, a log or an event.
+Stored encrypted by the vault (`agentos.vault`, keys apart from Django's secret key): a copy of
+the database alone does not give them away, and changing the secret key loses none. A stored key
+no vault key opens is reported in the log and kept, never dropped. They are read only when a
+provider client is built, never put in a prompt, a sandbox, a log or an event.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import logging
 import os
 
-from cryptography.fernet import Fernet, InvalidToken
-from django.conf import settings
-
+from agentos import vault
 from kernel.exceptions import KernelError
 from missions.models import ProviderKey
 from missions.providers.registry import KEYS
 
+logger = logging.getLogger(__name__)
+
 ENV = KEYS  # provider -> the environment variable its SDK reads
-
-
-def _fernet() -> Fernet:
-    digest = hashlib.sha256(b"agentos provider keys:" + settings.SECRET_KEY.encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(digest))
 
 
 def _known(provider: str) -> str:
@@ -45,9 +40,15 @@ def get(provider: str) -> str | None:
     if stored is None:
         return None
     try:
-        return _fernet().decrypt(bytes(stored.ciphertext)).decode()
-    except InvalidToken:
-        return None  # the secret key changed: the stored key is unreadable, set it again
+        return vault.decrypt(bytes(stored.ciphertext))
+    except vault.Unreadable:
+        # Kept, not deleted: the owner may still restore the vault key that opens it.
+        logger.error(
+            "no vault key opens the stored %s key (the vault's keys were lost or replaced); "
+            "restore them, or set the key again in Settings",
+            provider,
+        )
+        return None
 
 
 def put(provider: str, key: str) -> ProviderKey:
@@ -56,7 +57,7 @@ def put(provider: str, key: str) -> ProviderKey:
         raise KernelError("An API key is 8 to 500 characters without spaces.", code="invalid_input")
     stored, _ = ProviderKey.objects.update_or_create(
         provider=_known(provider),
-        defaults={"ciphertext": _fernet().encrypt(key.encode()), "hint": key[-4:]},
+        defaults={"ciphertext": vault.encrypt(key), "hint": key[-4:]},
     )
     return stored
 
