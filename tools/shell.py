@@ -26,6 +26,7 @@ def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
             workdir=top,
             limits=limits,
             stopping=env.call.stopping,
+            run_id=env.run_id,
         )
     except SandboxUnavailable as error:
         raise ToolError(f"No sandbox on this node: {error}") from None
