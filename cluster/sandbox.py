@@ -8,9 +8,11 @@ A seccomp filter (`cluster.seccomp`) refuses namespaces, mounts, ptrace and the 
 util-linux `prlimit` bound processes, memory, file size and CPU; a wall clock and the caller's
 `stopping` event kill the whole tree.
 
-Shared by every run on a node: the sandbox uid. RLIMIT_NPROC counts that uid's processes on the
-whole host (the user namespace adds a per-sandbox count but the host-level one is checked too), so
-`Limits.processes` caps the sum of the concurrent level-1 runs, not each run alone.
+Each run has its own uid when we are root (`identity(run_id)`: `UID_BASE + run_id`, no passwd
+entry needed), so no run can signal, trace or read another's processes or files, and per-uid limits
+(RLIMIT_NPROC) are per run. Commands without a run (the readiness check, `manage.py sandbox_exec`)
+run as the named user `agentos-sandbox`. As an ordinary user everything runs as our own uid: per-run
+uids need root.
 
 Callers (the shell tool, `manage.py sandbox_exec`) use `for_level`, `identity`, `give` and
 `prepare_parent`; the other names are internal.
@@ -41,6 +43,12 @@ from typing import Any, Protocol
 from django.conf import settings
 
 DEFAULT_USER = "agentos-sandbox"
+# Per-run uids (and gids) start here: far above any uid a distribution or a directory service
+# allocates (useradd stops at 60000, systemd's dynamic and container ranges end below 2**31).
+UID_BASE = 2_000_000_000
+# The highest uid used is 2**32 - 3: (uid_t)-1 means "no change" to chown/setresuid and -2 is the
+# overflow id of NFS and old kernels.
+MAX_RUN_ID = 2**32 - 3 - UID_BASE
 NO_LOGIN = ("--shell", "/usr/sbin/nologin")
 USERADD_LOCKED = 10  # useradd's exit status when /etc/passwd is locked by another writer
 USER_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -88,17 +96,22 @@ DEFAULT_LIMITS = Limits()
 @dataclass(frozen=True)
 class Result:
     exit_code: int | None  # None when killed by timeout / cancellation
-    output: str  # stdout and stderr as produced, capped, decoded (utf-8, errors replaced)
-    truncated_bytes: int
+    # stdout and stderr as produced (stdout alone with `stderr_apart`), capped, decoded (utf-8,
+    # errors replaced)
+    output: str
+    truncated_bytes: int  # dropped from `output` and `errors` together
     timed_out: bool
     cancelled: bool
     duration_ms: int
+    errors: str = ""  # stderr, capped like `output`, only when run with `stderr_apart`
 
     def summary(self) -> str:
         """The output, then what happened, as one text for the model."""
-        text = self.output
-        if text and not text.endswith("\n"):
-            text += "\n"
+        text = ""
+        for part in (self.output, self.errors):
+            text += part
+            if part and not part.endswith("\n"):
+                text += "\n"
         if self.truncated_bytes:
             text += f"[output truncated: {self.truncated_bytes} bytes dropped]\n"
         if self.cancelled:
@@ -116,7 +129,11 @@ class Sandbox(Protocol):
     `run` blocks until the command and everything it started are gone: it exited, the wall clock
     ran out (`timed_out`), or `stopping` was set (`cancelled`). It raises `SandboxUnavailable`
     when the node cannot sandbox (the message names the fix), and `ValueError` for a bad call
-    (an empty argv, a workdir that is not a directory).
+    (an empty argv, a workdir that is not a directory, a run id out of range).
+
+    `run_id` picks the identity (`identity(run_id)`); the workdir must have been `give`n to it.
+    `<workdir>/.git` is read-only unless `git_writable` (the git tools' own steps). With
+    `stderr_apart` stderr goes to `Result.errors` instead of being mixed into `output`.
     """
 
     level: int
@@ -130,6 +147,8 @@ class Sandbox(Protocol):
         stopping: threading.Event | None = None,
         stdin: bytes = b"",
         run_id: int | None = None,
+        git_writable: bool = False,
+        stderr_apart: bool = False,
     ) -> Result: ...
 
 
@@ -159,15 +178,46 @@ def sandbox_user() -> str:
 
 
 def identity(run_id: int | None = None) -> tuple[int, int]:
-    """(uid, gid) that commands of `run_id` run as: the sandbox user when we are root (created if
-    missing), else our own ids (bwrap as an ordinary user is already a sandbox)."""
+    """(uid, gid) that commands of `run_id` run as. When we are root: `UID_BASE + run_id` for a
+    run, the named sandbox user (created if missing) without one. As an ordinary user: our own ids
+    (bwrap as an ordinary user is already a sandbox, but runs are not apart from each other)."""
+    if run_id is not None and not 0 <= run_id <= MAX_RUN_ID:
+        raise ValueError(f"run id {run_id} is out of the sandbox uid range (0 to {MAX_RUN_ID})")
     if os.geteuid() != 0:
         return os.getuid(), os.getgid()
+    if run_id is not None:
+        return _run_identity(run_id)
     name = sandbox_user()
     with _identity_lock:
         if name not in _identities:
             _identities[name] = _ensure_user(name)
         return _identities[name]
+
+
+def _run_identity(run_id: int) -> tuple[int, int]:
+    uid = UID_BASE + run_id
+    # A host account on our range would share its files and processes with the run.
+    for kind, lookup in (("user", pwd.getpwuid), ("group", grp.getgrgid)):
+        try:
+            taken = lookup(uid)[0]
+        except KeyError:
+            continue
+        raise SandboxUnavailable(
+            f"the sandbox uid {uid} of run {run_id} belongs to the host {kind} {taken!r}: per-run"
+            f" ids start at {UID_BASE}; move that account out of the range"
+        )
+    return uid, uid
+
+
+def identity_name(run_id: int | None = None) -> str:
+    """The user name the sandbox's synthetic passwd shows for `identity(run_id)`."""
+    uid = identity(run_id)[0]
+    if run_id is not None and uid == UID_BASE + run_id:
+        return f"agentos-run-{run_id}"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return DEFAULT_USER
 
 
 def _ensure_user(name: str) -> tuple[int, int]:
@@ -295,44 +345,27 @@ def _reserved(path: Path) -> bool:
     return path == Path("/") or any(path.is_relative_to(reserved) for reserved in RESERVED)
 
 
-def _git_mounts(workdir: Path) -> tuple[list[str], list[Path]]:
-    """Read-only binds for the worktree's git metadata, and the host paths they need reached.
-    bwrap runs as the sandbox user, so whatever a planted `.git` names can only be something that
-    user could read anyway.
+def _git_mounts(workdir: Path, *, writable: bool) -> list[str]:
+    """Binds that protect the worktree's git metadata.
 
-    `.git` as a directory (a plain clone) is re-bound read-only over itself. `.git` as a file
-    (a linked worktree, "gitdir: <path>") is bound read-only, and so are the gitdir it names and
-    the repository's common dir, at their host paths, so git inside finds them where the file says.
+    `.git` as a directory (a standalone repository, what runs get) is re-bound read-only over
+    itself, unless `writable` (a git tool's own step), then it stays part of the writable workdir.
+    `.git` as a file (a linked worktree, "gitdir: <path>") is bound read-only, and the gitdir and
+    common dir it names are not mounted at all: the common dir's `config` holds remote URLs and
+    tokens and its `worktrees/` shows other runs. git inside then finds no repository.
     """
     dot_git = workdir / ".git"
     try:
         info = os.lstat(dot_git)
     except FileNotFoundError:
-        return [], []
+        return []
     inside = f"{WORKSPACE}/.git"
     if stat.S_ISDIR(info.st_mode):
-        return ["--ro-bind", str(dot_git), inside], []
+        return [] if writable else ["--ro-bind", str(dot_git), inside]
     if not stat.S_ISREG(info.st_mode):
         # A symlink could point back into the writable workspace: refuse rather than guess.
         raise ValueError(f"{dot_git} is neither a directory nor a gitdir file; refusing to run")
-    mounts = ["--ro-bind", str(dot_git), inside]
-    fd = os.open(dot_git, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as file:
-        first_line = file.read(4096).decode(errors="replace").splitlines()[:1]
-    if not first_line or not first_line[0].startswith("gitdir:"):
-        return mounts, []  # not a worktree git knows either: git inside will say so
-    gitdir = (workdir / first_line[0].removeprefix("gitdir:").strip()).resolve()
-    common = gitdir
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
-    for path in {gitdir, common}:
-        if _reserved(path):
-            raise ValueError(f"the git metadata of {workdir} is at {path}, which cannot be mounted")
-    # One bind covers both when the gitdir lives in the common dir (<common>/worktrees/<name>).
-    needed = [common] if gitdir.is_relative_to(common) else [common, gitdir]
-    for path in needed:
-        mounts += ["--ro-bind", str(path), str(path)]
-    return mounts, needed
+    return ["--ro-bind", str(dot_git), inside]
 
 
 def _system_mounts() -> list[str]:
@@ -350,16 +383,36 @@ def _system_mounts() -> list[str]:
     return mounts
 
 
-def _account_files(uid: int, gid: int) -> dict[str, bytes]:
+# The system git config inside. The repository's own config would win over it, but the sandbox
+# cannot write `.git/config` (read-only) and the git tools pass their own `-c` for what they need.
+GITCONFIG = b"""\
+[safe]
+\tdirectory = *
+[core]
+\thooksPath = /dev/null
+\tfsmonitor = false
+[protocol]
+\tallow = never
+[submodule]
+\trecurse = false
+[user]
+\tname = agentos
+\temail = agent@agentos.invalid
+[commit]
+\tgpgsign = false
+[init]
+\tdefaultBranch = main
+"""
+
+
+def _account_files(uid: int, gid: int, user: str) -> dict[str, bytes]:
     """A passwd and group naming only the sandbox identity and nobody (what unmapped ids show as),
     so tools that look the user up work without seeing the host's accounts. Also a system git
-    config trusting every repository: a linked worktree's gitdir belongs to the host's user."""
+    config: any repository trusted (the worktree may belong to another uid than the step's), no
+    hooks, no fsmonitor, no transport at all (nothing fetches or pushes from inside), no submodule
+    recursion, a fixed author, no signing."""
     try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = DEFAULT_USER
-    try:
-        group = grp.getgrgid(gid).gr_name
+        group = grp.getgrgid(gid).gr_name if gid < UID_BASE else user
     except KeyError:
         group = user
     passwd = "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"  # noqa: S105
@@ -371,7 +424,7 @@ def _account_files(uid: int, gid: int) -> dict[str, bytes]:
     return {
         "/etc/passwd": passwd.encode(),
         "/etc/group": groups.encode(),
-        "/etc/gitconfig": b"[safe]\n\tdirectory = *\n",
+        "/etc/gitconfig": GITCONFIG,
     }
 
 
@@ -422,7 +475,10 @@ def _ready() -> _Tools:
         uid, gid = identity()
         with tempfile.TemporaryDirectory(prefix="agentos-sandbox-check-", dir="/tmp") as scratch:
             give(Path(scratch))
-            trial = _execute(tools, ["true"], Path(scratch), [], uid, gid, Limits(wall_seconds=30))
+            trial = _execute(
+                tools,
+                _Launch(["true"], Path(scratch), [], uid, gid, identity_name(), Limits(30)),
+            )
         if trial.exit_code != 0:
             raise SandboxUnavailable(
                 f"bubblewrap cannot start a sandbox here as uid {uid} ({trial.summary().strip()})."
@@ -449,16 +505,45 @@ class BwrapSandbox:
         stopping: threading.Event | None = None,
         stdin: bytes = b"",
         run_id: int | None = None,
+        git_writable: bool = False,
+        stderr_apart: bool = False,
     ) -> Result:
         if not argv:
             raise ValueError("nothing to run: argv is empty")
         workdir = _workdir(workdir)
         uid, gid = identity(run_id)
-        git_mounts, git_paths = _git_mounts(workdir)
-        for path in (workdir, *git_paths):
-            _check_reachable(path, uid, gid)
+        git_mounts = _git_mounts(workdir, writable=git_writable)
+        _check_reachable(workdir, uid, gid)
         tools = _ready()
-        return _execute(tools, argv, workdir, git_mounts, uid, gid, limits, stopping, stdin)
+        launch = _Launch(
+            argv,
+            workdir,
+            git_mounts,
+            uid,
+            gid,
+            identity_name(run_id),
+            limits,
+            stopping,
+            stdin,
+            stderr_apart,
+        )
+        return _execute(tools, launch)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One command to sandbox, as `run` resolved it."""
+
+    argv: list[str]
+    workdir: Path
+    git_mounts: list[str]
+    uid: int
+    gid: int
+    user: str
+    limits: Limits
+    stopping: threading.Event | None = None
+    stdin: bytes = b""
+    stderr_apart: bool = False
 
 
 @contextlib.contextmanager
@@ -479,17 +564,8 @@ def _memfd(fds: list[int], content: bytes) -> str:
     return str(fd)
 
 
-def _execute(
-    tools: _Tools,
-    argv: list[str],
-    workdir: Path,
-    git_mounts: list[str],
-    uid: int,
-    gid: int,
-    limits: Limits,
-    stopping: threading.Event | None = None,
-    stdin: bytes = b"",
-) -> Result:
+def _execute(tools: _Tools, launch: _Launch) -> Result:
+    limits, uid, gid = launch.limits, launch.uid, launch.gid
     with _memfds() as fds:
         command = [
             tools.prlimit,
@@ -511,10 +587,11 @@ def _execute(
             *("--setenv", "LANG", "C.UTF-8"),
             *_system_mounts(),
         ]
-        for dest, content in _account_files(uid, gid).items():
+        for dest, content in _account_files(uid, gid, launch.user).items():
             command += ["--perms", "0644", "--ro-bind-data", _memfd(fds, content), dest]
         command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP]
-        command += ["--bind", str(workdir), WORKSPACE, *git_mounts, "--chdir", WORKSPACE]
+        command += ["--bind", str(launch.workdir), WORKSPACE, *launch.git_mounts]
+        command += ["--chdir", WORKSPACE]
         # The root itself is a tmpfs bwrap built: nothing outside the binds is writable.
         command += ["--remount-ro", "/"]
         if tools.disable_userns:
@@ -522,7 +599,7 @@ def _execute(
         info_read, info_write = os.pipe()
         fds += [info_read, info_write]
         command += ["--seccomp", _memfd(fds, tools.seccomp), "--info-fd", str(info_write)]
-        command += ["--", *argv]
+        command += ["--", *launch.argv]
         # Never root: bwrap started by root keeps root's power over root-owned files.
         drop: dict[str, Any] = {}
         if os.geteuid() == 0:
@@ -531,9 +608,9 @@ def _execute(
         # --die-with-parent fires when this thread ends; run() blocks it until the sandbox is gone.
         process = subprocess.Popen(  # noqa: S603 (argv is the sandboxed command, by design)
             command,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if launch.stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE if launch.stderr_apart else subprocess.STDOUT,
             # Nothing of ours reaches bwrap's own processes (its pid 1 keeps its environment).
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             cwd="/",
@@ -543,7 +620,7 @@ def _execute(
         )
         fds.remove(info_write)
         os.close(info_write)
-        supervisor = _Supervisor(process, info_read, limits, stopping, stdin, started)
+        supervisor = _Supervisor(process, info_read, launch, started)
         try:
             return supervisor.run()
         finally:
@@ -553,8 +630,9 @@ def _execute(
 class _Supervisor:
     """Pumps stdin and the output of one sandboxed command and decides when to kill it.
 
-    The command's stdout and stderr share one pipe. The first `output_bytes` are kept, the rest
-    counted and read on so the command never blocks on a full pipe. bwrap's `--info-fd` names its
+    The command's stdout and stderr share one pipe, or have one each (`stderr_apart`). The first
+    `output_bytes` of each are kept, the rest counted and read on so the command never blocks on a
+    full pipe. bwrap's `--info-fd` names its
     pid 1 (host pid); a pidfd on it tells when the pid namespace, hence every process the command
     started, is gone: `run` returns only then.
     """
@@ -563,32 +641,34 @@ class _Supervisor:
         self,
         process: subprocess.Popen[bytes],
         info_fd: int,
-        limits: Limits,
-        stopping: threading.Event | None,
-        stdin: bytes,
+        launch: _Launch,
         started: float,
     ) -> None:
         if process.stdout is None:
             raise ValueError("the process must have been started with stdout=PIPE")
         self.process = process
-        self.limits = limits
-        self.stopping = stopping
+        self.limits = limits = launch.limits
+        self.stopping = launch.stopping
         self.started = started
         self.deadline = started + limits.wall_seconds
-        self.kept = bytearray()
+        self.kept = {"out": bytearray(), "err": bytearray()}
         self.dropped = 0
         self.info = bytearray()
         self.pidfd: int | None = None
         self.killed_at: float | None = None
         self.timed_out = False
         self.cancelled = False
-        self.pending = memoryview(stdin)
+        self.pending = memoryview(launch.stdin)
         self.selector = selectors.DefaultSelector()
-        self.out_fd = process.stdout.fileno()
-        for fd, role in ((self.out_fd, "out"), (info_fd, "info")):
+        self.outputs = {process.stdout.fileno()}
+        readers = [(process.stdout.fileno(), "out"), (info_fd, "info")]
+        if process.stderr is not None:
+            self.outputs.add(process.stderr.fileno())
+            readers.append((process.stderr.fileno(), "err"))
+        for fd, role in readers:
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, role)
-        if stdin and process.stdin is not None:
+        if launch.stdin and process.stdin is not None:
             os.set_blocking(process.stdin.fileno(), False)
             self.selector.register(process.stdin.fileno(), selectors.EVENT_WRITE, "in")
 
@@ -617,15 +697,16 @@ class _Supervisor:
         code = self.process.returncode
         return Result(
             exit_code=None if self.killed_at is not None else (code if code >= 0 else 128 - code),
-            output=self.kept.decode("utf-8", errors="replace"),
+            output=self.kept["out"].decode("utf-8", errors="replace"),
             truncated_bytes=self.dropped,
             timed_out=self.timed_out,
             cancelled=self.cancelled,
             duration_ms=int((time.monotonic() - self.started) * 1000),
+            errors=self.kept["err"].decode("utf-8", errors="replace"),
         )
 
     def output_open(self) -> bool:
-        return self.out_fd in self.selector.get_map()
+        return any(fd in self.selector.get_map() for fd in self.outputs)
 
     def check_stop(self) -> None:
         if self.killed_at is not None:
@@ -663,8 +744,9 @@ class _Supervisor:
             elif key.data == "info":
                 self.note_info(key.fd, chunk)
             else:
-                room = max(self.limits.output_bytes - len(self.kept), 0)
-                self.kept += chunk[:room]
+                kept = self.kept[key.data]
+                room = max(self.limits.output_bytes - len(kept), 0)
+                kept += chunk[:room]
                 self.dropped += max(len(chunk) - room, 0)
 
     def feed(self, fd: int) -> None:
@@ -701,7 +783,7 @@ class _Supervisor:
         if self.process.poll() is None:
             self.kill()
             self.process.wait()
-        for stream in (self.process.stdout, self.process.stdin):
+        for stream in (self.process.stdout, self.process.stderr, self.process.stdin):
             if stream is not None:
                 with contextlib.suppress(BrokenPipeError):
                     stream.close()

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,9 +97,21 @@ def run(
     *,
     stopping: threading.Event | None = None,
     stdin: bytes = b"",
+    run_id: int | None = None,
+    git_writable: bool = False,
+    stderr_apart: bool = False,
 ) -> Result:
     box = sandbox.for_level(1)
-    return box.run(argv, workdir=workdir, limits=limits, stopping=stopping, stdin=stdin)
+    return box.run(
+        argv,
+        workdir=workdir,
+        limits=limits,
+        stopping=stopping,
+        stdin=stdin,
+        run_id=run_id,
+        git_writable=git_writable,
+        stderr_apart=stderr_apart,
+    )
 
 
 def sh(script: str, workdir: Path, limits: Limits = QUICK) -> Result:
@@ -195,12 +208,11 @@ def test_it_keeps_a_plain_repository_git_dir_read_only(plain_repo: Path) -> None
     assert not (hooks / "pre-commit").exists()
 
 
-def test_it_keeps_a_linked_worktree_git_metadata_read_only(worktree: Path) -> None:
-    common = Path(sandbox_git(worktree, "rev-parse", "--git-common-dir"))
-    gitdir = Path(sandbox_git(worktree, "rev-parse", "--git-dir"))
-    assert common == worktree.parent / "repo" / ".git"  # the host paths, mounted where they are
-    # Ours, the metadata is already safe from the sandbox user (EACCES); given to it, only the
-    # read-only mount stands in the way.
+def test_it_shows_a_linked_worktree_nothing_of_its_repository(worktree: Path) -> None:
+    common = worktree.parent / "repo" / ".git"
+    gitdir = common / "worktrees" / "worktree"
+    (common / "config").write_text('[remote "origin"]\n\turl = https://token@example.invalid\n')
+    # Given to the sandbox user, only the missing mount keeps the metadata out of reach.
     sandbox.give(common)
 
     result = python(
@@ -208,19 +220,26 @@ def test_it_keeps_a_linked_worktree_git_metadata_read_only(worktree: Path) -> No
         ".git/config",
         ".git",
         f"{common}/config",
-        f"{common}/hooks/pre-commit",
+        f"{common}/worktrees/other/HEAD",
         f"{gitdir}/HEAD",
         workdir=worktree,
     )
+    git = run(["git", "status"], worktree)
+    seen = sh(f"cat .git; cat {common}/config", worktree)
 
     assert result.output.splitlines() == [
         ".git/config ENOTDIR",
         ".git EROFS",
-        f"{common}/config EROFS",
-        f"{common}/hooks/pre-commit EROFS",
-        f"{gitdir}/HEAD EROFS",
+        f"{common}/config ENOENT",
+        f"{common}/worktrees/other/HEAD ENOENT",
+        f"{gitdir}/HEAD ENOENT",
     ]
-    assert not (common / "hooks" / "pre-commit").exists()
+    assert git.exit_code == 128
+    assert "not a git repository" in git.output
+    assert seen.output.splitlines() == [
+        f"gitdir: {gitdir}",
+        f"cat: {common}/config: No such file or directory",
+    ]
     assert "pwned" not in (common / "config").read_text()
 
 
@@ -448,9 +467,8 @@ def test_it_feeds_stdin(workdir: Path) -> None:
     assert result.output == "fed in\n"
 
 
-@pytest.mark.parametrize("kind", ["plain_repo", "worktree"])
-def test_it_lets_git_read_the_repository(kind: str, request: pytest.FixtureRequest) -> None:
-    workdir: Path = request.getfixturevalue(kind)
+def test_it_lets_git_read_the_repository(plain_repo: Path) -> None:
+    workdir = plain_repo
     (workdir / "README").write_text("hello\nchanged\n")
 
     status = run(["git", "status", "--short"], workdir)
@@ -464,6 +482,110 @@ def test_it_lets_git_read_the_repository(kind: str, request: pytest.FixtureReque
 
 
 # --- Refusals before anything runs ---------------------------------------------------------------
+
+
+def test_it_keeps_stderr_apart_when_asked(workdir: Path) -> None:
+    script = "echo out; echo err >&2; head -c 300 /dev/zero | tr '\\0' e >&2"
+
+    apart = run(["sh", "-c", script], workdir, Limits(output_bytes=100), stderr_apart=True)
+    mixed = run(["sh", "-c", "echo out; echo err >&2"], workdir)
+
+    assert (apart.output, apart.errors) == ("out\n", "err\n" + "e" * 96)
+    assert apart.truncated_bytes == 204
+    assert apart.summary().startswith("out\nerr\neee")
+    assert (mixed.output, mixed.errors) == ("out\nerr\n", "")
+
+
+def test_it_lets_a_git_step_write_the_git_dir_and_hardens_git(plain_repo: Path) -> None:
+    hook = plain_repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\ntouch /workspace/hook-ran\n")
+    hook.chmod(0o755)
+    sandbox.give(plain_repo)
+    (plain_repo / "README").write_text("changed\n")
+    commit = ["git", "commit", "--quiet", "-am", "From inside"]
+
+    refused = run(commit, plain_repo)
+    committed = run(commit, plain_repo, git_writable=True)
+    log = run(["git", "log", "-1", "--format=%an <%ae> %s"], plain_repo)
+    copy = "/tmp/copy"  # noqa: S108 (the sandbox's private /tmp)
+    clone = run(["git", "clone", "--quiet", "file:///workspace", copy], plain_repo)
+    local = run(["git", "clone", "--quiet", "/workspace", copy], plain_repo)
+
+    assert refused.exit_code == 128
+    assert "Read-only file system" in refused.output
+    assert committed.exit_code == 0, committed.summary()
+    assert log.output == "agentos <agent@agentos.invalid> From inside\n"
+    assert not (plain_repo / "hook-ran").exists()  # core.hooksPath = /dev/null
+    for attempt in (clone, local):
+        assert attempt.exit_code == 128
+        assert "transport 'file' not allowed" in attempt.output
+
+
+def test_it_refuses_a_git_symlink(workdir: Path, plain_repo: Path) -> None:
+    (workdir / ".git").symlink_to(plain_repo / ".git")
+
+    with pytest.raises(ValueError, match="neither a directory nor a gitdir file"):
+        run(["true"], workdir)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-run uids need root")
+def test_it_gives_each_run_its_own_uid(workdir: Path) -> None:
+    run_id = 7
+    sandbox.give(workdir, run_id)
+
+    result = run(["sh", "-c", "id -u; id -g; id -un; echo hi > f"], workdir, run_id=run_id)
+
+    assert sandbox.identity(run_id) == (sandbox.UID_BASE + 7, sandbox.UID_BASE + 7)
+    assert result.output.split() == [str(sandbox.UID_BASE + 7)] * 2 + ["agentos-run-7"]
+    assert (workdir / "f").stat().st_uid == sandbox.UID_BASE + 7
+    assert sandbox.identity(None) != sandbox.identity(run_id)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-run uids need root")
+def test_it_keeps_a_run_from_signalling_another_runs_processes(workdir: Path) -> None:
+    tag = marker()
+    sandbox.give(workdir, 11)
+    victim = threading.Thread(
+        target=lambda: run(["sleep", tag], workdir, Limits(wall_seconds=5), run_id=11)
+    )
+    victim.start()
+    deadline = time.monotonic() + 10
+    while not (found := processes_with(f"sleep\0{tag}")):
+        assert time.monotonic() < deadline, "the victim never started"
+        time.sleep(0.02)
+    pid = found[0].split(":")[0]
+
+    def kill_as(run_id: int) -> str:
+        uid, gid = sandbox.identity(run_id)
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", f"import os; os.kill({pid}, 0)"],
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stderr.strip().splitlines()[-1] if done.returncode else "allowed"
+
+    try:
+        assert kill_as(12) == "PermissionError: [Errno 1] Operation not permitted"
+        assert kill_as(11) == "allowed"  # the same check passes for the run's own uid
+    finally:
+        os.kill(int(pid), signal.SIGKILL)
+        victim.join(10)
+
+
+@pytest.mark.parametrize("run_id", [-1, sandbox.MAX_RUN_ID + 1, 2**40])
+def test_it_refuses_a_run_id_out_of_the_uid_range(run_id: int) -> None:
+    with pytest.raises(ValueError, match=f"run id {run_id} is out of the sandbox uid range"):
+        sandbox.identity(run_id)
+
+
+def test_it_keeps_per_run_uids_below_the_special_ids() -> None:
+    if os.geteuid() == 0:
+        assert sandbox.identity(sandbox.MAX_RUN_ID) == (2**32 - 3, 2**32 - 3)
+    assert sandbox.UID_BASE + sandbox.MAX_RUN_ID < 2**32 - 2
 
 
 def test_it_refuses_a_workdir_that_is_not_a_directory(workdir: Path) -> None:
