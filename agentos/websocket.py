@@ -28,14 +28,16 @@ import contextlib
 import json
 import logging
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from channels.security.websocket import OriginValidator, WebsocketDenier
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.http.request import split_domain_port, validate_host
+from django.utils.http import is_same_domain
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
@@ -59,14 +61,77 @@ def _address(scope: dict[str, Any]) -> str | None:
     return client[0] if client else None
 
 
-class AuditedOriginValidator(OriginValidator):  # type: ignore[misc]  # channels has no hints
-    """Channels' origin check, with each refusal written to the audit log."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin, lower-cased with its default port; None if malformed."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname or parts.path not in ("", "/"):
+        return None
+    return scheme, parts.hostname.lower(), port or DEFAULT_PORTS[scheme]
+
+
+def _served_scheme(scope: dict[str, Any], headers: dict[bytes, bytes]) -> str:
+    """http or https, as the browser sees us: TLS ended here (wss), or at a proxy we trust
+    through SECURE_PROXY_SSL_HEADER, exactly as Django decides `request.is_secure()`."""
+    if scope.get("scheme") in ("wss", "https"):
+        return "https"
+    proxy_header: tuple[str, str] | None = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy_header:
+        name, secure_value = proxy_header
+        header = name.removeprefix("HTTP_").lower().replace("_", "-").encode("latin1")
+        sent = headers.get(header, b"").decode("latin1").split(",")[0].strip()
+        if sent == secure_value:
+            return "https"
+    return "http"
+
+
+def origin_allowed(scope: dict[str, Any]) -> bool:
+    """The `Origin` matches, on scheme, host and port, the origins CSRF trusts: this server's
+    own (scheme://Host, Host being one of ALLOWED_HOSTS) or one of CSRF_TRUSTED_ORIGINS.
+
+    Host names alone are not enough: a page on http://localhost:3000 (any local dev server)
+    would otherwise open the owner's stream with the owner's cookie.
+    """
+    headers = dict(scope.get("headers", []))
+    sent = headers.get(b"origin", b"").decode("latin1")
+    origin = _origin(sent)
+    if origin is None:
+        return False
+    host = headers.get(b"host", b"").decode("latin1")
+    domain, _port = split_domain_port(host)
+    # A rebound DNS name gives a foreign page our address, but never one of our host names.
+    ours = domain and validate_host(domain, settings.ALLOWED_HOSTS)
+    if ours and origin == _origin(f"{_served_scheme(scope, headers)}://{host}"):
+        return True
+    for trusted in settings.CSRF_TRUSTED_ORIGINS:
+        scheme, _sep, netloc = trusted.partition("://")
+        if netloc.startswith("*."):
+            # Django's wildcard form: any subdomain, same scheme (and the port as written).
+            wanted = netloc[1:].lower()
+            if origin[0] == scheme.lower() and is_same_domain(urlsplit(sent).netloc, wanted):
+                return True
+        elif origin == _origin(trusted):
+            return True
+    return False
+
+
+class AuditedOriginValidator:
+    """Refuse a WebSocket whose origin is not ours (`origin_allowed`), auditing each refusal."""
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        raw = dict(scope.get("headers", [])).get(b"origin")
-        parsed = urlparse(raw.decode("latin1")) if raw else None
-        if self.valid_origin(parsed):
+        if origin_allowed(scope):
             return await self.application(scope, receive, send)
+        raw = dict(scope.get("headers", [])).get(b"origin")
         await database_sync_to_async(audit.record)(
             AuditEvent.Kind.WEBSOCKET_REFUSED,
             address=_address(scope),
@@ -74,10 +139,6 @@ class AuditedOriginValidator(OriginValidator):  # type: ignore[misc]  # channels
             origin=(raw or b"").decode("latin1")[:200],
         )
         return await WebsocketDenier()(scope, receive, send)
-
-
-def allowed_origins() -> list[str]:
-    return [*settings.ALLOWED_HOSTS, *settings.CSRF_TRUSTED_ORIGINS]
 
 
 @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
@@ -221,6 +282,5 @@ def websocket_application() -> Any:
     from django.urls import path
 
     return AuditedOriginValidator(
-        AuthMiddlewareStack(URLRouter([path("ws/events", EventsConsumer.as_asgi())])),
-        allowed_origins(),
+        AuthMiddlewareStack(URLRouter([path("ws/events", EventsConsumer.as_asgi())]))
     )

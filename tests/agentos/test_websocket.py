@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.test import Client
+from django.test import Client, override_settings
 
 from agentos.models import AuditEvent
 from agentos.websocket import CLOSE_UNAUTHENTICATED, websocket_application
@@ -18,8 +18,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SAME_ORIGIN = b"http://127.0.0.1:8000"
 
 
-def communicator(*, origin: bytes | None, client: Client | None = None) -> WebsocketCommunicator:
-    headers: list[tuple[bytes, bytes]] = [(b"host", b"127.0.0.1:8000")]
+def communicator(
+    *, origin: bytes | None, client: Client | None = None, host: bytes = b"127.0.0.1:8000"
+) -> WebsocketCommunicator:
+    headers: list[tuple[bytes, bytes]] = [(b"host", host)]
     if origin is not None:
         headers.append((b"origin", origin))
     if client is not None:
@@ -34,15 +36,76 @@ def refusals() -> list[dict[str, Any]]:
     return list(rows.values_list("detail", flat=True))
 
 
-@pytest.mark.parametrize("origin", [b"https://evil.example", b"http://127.0.0.1.evil.example"])
-async def test_it_refuses_a_foreign_origin(origin: bytes) -> None:
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (b"https://evil.example", b"127.0.0.1:8000"),
+        (b"http://127.0.0.1.evil.example", b"127.0.0.1:8000"),
+        # Another port of the same host is another origin: a dev server on :3000 is not us.
+        (b"http://localhost:3000", b"localhost:8000"),
+        (b"http://127.0.0.1", b"127.0.0.1:8000"),
+        # The same host and port under another scheme is another origin too.
+        (b"https://127.0.0.1:8000", b"127.0.0.1:8000"),
+        # DNS rebinding: the page's origin and Host agree, but Host is not one of ours.
+        (b"http://rebound.example:8000", b"rebound.example:8000"),
+        (b"null", b"127.0.0.1:8000"),
+    ],
+)
+async def test_it_refuses_a_foreign_origin(origin: bytes, host: bytes) -> None:
     owner = await sync_to_async(_verified_owner_client)()
-    socket = communicator(origin=origin, client=owner)
+    socket = communicator(origin=origin, client=owner, host=host)
 
     connected, _code = await socket.connect()
 
     assert not connected
     assert [event["reason"] for event in await refusals()] == ["foreign_origin"]
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (SAME_ORIGIN, b"127.0.0.1:8000"),
+        (b"http://localhost:8000", b"localhost:8000"),
+        (b"HTTP://LocalHost:8000", b"localhost:8000"),
+        (b"http://localhost", b"localhost:80"),
+    ],
+)
+async def test_it_accepts_the_owner_from_the_same_origin(origin: bytes, host: bytes) -> None:
+    owner = await sync_to_async(_verified_owner_client)()
+    socket = communicator(origin=origin, client=owner, host=host)
+
+    connected, _code = await socket.connect()
+
+    assert connected
+    assert await socket.receive_json_from() == {"type": "hello"}
+    await socket.disconnect()
+
+
+async def test_it_accepts_a_trusted_origin_and_only_that_one() -> None:
+    owner = await sync_to_async(_verified_owner_client)()
+
+    with override_settings(CSRF_TRUSTED_ORIGINS=["https://agentos.example"]):
+        trusted = communicator(origin=b"https://agentos.example", client=owner)
+        connected, _code = await trusted.connect()
+        assert connected
+        await trusted.disconnect()
+        for other in (b"http://agentos.example", b"https://agentos.example:8443"):
+            refused, _code = await communicator(origin=other, client=owner).connect()
+            assert not refused
+
+
+async def test_it_takes_https_from_a_trusted_proxy_only() -> None:
+    owner = await sync_to_async(_verified_owner_client)()
+    https = b"https://127.0.0.1:8000"
+
+    with override_settings(SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https")):
+        proxied = communicator(origin=https, client=owner)
+        proxied.scope["headers"].append((b"x-forwarded-proto", b"https"))
+        connected, _code = await proxied.connect()
+        assert connected
+        await proxied.disconnect()
+        plain, _code = await communicator(origin=https, client=owner).connect()
+        assert not plain
 
 
 async def test_it_refuses_a_missing_origin() -> None:
