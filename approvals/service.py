@@ -21,7 +21,7 @@ from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import KernelError
 from kernel.models import Effect, StepKind
 from tools import permissions
-from tools.base import Tool, Workbench, arguments_hash
+from tools.base import Tool, ToolError, Workbench, arguments_hash
 from tools.models import Decision, PermissionRule
 
 MAX_JUSTIFICATION = 4000
@@ -38,7 +38,11 @@ def ask_approval(
     its preview, computed once) when approved, else `{"refused": reason}`."""
 
     def build(call: StepCall) -> Done:
-        preview = tool.preview(bench.env(call), arguments) if tool.preview else {}
+        try:
+            preview = tool.preview(bench.env(call), arguments) if tool.preview else {}
+        except ToolError as error:
+            # Nothing to show, nothing to ask: the model reads why (a remote out of reach...).
+            return Done({"type": "approval", "unprepared": str(error)})
         return Done(
             {
                 "type": "approval",
@@ -62,6 +66,8 @@ def ask_approval(
         request={"arguments": arguments},
         execute=build,
     )
+    if "unprepared" in request:
+        return {"refused": f"the approval could not be prepared: {request['unprepared']}"}
     waited = ctx.wait_human(request, expires_in=ttl())
     answer = waited.get("answer") if isinstance(waited, dict) else None
     if not isinstance(answer, dict):

@@ -143,6 +143,18 @@ class DiffLine:
     text: str
 
 
+# Parts of a preview shown in their own sections rather than as facts.
+PREVIEW_PARTS = {
+    "diff",
+    "commits",
+    "files",
+    "files_total",
+    "diff_truncated",
+    "diff_chars",
+    "full_diff",
+}
+
+
 def diff_lines(diff: str) -> tuple[list[DiffLine], int]:
     """A unified diff's lines with the class that styles each; and how many were left out."""
     lines = diff.splitlines()
@@ -191,8 +203,18 @@ def _approval_context(
         "justification": str(request.get("justification", "")),
         "diff": diff,
         "diff_hidden": hidden,
-        # What the call is bound to besides its arguments (a push's commit...), as facts.
-        "preview_facts": [(k, v) for k, v in sorted(preview.items()) if k != "diff" and v],
+        # What the call is bound to besides its arguments (a push's commit and tree...), as facts.
+        "preview_facts": [
+            (k, v) for k, v in sorted(preview.items()) if k not in PREVIEW_PARTS and v
+        ],
+        "commits": str(preview.get("commits") or ""),
+        "files": preview.get("files") if isinstance(preview.get("files"), list) else [],
+        "files_total": preview.get("files_total"),
+        "diff_truncated": bool(preview.get("diff_truncated")),
+        "diff_chars": preview.get("diff_chars"),
+        "full_diff": preview.get("full_diff")
+        if isinstance(preview.get("full_diff"), str)
+        else None,
         "project": project,
         # "Always allow" writes a project rule for this tool and subject: only when both exist.
         "can_always": project is not None and registry.get(tool_name) is not None,

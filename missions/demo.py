@@ -123,14 +123,14 @@ def create_repositories(base: Path) -> Path:
     (repo / "calc.py").write_text(BUGGY)
     (repo / "test_calc.py").write_text(TESTS)
     (repo / "README.md").write_text(README)
-    workspace.git(base, "init", "--quiet", "--bare", "--initial-branch=main", str(remote))
+    workspace.host_git(base, "init", "--quiet", "--bare", "--initial-branch=main", str(remote))
     # The remote keeps a log of its branch moves: who pushed what, and how many times.
-    workspace.git(remote, "config", "core.logAllRefUpdates", "always")
-    workspace.git(repo, "init", "--quiet", "--initial-branch=main")
-    workspace.git(repo, "add", "--all")
-    workspace.git(repo, "commit", "--quiet", "-m", "calc: average, with tests")
-    workspace.git(repo, "remote", "add", "origin", str(remote))
-    workspace.git(repo, "push", "--quiet", "origin", "main")
+    workspace.host_git(remote, "config", "core.logAllRefUpdates", "always")
+    workspace.host_git(repo, "init", "--quiet", "--initial-branch=main")
+    workspace.host_git(repo, "add", "--all")
+    workspace.host_git(repo, "commit", "--quiet", "-m", "calc: average, with tests")
+    workspace.host_git(repo, "remote", "add", "origin", str(remote))
+    workspace.host_git(repo, "push", "--quiet", "origin", "main")
     return repo
 
 

@@ -1,4 +1,5 @@
-"""The admin as the policy editor: permission rules (deny → ask → allow) per tool and pattern."""
+"""The admin as the policy editor: permission rules (deny → ask → allow) per tool and pattern, and
+the credentials the host pushes with."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from django import forms
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
+from agentos import vault
 from tools import registry
-from tools.models import PermissionRule
+from tools.models import CredentialKind, PermissionRule, RemoteCredential
 
 
 class PermissionRuleForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -37,4 +39,41 @@ class PermissionRuleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def save_model(self, request: Any, obj: PermissionRule, form: Any, change: bool) -> None:
         if not change:
             obj.created_by = request.user.get_username()
+        super().save_model(request, obj, form, change)
+
+
+class RemoteCredentialForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The secret is write-only: typed in, encrypted, never shown again (only its last four
+    characters for a token)."""
+
+    secret = forms.CharField(
+        label=_("secret"),
+        widget=forms.Textarea(attrs={"rows": 4, "autocomplete": "off"}),
+        help_text=_("The token, or the SSH private key. Leave empty to keep the stored one."),
+        required=False,
+        strip=True,
+    )
+
+    class Meta:
+        model = RemoteCredential
+        fields = ["project", "remote", "kind", "username"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if not self.instance.pk and not cleaned.get("secret"):
+            self.add_error("secret", _("A new credential needs its secret."))
+        return cleaned
+
+
+@admin.register(RemoteCredential)
+class RemoteCredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = RemoteCredentialForm
+    list_display = ["project", "remote", "kind", "username", "hint", "updated_at"]
+    list_filter = ["project", "kind"]
+
+    def save_model(self, request: Any, obj: RemoteCredential, form: Any, change: bool) -> None:
+        secret = form.cleaned_data.get("secret")
+        if secret:
+            obj.ciphertext = vault.encrypt(secret)
+            obj.hint = secret[-4:] if obj.kind == CredentialKind.TOKEN else ""
         super().save_model(request, obj, form, change)

@@ -1,25 +1,88 @@
-"""Git tools on the run's worktree: status, diff, log, branch, commit, push.
+"""Git tools on the run's repository: status, diff, log, branch, commit, push.
+
+Every git command on the worktree runs inside the run's sandbox, as the run's uid: whatever the
+agent planted there (nested repositories, attributes, filters) can only act inside the sandbox.
+The push is split: inside, git bundles the commit to push; on the host the bundle — data — is
+imported into the project's staging repository, shown to the owner from there and pushed from
+there with the project's credentials (`tools.remotes`), which the sandbox never sees.
 
 `git_commit` marks its commit with the step's idempotency key (a trailer), so after a crash its
 probe finds the commit instead of making a second one. `git_push` changes another machine: it
-is external (an owner approval, bound to the arguments and to the exact commit shown) and its
-probe asks the remote whether the ref already points at that commit.
+is external (an owner approval, bound to the arguments and to the exact commit and tree shown)
+and its probe asks the remote whether the branch already points at that commit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from kernel.models import Effect
+from tools import remotes, workspace
 from tools.base import Risk, Tool, ToolEnv, ToolError
-from tools.workspace import git
 
 TRAILER = "Agentos-Step"
-MAX_PREVIEW = 60_000
+MAX_PREVIEW = 60_000  # characters of diff shown inline; the whole diff is an artifact
+MAX_FILES_SHOWN = 500
+BUNDLE = ".git/agentos-push.bundle"  # written by git in the sandbox; .git is read-only to the shell
+SHA = re.compile(r"^[0-9a-f]{40}$")
+# Inside the sandbox, on top of the sandbox's own git configuration: no optional lock, no
+# submodule recursion, no helper programs the repository could name.
+INSIDE = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "diff.external=",
+    "-c",
+    "submodule.recurse=false",
+    "--no-optional-locks",
+)
+
+
+def sandbox_git(env: ToolEnv, *args: str, writable: bool = False, stdin: bytes = b"") -> str:
+    """Run git inside the run's sandbox on its worktree; its stdout, or a ToolError."""
+    from cluster.sandbox import Limits, SandboxUnavailable, for_level
+
+    try:
+        done = for_level(1).run(
+            ["git", *INSIDE, *args],
+            workdir=env.need_workspace(),
+            run_id=env.run_id,
+            git_writable=writable,
+            stderr_apart=True,
+            stopping=env.call.stopping,
+            stdin=stdin,
+            limits=Limits(wall_seconds=workspace.GIT_TIMEOUT),
+        )
+    except SandboxUnavailable as error:
+        raise ToolError(f"No sandbox on this node: {error}") from None
+    if done.cancelled:
+        raise ToolError(f"git {args[0]}: cancelled.")
+    if done.timed_out:
+        raise ToolError(f"git {args[0]}: took longer than {workspace.GIT_TIMEOUT} s; stopped.")
+    if done.exit_code != 0:
+        raise GitFailed(args[0], done.exit_code, (done.errors or done.output).strip())
+    return done.output
+
+
+class GitFailed(ToolError):
+    def __init__(self, command: str, code: int | None, message: str) -> None:
+        super().__init__(
+            f"git {command} failed: {message}" if message else f"git {command} failed."
+        )
+        self.code = code
 
 
 def _status(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    return git(env.need_workspace(), "status", "--short", "--branch").stdout or "(clean)"
+    return sandbox_git(env, "status", "--short", "--branch") or "(clean)"
 
 
 def _diff(env: ToolEnv, arguments: dict[str, Any]) -> str:
@@ -27,119 +90,318 @@ def _diff(env: ToolEnv, arguments: dict[str, Any]) -> str:
     if arguments.get("staged"):
         args.append("--cached")
     if arguments.get("path"):
-        args += ["--", arguments["path"]]
-    return git(env.need_workspace(), *args).stdout or "(no changes)"
+        args += ["--", workspace.relative(arguments["path"])]
+    return sandbox_git(env, *args) or "(no changes)"
 
 
 def _log(env: ToolEnv, arguments: dict[str, Any]) -> str:
     count = str(arguments.get("count", 10))
-    return git(env.need_workspace(), "log", "--oneline", "--decorate", "-n", count).stdout
+    return sandbox_git(env, "log", "--oneline", "--decorate", "-n", count)
 
 
 def _branch(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    top = env.need_workspace()
     name = arguments.get("name")
     if not name:
-        return git(top, "branch", "--list", "--verbose").stdout
-    if git(top, "check-ref-format", "--branch", name, check=False).returncode != 0:
-        raise ToolError(f"{name!r} is not a valid branch name.")
-    head = git(top, "rev-parse", "HEAD").stdout.strip()
-    existing = git(top, "rev-parse", "--verify", "--quiet", f"refs/heads/{name}", check=False)
-    if existing.returncode == 0:
-        if existing.stdout.strip() == head:
+        return sandbox_git(env, "branch", "--list", "--verbose")
+    try:
+        sandbox_git(env, "check-ref-format", "--branch", name)
+    except GitFailed:
+        raise ToolError(f"{name!r} is not a valid branch name.") from None
+    head = _head(env)
+    try:
+        existing = sandbox_git(env, "rev-parse", "--verify", "--quiet", f"refs/heads/{name}")
+    except GitFailed:
+        existing = ""
+    if existing.strip():
+        if existing.strip() == head:
             return f"Branch {name} already at {head[:12]}."
-        raise ToolError(f"Branch {name} already exists at {existing.stdout.strip()[:12]}.")
-    git(top, "branch", name, head)
+        raise ToolError(f"Branch {name} already exists at {existing.strip()[:12]}.")
+    sandbox_git(env, "branch", name, head, writable=True)
     return f"Created branch {name} at {head[:12]}."
+
+
+def _head(env: ToolEnv) -> str:
+    head = sandbox_git(env, "rev-parse", "--verify", "HEAD^{commit}").strip()
+    if not SHA.match(head):
+        raise ToolError(f"The worktree's HEAD is not a commit ({head[:80]!r}).")
+    return head
 
 
 def _mark(env: ToolEnv) -> str:
     return f"{TRAILER}: {env.call.idempotency_key}"
 
 
+# One sandbox start for the whole commit; the message comes on stdin (never a shell word).
+COMMIT_SCRIPT = """\
+git add --all || exit 2
+git diff --cached --quiet && exit 3
+exec git commit --quiet --no-verify --file=- --trailer "$1"
+"""
+NOTHING_TO_COMMIT = 3
+
+
 def _commit(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    top = env.need_workspace()
-    git(top, "add", "--all")
-    if git(top, "diff", "--cached", "--quiet", check=False).returncode == 0:
+    from cluster.sandbox import Limits, SandboxUnavailable, for_level
+
+    git = "git " + " ".join(INSIDE)
+    script = COMMIT_SCRIPT.replace("git ", git + " ")
+    try:
+        done = for_level(1).run(
+            ["/bin/sh", "-c", script, "sh", _mark(env)],
+            workdir=env.need_workspace(),
+            run_id=env.run_id,
+            git_writable=True,
+            stderr_apart=True,
+            stopping=env.call.stopping,
+            stdin=arguments["message"].encode(),
+            limits=Limits(wall_seconds=workspace.GIT_TIMEOUT),
+        )
+    except SandboxUnavailable as error:
+        raise ToolError(f"No sandbox on this node: {error}") from None
+    if done.exit_code == NOTHING_TO_COMMIT:
         raise ToolError("Nothing to commit: the worktree has no changes.")
-    git(
-        top, "commit", "--quiet", "--no-verify", "-m", arguments["message"], "--trailer", _mark(env)
-    )
+    if done.exit_code != 0:
+        raise ToolError(f"git commit failed: {(done.errors or done.summary()).strip()}")
     return _committed(env) or "Committed."
 
 
 def _committed(env: ToolEnv) -> str | None:
     """The commit this very step made, if it exists (found by its trailer)."""
-    found = git(
-        env.need_workspace(),
-        "log",
-        "-n",
-        "200",
-        "--fixed-strings",
-        f"--grep={_mark(env)}",
-        "--format=%H %s",
-        check=False,
-    ).stdout.strip()
+    found = sandbox_git(
+        env, "log", "-n", "200", "--fixed-strings", f"--grep={_mark(env)}", "--format=%H %s"
+    ).strip()
     if not found:
         return None
     sha, _, subject = found.splitlines()[0].partition(" ")
     return f"Committed {sha[:12]}: {subject}"
 
 
-def _remote(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    """A remote configured in the repository: never a path or URL chosen by the model."""
-    remote = arguments.get("remote", "origin")
-    if remote not in git(env.need_workspace(), "remote").stdout.split():
-        raise ToolError(f"No remote named {remote!r} in this repository.")
-    return str(remote)
+# --- Push -------------------------------------------------------------------------------------
 
 
-def _remote_sha(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    remote, branch = _remote(env, arguments), arguments["branch"]
-    listed = git(env.need_workspace(), "ls-remote", remote, f"refs/heads/{branch}").stdout
-    return listed.split()[0] if listed.strip() else ""
+def _staging(env: ToolEnv) -> Path:
+    from kernel.models import Run
+
+    spec = Run.objects.filter(pk=env.run_id).values_list("input", flat=True).first() or {}
+    repository = spec.get("repository") if isinstance(spec, dict) else None
+    if not repository:
+        raise ToolError("This run has no project repository to push from.")
+    return workspace.staging(str(repository))
+
+
+def _remote(stage: Path, arguments: dict[str, Any]) -> str:
+    """A remote configured in the project's repository: never a path or URL chosen by the model."""
+    remote = str(arguments.get("remote", "origin"))
+    if remote not in workspace.remote_names(stage):
+        raise ToolError(f"No remote named {remote!r} in this project's repository.")
+    return remote
+
+
+def _remote_sha(env: ToolEnv, stage: Path, arguments: dict[str, Any]) -> str:
+    remote, branch = _remote(stage, arguments), arguments["branch"]
+    with remotes.credentials(env.project_id, remote, workspace.remote_url(stage, remote)) as auth:
+        listed = workspace.host_git(
+            stage, "ls-remote", remote, f"refs/heads/{branch}", check=False, env=auth.env
+        )
+    if listed.returncode != 0:
+        raise ToolError(f"Cannot reach {remote}: {auth.scrub(listed.stderr.strip())}")
+    return listed.stdout.split()[0] if listed.stdout.strip() else ""
+
+
+def export_commit(env: ToolEnv) -> tuple[str, Path]:
+    """Bundle the worktree's HEAD inside the sandbox and import it into the staging repository.
+    The commit's hash and the staging repository holding it (under `refs/agentos/run-<id>/`)."""
+    stage = _staging(env)
+    head = _head(env)
+    kept = f"refs/agentos/run-{env.run_id}/{head}"
+    if workspace.host_git(stage, "rev-parse", "--verify", "--quiet", kept, check=False).stdout:
+        return head, stage
+    base = workspace.host_git(stage, "rev-parse", f"refs/agentos/run-{env.run_id}/base").stdout
+    if head == base.strip():
+        workspace.host_git(stage, "update-ref", kept, head)
+        return head, stage
+    # The run's base is in staging already: the bundle carries only what the run added.
+    sandbox_git(
+        env,
+        "bundle",
+        "create",
+        "--quiet",
+        BUNDLE,
+        "HEAD",
+        "--not",
+        workspace.BASE_REF,
+        writable=True,
+    )
+    with _copied_bundle(env.need_workspace() / BUNDLE) as bundle:
+        heads = workspace.host_git(stage, "bundle", "list-heads", str(bundle)).stdout.split()
+        if heads[:1] != [head]:
+            raise ToolError("The bundle made in the sandbox does not hold the worktree's HEAD.")
+        workspace.host_git(stage, "fetch", "--quiet", "--no-tags", str(bundle), f"HEAD:{kept}")
+    if workspace.host_git(stage, "rev-parse", kept).stdout.strip() != head:
+        raise ToolError("The imported commit is not the worktree's HEAD.")
+    return head, stage
+
+
+@contextlib.contextmanager
+def _copied_bundle(source: Path) -> Iterator[Path]:
+    """A host-owned copy of the bundle the sandbox wrote: opened without following links, only
+    if it is a regular file of bounded size, so nothing can be swapped in while git reads it."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise ToolError(f"No bundle from the sandbox: {error.strerror}.") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > workspace.MAX_BUNDLE_BYTES:
+            raise ToolError("The sandbox's bundle is not a regular file of a sane size.")
+        out, name = tempfile.mkstemp(prefix="push-", suffix=".bundle", dir=workspace.root())
+        copy = Path(name)
+        try:
+            with os.fdopen(out, "wb") as target:
+                while chunk := handle.read(1 << 20):
+                    target.write(chunk)
+            yield copy
+        finally:
+            copy.unlink(missing_ok=True)
 
 
 def _push_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
-    """What the owner approves: the commit that will be pushed and the diff it brings."""
-    top = env.need_workspace()
-    head = git(top, "rev-parse", "HEAD").stdout.strip()
-    remote = _remote_sha(env, arguments)
-    known = (
-        remote and git(top, "cat-file", "-e", f"{remote}^{{commit}}", check=False).returncode == 0
+    """What the owner approves: the commit and tree that will be pushed, every changed path with
+    its size, and the diff — computed on the staging repository, as plain text whatever the
+    commit's attributes say (`--text --no-textconv --no-ext-diff`, no attributes file)."""
+    from kernel import artifacts
+    from kernel.models import Run
+
+    head, stage = export_commit(env)
+    remote = _remote_sha(env, stage, arguments)
+    known = bool(remote) and (
+        workspace.host_git(stage, "cat-file", "-e", f"{remote}^{{commit}}", check=False).returncode
+        == 0
     )
-    if known:
-        log = git(top, "log", "--oneline", f"{remote}..{head}").stdout
-        diff = git(top, "diff", "--no-ext-diff", "--no-textconv", remote, head).stdout
-    else:
-        log = git(top, "log", "--oneline", "-n", "10", head).stdout
-        diff = git(top, "show", "--no-ext-diff", "--format=", head).stdout
-    text = f"{log}\n{diff}"
-    if len(text) > MAX_PREVIEW:
-        text = text[:MAX_PREVIEW] + f"\n[... {len(text) - MAX_PREVIEW} more characters]"
-    return {"commit": head, "remote_was": remote or None, "diff": text}
+    if remote and not known:
+        _fetch_remote_branch(env, stage, arguments)
+        known = (
+            workspace.host_git(
+                stage, "cat-file", "-e", f"{remote}^{{commit}}", check=False
+            ).returncode
+            == 0
+        )
+    # A branch the remote does not have yet: what the run added to the commit it started from.
+    base = workspace.host_git(stage, "rev-parse", f"refs/agentos/run-{env.run_id}/base").stdout
+    since = remote if known else base.strip()
+    tree = workspace.host_git(stage, "rev-parse", f"{head}^{{tree}}").stdout.strip()
+    log_range = f"{since}..{head}"
+    log = workspace.host_git(stage, "log", "--format=%h %s", "-n", "200", log_range).stdout
+    log = log.replace("\x00", "\u2400")
+    files = changed_files(stage, since, head)
+    diff = workspace.host_git(
+        stage, "diff", "--text", "--no-textconv", "--no-ext-diff", "--no-color", since, head
+    ).stdout
+    full = artifacts.store(
+        content=diff.encode(),
+        name=f"push-{head[:12]}.diff",
+        media_type="text/x-diff",
+        run=Run.objects.get(pk=env.run_id),
+        preview_chars=0,
+    )
+    # Binary content shown as text, forced by --text: a NUL cannot go into the journal (jsonb),
+    # so it is shown as the symbol for it.
+    shown = diff[:MAX_PREVIEW].replace("\x00", "\u2400")
+    return {
+        "commit": head,
+        "tree": tree,
+        "remote_was": remote or None,
+        "commits": log.strip(),
+        "files": files[:MAX_FILES_SHOWN],
+        "files_total": len(files),
+        "diff": shown,
+        "diff_chars": len(diff),
+        "diff_truncated": len(shown) < len(diff),
+        "full_diff": full.sha256,
+    }
+
+
+def changed_files(stage: Path, since: str, head: str) -> list[dict[str, Any]]:
+    """Every path the push changes: status, and the new size in bytes (None when deleted)."""
+    raw = workspace.host_git(
+        stage, "diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", since, head
+    ).stdout
+    parts = raw.split("\0")
+    entries: list[tuple[str, str, str]] = []
+    for meta, path in zip(parts[0::2], parts[1::2], strict=False):
+        fields = meta.lstrip(":").split()
+        if len(fields) == 5:
+            entries.append((path, fields[4], fields[3]))
+    wanted = "\n".join(sha for _, status, sha in entries if status != "D") + "\n"
+    sizes: dict[str, int] = {}
+    if wanted.strip():
+        checked = workspace.host_git(
+            stage, "cat-file", "--batch-check=%(objectname) %(objectsize)", stdin=wanted
+        ).stdout
+        for line in checked.splitlines():
+            sha, _, size = line.partition(" ")
+            if size.isdigit():
+                sizes[sha] = int(size)
+    return [
+        {"path": path, "status": status, "size": None if status == "D" else sizes.get(sha)}
+        for path, status, sha in entries
+    ]
+
+
+def _fetch_remote_branch(env: ToolEnv, stage: Path, arguments: dict[str, Any]) -> None:
+    remote, branch = _remote(stage, arguments), arguments["branch"]
+    with remotes.credentials(env.project_id, remote, workspace.remote_url(stage, remote)) as auth:
+        workspace.host_git(
+            stage,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            remote,
+            f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}",
+            check=False,
+            env=auth.env,
+        )
 
 
 def _push(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    top = env.need_workspace()
-    head = git(top, "rev-parse", "HEAD").stdout.strip()
-    approved = (env.approval or {}).get("preview", {}).get("commit")
-    if approved and approved != head:
+    # Under an approval, exactly the commit and tree the owner was shown; under an owner's
+    # "always allow" rule (no approval), the worktree's HEAD.
+    preview = (env.approval or {}).get("preview") or {}
+    approved = preview.get("commit")
+    head = _head(env)
+    if approved and head != approved:
         raise ToolError(
             f"HEAD moved to {head[:12]} since the owner approved pushing {approved[:12]};"
             " ask again."
         )
-    remote, branch = _remote(env, arguments), arguments["branch"]
-    pushed = git(top, "push", "--porcelain", remote, f"{head}:refs/heads/{branch}", check=False)
+    commit, stage = export_commit(env)
+    tree = workspace.host_git(stage, "rev-parse", f"{commit}^{{tree}}").stdout.strip()
+    if approved and (commit, tree) != (approved, preview.get("tree")):
+        raise ToolError("The commit to push is not the one the owner approved; ask again.")
+    remote, branch = _remote(stage, arguments), arguments["branch"]
+    with remotes.credentials(env.project_id, remote, workspace.remote_url(stage, remote)) as auth:
+        pushed = workspace.host_git(
+            stage,
+            "push",
+            "--porcelain",
+            "--no-verify",
+            remote,
+            f"{commit}:refs/heads/{branch}",
+            check=False,
+            env=auth.env,
+        )
     if pushed.returncode != 0:
-        raise ToolError(f"Push refused by {remote}: {(pushed.stderr or pushed.stdout).strip()}")
-    return f"Pushed {head[:12]} to {remote} {branch}."
+        message = auth.scrub((pushed.stderr or pushed.stdout).strip())
+        raise ToolError(f"Push refused by {remote}: {message}")
+    return f"Pushed {commit[:12]} to {remote} {branch}."
 
 
 def _push_probe(env: ToolEnv, arguments: dict[str, Any]) -> str | None:
-    head = git(env.need_workspace(), "rev-parse", "HEAD").stdout.strip()
-    if _remote_sha(env, arguments) == head:
-        return f"Pushed {head[:12]} to {arguments.get('remote', 'origin')} {arguments['branch']}."
+    preview = (env.approval or {}).get("preview") or {}
+    expected = preview.get("commit") or _head(env)
+    if _remote_sha(env, _staging(env), arguments) == expected:
+        remote = arguments.get("remote", "origin")
+        return f"Pushed {expected[:12]} to {remote} {arguments['branch']}."
     return None
 
 
@@ -164,6 +426,7 @@ GIT_STATUS = Tool(
     effect=Effect.READ,
     risk=Risk.READ,
     parallel_safe=True,
+    min_sandbox_level=1,
     run=_status,
 )
 GIT_DIFF = Tool(
@@ -180,6 +443,7 @@ GIT_DIFF = Tool(
     effect=Effect.READ,
     risk=Risk.READ,
     parallel_safe=True,
+    min_sandbox_level=1,
     run=_diff,
 )
 GIT_LOG = Tool(
@@ -193,6 +457,7 @@ GIT_LOG = Tool(
     effect=Effect.READ,
     risk=Risk.READ,
     parallel_safe=True,
+    min_sandbox_level=1,
     run=_log,
 )
 GIT_BRANCH = Tool(
@@ -201,6 +466,7 @@ GIT_BRANCH = Tool(
     input_schema={"type": "object", "properties": {"name": REF}, "additionalProperties": False},
     effect=Effect.IDEMPOTENT_WRITE,
     risk=Risk.WORKSPACE_WRITE,
+    min_sandbox_level=1,
     run=_branch,
     subject=lambda arguments: str(arguments.get("name", "")),
 )
@@ -215,6 +481,7 @@ GIT_COMMIT = Tool(
     },
     effect=Effect.NON_IDEMPOTENT,
     risk=Risk.WORKSPACE_WRITE,
+    min_sandbox_level=1,
     run=_commit,
     probe=lambda env, arguments: _committed(env),
     subject=lambda arguments: str(arguments.get("message", "")),
@@ -233,6 +500,7 @@ GIT_PUSH = Tool(
     },
     effect=Effect.NON_IDEMPOTENT,
     risk=Risk.EXTERNAL,
+    min_sandbox_level=1,
     run=_push,
     probe=_push_probe,
     preview=_push_preview,

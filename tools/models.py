@@ -64,3 +64,33 @@ class FileView(models.Model):
 
     def __str__(self) -> str:
         return f"{self.path} as run {self.run_id} last saw it"
+
+
+class CredentialKind(models.TextChoices):
+    TOKEN = "token", _("token (HTTPS)")
+    SSH_KEY = "ssh_key", _("SSH private key")
+
+
+class RemoteCredential(models.Model):
+    """How the host reaches a remote of a project's repository when it pushes. Encrypted by the
+    vault; set through the admin (write-only) and read only by `tools.remotes.credentials`."""
+
+    project = models.ForeignKey(
+        "missions.Project", on_delete=models.CASCADE, related_name="remote_credentials"
+    )
+    remote = models.CharField(_("remote"), max_length=100, default="origin")
+    kind = models.CharField(_("kind"), max_length=10, choices=CredentialKind.choices)
+    username = models.CharField(
+        _("user name"), max_length=200, blank=True, help_text=_("For a token over HTTPS.")
+    )
+    ciphertext = models.BinaryField(editable=False)
+    hint = models.CharField(max_length=8, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "remote"], name="remote_credential_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} for {self.remote} of {self.project}"

@@ -1,17 +1,31 @@
-"""Where agents work: one git worktree per writing run, and paths inside it.
+"""Where agents work: one repository per writing run, a host-owned staging repository per
+project, and paths inside a worktree.
 
-Everything the agent wrote is untrusted here (DESIGN.md §7): paths are resolved without
-following a symlink out of the worktree, and git runs with hooks, fsmonitor and the user's and
-system's configuration off, so a file planted in the worktree cannot make the host run it.
+Everything the agent wrote is hostile to the host (DESIGN.md §7): no host process ever runs git
+on a run's worktree. The host only creates it, from data: a fresh `git init` fetched from the
+project's staging repository, handed to the run's sandbox uid and checked out by git inside the
+sandbox. From then on every git operation on it runs in the sandbox (`tools.git`); what leaves
+it for the outside world is a bundle (data) imported into the staging repository (`import_bundle`),
+which the host reads, shows and pushes with credentials the sandbox never sees.
+
+The staging repository (`staging`) is ours: bare, its configuration written by us (no hooks,
+filters, textconv, submodules, fsmonitor), its remotes copied from the project's repository (the
+owner's, trusted). The run's repository has no remote and no configuration of value: nothing to
+steal from inside.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import json
 import os
 import posixpath
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from django.conf import settings
@@ -20,14 +34,41 @@ from tools.base import ToolError
 
 SANDBOX_MOUNT = "/workspace"  # where the sandbox sees the worktree
 GIT_TIMEOUT = 120
+READY = ".ready"  # beside a worktree: written once it is complete (host-owned, outside it)
+BASE_REF = "refs/agentos/base"  # in a run's repository: the commit it started from
+MAX_BUNDLE_BYTES = 2 << 30
+
+# Configuration every host-side git call carries, whatever repository it touches: nothing a
+# repository could hold runs (hooks, fsmonitor, filters are never configured in our repos), no
+# user or system configuration, no prompt.
+HARDENED = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.attributesFile=/dev/null",
+    "-c",
+    "submodule.recurse=false",
+    "-c",
+    "protocol.ext.allow=never",
+    "-c",
+    "user.name=agentos",
+    "-c",
+    "user.email=agent@agentos.invalid",
+    "-c",
+    "commit.gpgsign=false",
+)
 
 
 def root() -> Path:
-    """The directory holding worktrees and the demo repositories.
+    """The directory holding worktrees, staging repositories and the demo's repositories.
 
-    The sandbox user must be able to reach it: as root, the data directory may sit under a
-    private home (/root is 0700), so it lives under /var/lib/agentos instead, one directory per
-    data directory; as an ordinary user, bwrap runs as that user and the data directory does.
+    The sandbox uids must be able to traverse to their worktrees: as root, the data directory
+    may sit under a private home (/root is 0700), so it lives under /var/lib/agentos instead,
+    one directory per data directory; as an ordinary user, bwrap runs as that user and the data
+    directory does. Only directories created here are given a mode (searchable, not listable):
+    the product never changes a directory it did not make.
     """
     configured = os.environ.get("AGENTOS_WORKSPACES_DIR")
     if configured:
@@ -38,77 +79,254 @@ def root() -> Path:
     else:
         base = Path(settings.DATA_DIR) / "workspaces"
     if not base.is_dir():
-        base.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
-            for part in [base, *base.parents]:
-                if part == Path("/var/lib") or part == Path("/"):
-                    break
-                part.chmod(0o711)  # searchable, not listable
+        make_dirs(base, 0o711 if os.geteuid() == 0 else 0o700)
     return base
 
 
-def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run git on the host, hardened against what the agent may have planted in the worktree."""
-    env = {
+def make_dirs(path: Path, mode: int) -> None:
+    """`mkdir -p` that sets `mode` on the directories it creates, and only on those."""
+    missing = []
+    for part in (path, *path.parents):
+        if part.is_dir():
+            break
+        missing.append(part)
+    for part in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            part.mkdir()
+            part.chmod(mode)  # mkdir's mode is masked by the umask
+
+
+def host_git(
+    cwd: Path,
+    *args: str,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run git on the host, on a repository the agent never wrote: the project's own, a staging
+    repository, a fresh run repository before it is handed over, a remote. Never on a worktree.
+
+    `env` adds to the minimal environment (credentials for a push, passed this way so that no
+    argv shows them to other users of the machine).
+    """
+    full_env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(root()),  # no ~/.gitconfig of ours
         "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_ATTR_NOSYSTEM": "1",
         "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
         "LANG": "C.UTF-8",
+        **(env or {}),
     }
-    argv = [
-        "git",
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
-        "-c",
-        "safe.directory=*",  # worktrees belong to the sandbox user
-        "-c",
-        "user.name=agentos",
-        "-c",
-        "user.email=agent@agentos.invalid",
-        "-c",
-        "commit.gpgsign=false",
-        *args,
-    ]
-    done = subprocess.run(  # noqa: S603  # an argv list, no shell
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=GIT_TIMEOUT, check=False
-    )
+    argv = ["git", *HARDENED, *args]
+    try:
+        done = subprocess.run(  # noqa: S603  # an argv list, no shell
+            argv,
+            cwd=cwd,
+            env=full_env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"git {args[0]} took longer than {GIT_TIMEOUT} s; stopped.") from None
     if check and done.returncode != 0:
         raise ToolError(f"git {args[0]} failed: {(done.stderr or done.stdout).strip()}")
     return done
 
 
-def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
-    """The run's worktree on branch `agentos/run-<id>`, created once (idempotent on replay)."""
-    repo = Path(repository)
-    if not (repo / ".git").exists() and not (repo / "HEAD").exists():
-        raise ToolError(f"{repository} is not a git repository.")
-    from cluster.sandbox import give
+# --- The staging repository -----------------------------------------------------------------
 
-    path = root() / "worktrees" / f"run-{run_id}"
-    if _is_worktree_of(path, repo):
-        give(path)  # a crash may have come between `worktree add` and handing it over
-        return path
-    if path.exists():  # a crash in the middle of `worktree add`, or a stale run's: start again
-        shutil.rmtree(path)
-    git(repo, "worktree", "prune")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    git(repo, "worktree", "add", "-B", f"agentos/run-{run_id}", str(path), base)
-    give(path)
+
+def staging(repository: str) -> Path:
+    """The host-owned bare repository standing for the project at `repository`: created on first
+    use, its remotes kept equal to the project's. Only root (us) can read it."""
+    project = Path(repository)
+    if not (project / ".git").exists() and not (project / "HEAD").exists():
+        raise ToolError(f"{repository} is not a git repository.")
+    key = hashlib.sha256(str(project.resolve()).encode()).hexdigest()[:16]
+    path = root() / "staging" / f"{key}.git"
+    with _locked(path):
+        if not (path / "HEAD").is_file():
+            _create_staging(path)
+        _copy_remotes(project, path)
     return path
 
 
-def _is_worktree_of(path: Path, repo: Path) -> bool:
-    marker = path / ".git"
-    if not marker.is_file() or marker.is_symlink():
-        return False
-    gitdir = marker.read_text(errors="replace").removeprefix("gitdir:").strip()
-    if not Path(gitdir).is_dir():
-        return False
-    common = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
-    return Path(gitdir).resolve().parent.parent == Path(common).resolve()
+def _create_staging(path: Path) -> None:
+    temp = path.with_name(path.name + ".new")
+    shutil.rmtree(temp, ignore_errors=True)
+    make_dirs(temp.parent, 0o700)
+    host_git(temp.parent, "init", "--quiet", "--bare", str(temp))
+    temp.chmod(0o700)
+    for key, value in (
+        # Run repositories fetch exact commits from here (the run's base, by its hash).
+        ("uploadpack.allowAnySHA1InWant", "true"),
+        ("core.logAllRefUpdates", "false"),
+        ("gc.auto", "0"),  # refs/agentos/* keep what runs need; gc runs when we say
+    ):
+        host_git(temp, "config", key, value)
+    temp.rename(path)
+
+
+def _copy_remotes(project: Path, path: Path) -> None:
+    """The project's remotes (names and URLs) as the staging repository's, and only them."""
+    wanted = _remotes(project)
+    present = _remotes(path)
+    for name in present.keys() - wanted.keys():
+        host_git(path, "remote", "remove", name)
+    for name, url in wanted.items():
+        if name not in present:
+            host_git(path, "remote", "add", name, url)
+        elif present[name] != url:
+            host_git(path, "remote", "set-url", name, url)
+
+
+def _remotes(repo: Path) -> dict[str, str]:
+    listed = host_git(repo, "config", "--get-regexp", r"^remote\..*\.url$", check=False).stdout
+    found = {}
+    for line in listed.splitlines():
+        key, _, url = line.partition(" ")
+        found[key.removeprefix("remote.").removesuffix(".url")] = url
+    return found
+
+
+def remote_names(staging_repo: Path) -> list[str]:
+    return sorted(_remotes(staging_repo))
+
+
+def remote_url(staging_repo: Path, name: str) -> str:
+    return _remotes(staging_repo).get(name, "")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One writer at a time on a staging repository (several runs of one project share it)."""
+    make_dirs(path.parent, 0o700)
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --- A run's repository -----------------------------------------------------------------------
+
+
+def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
+    """The run's repository on branch `agentos/run-<id>` at `base`, created once (idempotent on
+    replay: a complete one is recognised by its host-owned marker, which also names what it was
+    made from, so a stale one — a run id reused after a database reset — is made again).
+
+    1. The project's commits are fetched into the staging repository (host git, trusted data).
+    2. A fresh repository is made beside the final path: `git init`, fetch of the base commit
+       from staging, branch and HEAD — all host git on a directory nobody else has touched.
+    3. It is handed to the run's sandbox uid and checked out by git inside the sandbox.
+    4. It is renamed into place, then the marker is written. A crash before the marker leaves
+       nothing that counts: the next attempt starts again from 2.
+    """
+    from cluster.sandbox import give
+
+    stage = staging(repository)
+    with _locked(stage):
+        host_git(
+            stage,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            repository,
+            "+refs/heads/*:refs/project/*",
+            "+HEAD:refs/agentos/project-head",
+        )
+        sha = _resolve_base(Path(repository), base)
+        host_git(stage, "update-ref", f"refs/agentos/run-{run_id}/base", sha)
+    path = root() / "worktrees" / f"run-{run_id}"
+    marker = path.with_name(path.name + READY)
+    identity = json.dumps({"repository": repository, "base": sha, "run": _run_identity(run_id)})
+    if path.is_dir() and _read(marker) == identity:
+        return path
+    marker.unlink(missing_ok=True)
+    make_dirs(path.parent, 0o711 if os.geteuid() == 0 else 0o700)
+    building = path.with_name(path.name + ".new")
+    for leftover in (path, building):
+        if leftover.exists() or leftover.is_symlink():
+            _remove(leftover)
+    building.mkdir(mode=0o700)
+    host_git(building, "init", "--quiet", "--initial-branch", f"agentos/run-{run_id}")
+    host_git(building, "fetch", "--quiet", "--no-tags", str(stage), sha)
+    host_git(building, "update-ref", f"refs/heads/agentos/run-{run_id}", sha)
+    host_git(building, "update-ref", BASE_REF, sha)
+    give(building, run_id)  # 0700: other runs' uids cannot even look in
+    _checkout(building, run_id)
+    building.rename(path)
+    _write(marker, identity)
+    return path
+
+
+def _resolve_base(project: Path, base: str) -> str:
+    if base.startswith("-"):
+        raise ToolError(f"{base!r} is not a commit of the project.")
+    found = host_git(project, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False)
+    if found.returncode != 0:
+        raise ToolError(f"{base!r} is not a commit of the project's repository.")
+    return found.stdout.strip()
+
+
+def _run_identity(run_id: int) -> str:
+    from kernel.models import Run
+
+    created = Run.objects.filter(pk=run_id).values_list("created_at", flat=True).first()
+    return created.isoformat() if created else ""
+
+
+def _checkout(path: Path, run_id: int) -> None:
+    from cluster.sandbox import Limits, SandboxUnavailable, for_level
+
+    try:
+        done = for_level(1).run(
+            ["git", "reset", "--hard", "--quiet", "HEAD"],
+            workdir=path,
+            run_id=run_id,
+            git_writable=True,
+            limits=Limits(wall_seconds=GIT_TIMEOUT),
+        )
+    except SandboxUnavailable as error:
+        raise ToolError(f"No sandbox on this node: {error}") from None
+    if done.exit_code != 0:
+        raise ToolError(f"Could not check out the run's workspace: {done.summary()}")
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _write(path: Path, text: str) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".marker-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    Path(temp).replace(path)
+
+
+# --- Paths inside a worktree ----------------------------------------------------------------
 
 
 def relative(path: str) -> str:

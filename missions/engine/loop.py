@@ -205,7 +205,7 @@ def agent(ctx: RunContext) -> Outcome:
                 options,
                 spec,
                 look,
-                functools.partial(_judge, by_name, bench.project_id),
+                functools.partial(_judge, by_name, bench),
             ),
             then=functools.partial(_planned_reads, by_name),
         )
@@ -235,7 +235,7 @@ def agent(ctx: RunContext) -> Outcome:
             _append_user_text(provider, conversation.items, STOP_HOOK_PREFIX + refusal)
             size += relief.estimate_tokens(refusal)
             continue
-        verdicts = response.get("permissions") or _judge(by_name, bench.project_id, calls)
+        verdicts = response.get("permissions") or _judge(by_name, bench, calls)
         results = _run_tools(ctx, calls, verdicts, by_name, bench, response["text"])
         answers = provider.tool_results(results)
         conversation.items.extend(answers)
@@ -547,9 +547,10 @@ def _workbench(ctx: RunContext, spec: Spec) -> Workbench:
 
 
 def _judge(
-    tools: dict[str, Tool], project_id: int | None, calls: list[dict[str, Any]]
+    tools: dict[str, Tool], bench: Workbench, calls: list[dict[str, Any]]
 ) -> list[dict[str, Any] | None]:
-    """deny / ask / allow for each call (None for a call the executor will refuse anyway)."""
+    """deny / ask / allow for each call (None for a call the executor will refuse anyway); paths
+    are judged as they resolve in the worktree now (the tools judge again when they write)."""
     verdicts: list[dict[str, Any] | None] = []
     for call in calls:
         tool = tools.get(call["name"])
@@ -557,7 +558,10 @@ def _judge(
         if tool is None or not isinstance(arguments, dict):
             verdicts.append(None)
             continue
-        verdicts.append(permissions.evaluate(tool, arguments, project_id=project_id).as_dict())
+        verdict = permissions.evaluate(
+            tool, arguments, project_id=bench.project_id, workspace=bench.workspace
+        )
+        verdicts.append(verdict.as_dict())
     return verdicts
 
 
@@ -619,7 +623,9 @@ def _run_tools(
             name=call["name"],
             request=request,
             execute=execute,
-            probe=_probe(tool, call, bench) if runs_tool and tool and tool.probe else None,
+            probe=_probe(tool, call, bench, approval)
+            if runs_tool and tool and tool.probe
+            else None,
         )
         results.append(ToolResult(call["call_id"], out["output"], out["is_error"]))
     if batch:
@@ -706,9 +712,12 @@ def _executor(
     return execute
 
 
-def _probe(tool: Tool, call: dict[str, Any], bench: Workbench) -> Any:
+def _probe(
+    tool: Tool, call: dict[str, Any], bench: Workbench, approval: dict[str, Any] | None
+) -> Any:
     def probe(step: StepCall) -> Done | None:
-        found = tool.probe(bench.env(step), call["arguments"] or {}) if tool.probe else None
+        arguments = call["arguments"] or {}
+        found = tool.probe(bench.env(step, approval), arguments) if tool.probe else None
         return Done({"output": found, "is_error": False}) if found is not None else None
 
     return probe

@@ -22,6 +22,7 @@ from django.test import Client
 from agentos import database
 from agentos.tokens import create_token
 from approvals.models import Approval
+from cluster.sandbox import for_level
 from kernel.models import Run, Step, StepKind
 from kernel.worker import Worker
 from missions import demo
@@ -34,18 +35,26 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def remote_head(base: Path) -> str:
-    return workspace.git(base / "calc-remote.git", "rev-parse", "main").stdout.strip()
+    return workspace.host_git(base / "calc-remote.git", "rev-parse", "main").stdout.strip()
 
 
 def pushes(base: Path) -> int:
     """How many times the remote's main moved (its reflog: the seed push, then ours)."""
-    log = workspace.git(base / "calc-remote.git", "reflog", "show", "main", check=False).stdout
+    log = workspace.host_git(base / "calc-remote.git", "reflog", "show", "main", check=False).stdout
     return len(log.splitlines())
 
 
+def in_worktree(run: Run, *args: str) -> str:
+    """git in the run's sandbox: the host never runs git on a worktree, tests included."""
+    done = for_level(1).run(
+        ["git", *args], workdir=Path(run.workspace), run_id=run.pk, stderr_apart=True
+    )
+    assert done.exit_code == 0, done.errors
+    return done.output.strip()
+
+
 def commits_by_agent(run: Run) -> int:
-    counted = workspace.git(Path(run.workspace), "rev-list", "--count", "main..HEAD").stdout
-    return int(counted.strip())
+    return int(in_worktree(run, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
 
 
 def approve_through_the_api(approval: Approval) -> None:
@@ -91,11 +100,8 @@ def test_the_scripted_agent_fixes_the_bug_and_pushes_only_after_approval(demo_ba
 
     run.refresh_from_db()
     assert run.status == "done", run.error
-    assert (
-        remote_head(demo_base)
-        == workspace.git(Path(run.workspace), "rev-parse", "HEAD").stdout.strip()
-    )
-    fixed = workspace.git(demo_base / "calc-remote.git", "show", "main:calc.py").stdout
+    assert remote_head(demo_base) == in_worktree(run, "rev-parse", "HEAD")
+    fixed = workspace.host_git(demo_base / "calc-remote.git", "show", "main:calc.py").stdout
     assert "return sum(values) / len(values)" in fixed
     assert pushes(demo_base) == 2
 

@@ -106,7 +106,7 @@ def test_an_edit_against_a_stale_read_is_refused(hostile: AgentRun) -> None:
 
 def test_a_push_never_happens_without_the_owner(hostile: AgentRun, demo_base: Path) -> None:
     remote = demo_base / "calc-remote.git"
-    before = workspace.git(remote, "rev-parse", "main").stdout
+    before = workspace.host_git(remote, "rev-parse", "main").stdout
     run = hostile(
         [
             calls(("write_file", {"path": "new.txt", "content": "x"})),
@@ -132,7 +132,7 @@ def test_a_push_never_happens_without_the_owner(hostile: AgentRun, demo_base: Pa
     run.refresh_from_db()
     assert run.status == "done", run.error
     assert "no answer before the approval expired" in outputs(run, "git_push")[1]["output"]
-    assert workspace.git(remote, "rev-parse", "main").stdout == before
+    assert workspace.host_git(remote, "rev-parse", "main").stdout == before
 
 
 def test_an_approval_of_one_call_does_not_authorise_another(hostile: AgentRun) -> None:

@@ -1,0 +1,107 @@
+"""Credentials for a project's remotes: kept in the control plane, encrypted by the vault, used
+only by the host's git on the staging repository (push, ls-remote, fetch) — never in a sandbox,
+a prompt, a log or an artifact.
+
+A token goes to git as an HTTP header scoped to the remote's URL, through git's environment
+configuration (`GIT_CONFIG_COUNT`...): no argv shows it to other users of the machine and no
+file holds it. An SSH key is written for the call's duration to a root-only file.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentos import vault
+from kernel.exceptions import KernelError
+from tools.models import CredentialKind, RemoteCredential
+
+URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Auth:
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+
+    def scrub(self, text: str) -> str:
+        return scrub(text, self.secrets)
+
+
+def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """`text` without the given secrets nor any credentials written into a URL."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[secret]")
+    return URL_USERINFO.sub(r"\g<scheme>[credentials]@", text)
+
+
+@contextlib.contextmanager
+def credentials(project_id: int | None, remote: str, url: str) -> Iterator[Auth]:
+    """What host git needs in its environment to reach `remote` of the project (nothing when
+    the project keeps no credential for it)."""
+    stored = (
+        RemoteCredential.objects.filter(project_id=project_id, remote=remote).first()
+        if project_id is not None
+        else None
+    )
+    if stored is None:
+        yield Auth()
+        return
+    try:
+        secret = vault.decrypt(bytes(stored.ciphertext))
+    except vault.Unreadable:
+        raise KernelError(
+            f"The credential for remote {remote!r} cannot be decrypted with the vault's keys;"
+            " set it again in the admin.",
+            code="credential_unreadable",
+        ) from None
+    if stored.kind == CredentialKind.TOKEN:
+        basic = base64.b64encode(f"{stored.username}:{secret}".encode()).decode()
+        header = f"Authorization: Basic {basic}"
+        yield Auth(
+            env={
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": f"http.{url}.extraHeader",
+                "GIT_CONFIG_VALUE_0": header,
+            },
+            secrets=(secret, basic),
+        )
+        return
+    folder = Path(tempfile.mkdtemp(prefix="agentos-ssh-"))  # 0700, ours
+    try:
+        key = folder / "key"
+        key.touch(mode=0o600)
+        key.write_text(secret.strip() + "\n")
+        command = (
+            f"ssh -i {key} -o IdentitiesOnly=yes -o BatchMode=yes -F /dev/null"
+            " -o StrictHostKeyChecking=accept-new"
+        )
+        yield Auth(env={"GIT_SSH_COMMAND": command}, secrets=(secret,))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def put(*, project_id: int, remote: str, kind: str, secret: str, username: str = "") -> None:
+    """Store (or replace) the credential of a project's remote, encrypted."""
+    secret = secret.strip()
+    if kind not in CredentialKind.values:
+        raise KernelError(f"Unknown credential kind {kind!r}.", code="invalid_input")
+    if not secret or len(secret) > 20_000:
+        raise KernelError("A credential is 1 to 20,000 characters.", code="invalid_input")
+    RemoteCredential.objects.update_or_create(
+        project_id=project_id,
+        remote=remote,
+        defaults={
+            "kind": kind,
+            "username": username or ("x-access-token" if kind == CredentialKind.TOKEN else ""),
+            "ciphertext": vault.encrypt(secret),
+            "hint": secret[-4:] if kind == CredentialKind.TOKEN else "",
+        },
+    )
