@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class ToolsConfig(AppConfig):
     name = "tools"
     verbose_name = "Tools and permissions"
+
+    def ready(self) -> None:
+        from agentos import vault
+
+        # A vault rotation re-encrypts the remotes' credentials too.
+        vault.register("tools.RemoteCredential", "ciphertext")
