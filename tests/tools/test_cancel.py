@@ -20,9 +20,9 @@ from tools.builtin import CODING_TOOLS
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def sandbox_processes() -> list[str]:
+def sandbox_processes(run_id: int) -> list[str]:
     found = subprocess.run(
-        ["pgrep", "-u", str(identity()[0]), "-a"], capture_output=True, text=True, check=False
+        ["pgrep", "-u", str(identity(run_id)[0]), "-a"], capture_output=True, text=True, check=False
     )
     return found.stdout.splitlines()
 
@@ -48,7 +48,7 @@ def test_stopping_a_run_kills_its_running_command_and_children(
     worker = threading.Thread(target=Worker(lease_seconds=2).run_until_idle)
     worker.start()
     deadline = time.monotonic() + 30
-    while not any("sleep 301" in line for line in sandbox_processes()):
+    while not any("sleep 301" in line for line in sandbox_processes(run.pk)):
         assert time.monotonic() < deadline, "the command never started"
         time.sleep(0.05)
     asked = time.monotonic()
@@ -58,6 +58,6 @@ def test_stopping_a_run_kills_its_running_command_and_children(
 
     assert Run.objects.get(pk=run.pk).status == "cancelled"
     assert time.monotonic() - asked < 5
-    assert not [line for line in sandbox_processes() if "sleep 30" in line]
+    assert not [line for line in sandbox_processes(run.pk) if "sleep 30" in line]
     shell = Step.objects.get(run=run, name="shell")
     assert shell.result is None or "[cancelled]" in shell.result["output"]
