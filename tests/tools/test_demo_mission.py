@@ -58,7 +58,7 @@ def commits_by_agent(run: Run) -> int:
 
 
 def approve_through_the_api(approval: Approval) -> None:
-    secret = create_token(owner=make_owner().user, name="test").secret
+    secret = create_token(owner=make_owner().user, name="test", scopes=["act", "approve"]).secret
     answered = Client().post(
         f"/api/v1/approvals/{approval.pk}/decision",
         data={"approve": True, "args_hash": approval.request["args_hash"]},
