@@ -16,13 +16,13 @@ from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
-from ninja import NinjaAPI, Router, Schema, Status
+from ninja import Field, NinjaAPI, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
 from agentos import audit, health, idempotency, owner, tokens
 from agentos.errors import DomainError
-from agentos.models import ApiToken, AuditEvent
+from agentos.models import ApiToken, AuditEvent, Scope, default_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ class OwnerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> User:
         found = tokens.authenticate_token(token, address=audit.client_address(request))
         request.api_token = found  # type: ignore[attr-defined]
+        # Reads need `read`, writes `act`; routes needing more (approve) check it themselves.
+        tokens.require_scope(request, tokens.scope_for_method(request.method))
         return found.owner
 
 
@@ -233,13 +235,18 @@ class MeOut(Schema):
 
 class TokenIn(Schema):
     name: str
+    # `approve` only when asked for; the default is what a script usually needs.
+    scopes: list[Scope] = Field(default_factory=default_scopes)
+    days: int = Field(tokens.DEFAULT_DAYS, ge=1, le=tokens.MAX_DAYS)
 
 
 class TokenOut(Schema):
     id: int
     name: str
     prefix: str
+    scopes: list[Scope]
     created_at: datetime
+    expires_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
 
@@ -275,6 +282,8 @@ def create_token(request: HttpRequest, payload: TokenIn) -> Status[dict[str, Any
     new = tokens.create_token(
         owner=caller(request),
         name=payload.name,
+        scopes=payload.scopes,
+        days=payload.days,
         address=audit.client_address(request),
     )
     return Status(201, {**TokenOut.model_validate(new.token).model_dump(), "token": new.secret})

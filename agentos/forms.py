@@ -3,6 +3,9 @@ from __future__ import annotations
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from agentos import tokens
+from agentos.models import Scope, default_scopes
+
 
 class SignInForm(forms.Form):
     username = forms.CharField(
@@ -32,4 +35,20 @@ class TokenForm(forms.Form):
         label=_("Name"),
         max_length=80,
         help_text=_("What will use it, e.g. 'backup script'."),
+    )
+    scopes = forms.MultipleChoiceField(
+        label=_("Scopes"),
+        choices=Scope.choices,
+        initial=default_scopes,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_(
+            "read: look; act: start, steer and change things; approve: decide approvals and "
+            "answer questions (give it only to what you trust with that)."
+        ),
+    )
+    days = forms.IntegerField(
+        label=_("Expires after (days)"),
+        min_value=1,
+        max_value=tokens.MAX_DAYS,
+        initial=tokens.DEFAULT_DAYS,
     )

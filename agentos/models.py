@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+
+class Scope(models.TextChoices):
+    """What a token may do: GET needs `read`, any write `act`, and deciding an approval or
+    answering an owner question `approve` (given only when asked for: a leaked script token
+    must not let an agent's action through)."""
+
+    READ = "read", _("read")
+    ACT = "act", _("act")
+    APPROVE = "approve", _("approve")
+
+
+def default_scopes() -> list[str]:
+    return [Scope.READ.value, Scope.ACT.value]
 
 
 class ApiToken(models.Model):
@@ -18,6 +34,10 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(_("expires at"))
+    scopes = ArrayField(
+        models.CharField(max_length=16, choices=Scope.choices), default=default_scopes
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -28,7 +48,7 @@ class ApiToken(models.Model):
 
     @property
     def is_active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and self.expires_at > timezone.now()
 
 
 class AuditEvent(models.Model):
@@ -76,4 +96,4 @@ class AuditEvent(models.Model):
 # Declared beside the code that uses it; imported here so that Django registers it.
 from agentos.idempotency import IdempotencyKey  # noqa: E402
 
-__all__ = ["ApiToken", "AuditEvent", "IdempotencyKey"]
+__all__ = ["ApiToken", "AuditEvent", "IdempotencyKey", "Scope"]

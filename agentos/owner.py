@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from agentos import audit
-from agentos.models import AuditEvent
+from agentos.models import ApiToken, AuditEvent
 
 DEFAULT_USERNAME = "owner"
 BACKUP_CODES = 10
@@ -25,6 +26,7 @@ class OwnerCredentials:
     password: str
     totp_uri: str
     backup_codes: list[str]
+    tokens_revoked: int = 0
 
 
 def get_owner() -> User | None:
@@ -58,14 +60,19 @@ def ensure_owner(*, username: str = DEFAULT_USERNAME) -> OwnerCredentials | None
 
 
 def reset_owner() -> OwnerCredentials:
-    """New password, new TOTP secret and new backup codes; every old one stops working."""
+    """New password, new TOTP secret and new backup codes; every old one stops working, and so
+    does every API token (whoever lost the credentials may have lost a token too)."""
     with transaction.atomic():
         user = get_owner()
         if user is None:
             raise LookupError("There is no owner account yet; start agentos once to create it.")
         credentials = _issue_credentials(user)
-        audit.record(AuditEvent.Kind.OWNER_RESET, username=user.get_username())
-    return credentials
+        # Every account's tokens, not only the owner's: none may outlive a reset.
+        revoked = ApiToken.objects.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        audit.record(
+            AuditEvent.Kind.OWNER_RESET, username=user.get_username(), tokens_revoked=revoked
+        )
+    return replace(credentials, tokens_revoked=revoked)
 
 
 def _issue_credentials(user: User) -> OwnerCredentials:

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # ArrayField (API token scopes)
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",

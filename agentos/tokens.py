@@ -1,30 +1,51 @@
-"""Personal API tokens: created by the owner, shown once, stored hashed, revocable."""
+"""Personal API tokens: created by the owner, shown once, stored hashed, revocable; each with
+an expiry (90 days unless chosen, at most a year) and scopes (`agentos.models.Scope`)."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agentos import audit
 from agentos.errors import DomainError
-from agentos.models import ApiToken, AuditEvent
+from agentos.models import ApiToken, AuditEvent, Scope, default_scopes
 from agentos.owner import get_owner
 
 PREFIX = "aos_"
 # last_used_at is rewritten at most this often, so a busy script does not write on every call.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+DEFAULT_DAYS = 90
+MAX_DAYS = 365
+# What each scope lets a token do, for the refusal message.
+SCOPE_PURPOSE = {
+    Scope.READ: "to read",
+    Scope.ACT: "to change anything",
+    Scope.APPROVE: "to decide approvals and answer questions",
+}
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
 class TokenRefused(DomainError):
     status = 401
     code = "invalid_token"
+
+
+class TokenExpired(TokenRefused):
+    code = "token_expired"
+
+
+class ScopeMissing(DomainError):
+    status = 403
+    code = "insufficient_scope"
 
 
 @dataclass(frozen=True)
@@ -38,16 +59,34 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_token(*, owner: User, name: str, address: str | None = None) -> NewToken:
+def create_token(
+    *,
+    owner: User,
+    name: str,
+    scopes: Iterable[str] | None = None,
+    days: int = DEFAULT_DAYS,
+    address: str | None = None,
+) -> NewToken:
     name = name.strip()
     if not name:
         raise DomainError(_("A token needs a name (what script uses it)."), code="invalid_input")
     if len(name) > 80:
         raise DomainError(_("A token name has at most 80 characters."), code="invalid_input")
+    chosen = _valid_scopes(default_scopes() if scopes is None else list(scopes))
+    if not 1 <= days <= MAX_DAYS:
+        raise DomainError(
+            _("A token lives between 1 and %(max)d days.") % {"max": MAX_DAYS},
+            code="invalid_input",
+        )
     secret = PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         token = ApiToken.objects.create(
-            owner=owner, name=name, prefix=secret[: len(PREFIX) + 6], digest=digest(secret)
+            owner=owner,
+            name=name,
+            prefix=secret[: len(PREFIX) + 6],
+            digest=digest(secret),
+            scopes=chosen,
+            expires_at=timezone.now() + timedelta(days=days),
         )
         audit.record(
             AuditEvent.Kind.TOKEN_CREATED,
@@ -55,8 +94,24 @@ def create_token(*, owner: User, name: str, address: str | None = None) -> NewTo
             address=address,
             token=token.pk,
             name=name,
+            scopes=chosen,
+            expires_at=token.expires_at.isoformat(),
         )
     return NewToken(token=token, secret=secret)
+
+
+def _valid_scopes(scopes: list[str]) -> list[str]:
+    for scope in scopes:
+        if scope not in Scope.values:
+            raise DomainError(
+                _("Unknown scope '%(scope)s'; choose among %(known)s.")
+                % {"scope": scope, "known": ", ".join(Scope.values)},
+                code="invalid_input",
+            )
+    if not scopes:
+        raise DomainError(_("A token needs at least one scope."), code="invalid_input")
+    # In the declared order, each once: what the owner sees and what is checked are the same.
+    return [scope for scope in Scope.values if scope in scopes]
 
 
 def revoke_token(*, owner: User, token_id: int, address: str | None = None) -> ApiToken:
@@ -96,6 +151,14 @@ def authenticate_token(secret: str, *, address: str | None = None) -> ApiToken:
         )
         raise TokenRefused(_("This API token was revoked."))
     now = timezone.now()
+    if token.expires_at <= now:
+        audit.record(
+            AuditEvent.Kind.TOKEN_REFUSED, address=address, reason="expired", token=token.pk
+        )
+        raise TokenExpired(
+            _("This API token expired on %(date)s; create a new one in Settings.")
+            % {"date": token.expires_at.date().isoformat()}
+        )
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
         # Never wait for the row: a write under an Idempotency-Key authenticates inside its
         # transaction (agentos.idempotency) and holds this lock until it ends; a concurrent
@@ -105,3 +168,35 @@ def authenticate_token(secret: str, *, address: str | None = None) -> ApiToken:
             ApiToken.objects.filter(pk__in=unlocked.values("pk")).update(last_used_at=now)
         token.last_used_at = now
     return token
+
+
+def require_scope(request: HttpRequest, scope: Scope) -> None:
+    """Refuse (403) a request made with a token that lacks `scope`; a verified console session
+    has every scope (the owner signed in with both factors)."""
+    token: ApiToken | None = getattr(request, "api_token", None)
+    if token is None or scope in token.scopes:
+        return
+    audit.record_request(
+        AuditEvent.Kind.TOKEN_REFUSED,
+        request,
+        reason="missing_scope",
+        scope=scope.value,
+        token=token.pk,
+    )
+    raise ScopeMissing(
+        _(
+            "This API token lacks the '%(scope)s' scope (needed %(purpose)s); create a token "
+            "with it in Settings."
+        )
+        % {"scope": scope.value, "purpose": SCOPE_PURPOSE[scope]}
+    )
+
+
+def scope_for_method(method: str | None) -> Scope:
+    return Scope.READ if (method or "GET").upper() in SAFE_METHODS else Scope.ACT
+
+
+def actor(request: HttpRequest) -> str:
+    """Who acts, for the journal and the security log: the owner, or the token by its name."""
+    token: ApiToken | None = getattr(request, "api_token", None)
+    return f"token:{token.name}" if token is not None else "owner"

@@ -238,6 +238,8 @@ def settings_view(request: HttpRequest) -> HttpResponse:
                 created = tokens.create_token(
                     owner=signed_in(request),
                     name=form.cleaned_data["name"],
+                    scopes=form.cleaned_data["scopes"],
+                    days=form.cleaned_data["days"],
                     address=audit.client_address(request),
                 )
                 form = TokenForm()

@@ -13,8 +13,9 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, StrictBool
 
-from agentos import audit
+from agentos import audit, tokens
 from agentos.errors import DomainError
+from agentos.models import Scope
 from agentos.schemas import Text
 from approvals import inbox, service
 from approvals.models import Approval, Question
@@ -74,6 +75,13 @@ class AnswerIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     text: Text = Field(max_length=10000)
+
+
+def _username(request: HttpRequest) -> str:
+    # The owner behind the session or the token (ninja's `request.auth`); with a token,
+    # `request.user` is anonymous.
+    user = getattr(request, "auth", None) or request.user
+    return str(user.get_username())
 
 
 def approval_out(approval: Approval) -> dict[str, Any]:
@@ -138,13 +146,16 @@ def get_approval(request: HttpRequest, approval_id: int) -> dict[str, Any]:
     summary="Approve or refuse the exact call (name its args_hash); wakes the run",
 )
 def decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> dict[str, Any]:
+    # A token decides only with the `approve` scope; the log names it (`by`: token:<name>).
+    tokens.require_scope(request, Scope.APPROVE)
     service.decide(
         approval_id,
         approve=payload.approve,
         args_hash=payload.args_hash,
         always=payload.always,
         note=payload.note,
-        username=request.user.get_username(),
+        by=tokens.actor(request),
+        username=_username(request),
         address=audit.client_address(request),
     )
     return approval_out(Approval.objects.select_related("run").get(pk=approval_id))
@@ -172,10 +183,12 @@ def get_question(request: HttpRequest, question_id: int) -> dict[str, Any]:
     summary="Answer a question; wakes the run",
 )
 def answer(request: HttpRequest, question_id: int, payload: AnswerIn) -> dict[str, Any]:
+    tokens.require_scope(request, Scope.APPROVE)
     service.answer(
         question_id,
         text=payload.text,
-        username=request.user.get_username(),
+        by=tokens.actor(request),
+        username=_username(request),
         address=audit.client_address(request),
     )
     return question_out(Question.objects.select_related("run").get(pk=question_id))

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from django_otp import DEVICE_ID_SESSION_KEY
 
+from agentos.models import ApiToken
 from agentos.views import SCREENS
 from tests.factories import Owner
 
@@ -101,7 +104,9 @@ def test_it_refreshes_only_the_health_card_for_htmx(owner_client: Client) -> Non
 
 
 def test_it_creates_shows_once_and_revokes_a_token_from_settings(owner_client: Client) -> None:
-    created = owner_client.post("/settings/", {"name": "phone shortcut"})
+    created = owner_client.post(
+        "/settings/", {"name": "phone shortcut", "scopes": ["read", "act"], "days": "90"}
+    )
 
     assert created.status_code == 200
     secret = re.search(r'id="new-token">(aos_[^<]+)<', created.content.decode())
@@ -110,6 +115,34 @@ def test_it_creates_shows_once_and_revokes_a_token_from_settings(owner_client: C
     token_id = created.context["tokens"][0].pk
     assert owner_client.post(f"/settings/tokens/{token_id}/revoke").status_code == 302
     assert "revoked" in owner_client.get("/settings/").content.decode()
+
+
+def test_it_offers_read_and_act_for_90_days_and_approve_only_when_ticked(
+    owner_client: Client,
+) -> None:
+    form = owner_client.get("/settings/").content.decode()
+    assert re.search(r'<input[^>]*value="read"[^>]*checked', form)
+    assert re.search(r'<input[^>]*value="act"[^>]*checked', form)
+    assert not re.search(r'<input[^>]*value="approve"[^>]*checked', form)
+    assert re.search(r'<input[^>]*name="days"[^>]*value="90"', form)
+
+    created = owner_client.post(
+        "/settings/", {"name": "phone", "scopes": ["read", "approve"], "days": "7"}
+    )
+
+    token = ApiToken.objects.get()
+    assert token.scopes == ["read", "approve"]
+    assert token.expires_at.date() == (timezone.now() + timedelta(days=7)).date()
+    page = created.content.decode()
+    assert "read, approve" in page
+    assert token.expires_at.strftime("%Y-%m-%d") in page
+
+
+def test_it_refuses_a_token_without_a_scope_from_settings(owner_client: Client) -> None:
+    response = owner_client.post("/settings/", {"name": "nothing", "days": "90"})
+
+    assert response.status_code == 400
+    assert not ApiToken.objects.exists()
 
 
 def test_it_refuses_a_token_without_a_name_from_settings(owner_client: Client) -> None:

@@ -55,3 +55,10 @@ def secret(owner: Owner) -> str:
 @pytest.fixture
 def api(client: Client, secret: str) -> Api:
     return Api(client, secret)
+
+
+@pytest.fixture
+def approver(client: Client, owner: Owner) -> Api:
+    """A script trusted with owner decisions: its token has the `approve` scope too."""
+    scopes = ["read", "act", "approve"]
+    return Api(client, tokens.create_token(owner=owner.user, name="approver", scopes=scopes).secret)

@@ -218,13 +218,13 @@ def test_reads_and_keyless_writes_record_nothing(api: Api) -> None:
     assert not IdempotencyKey.objects.exists()
 
 
-def test_approval_decisions_are_idempotent_too(api: Api) -> None:
+def test_approval_decisions_are_idempotent_too(approver: Api) -> None:
     approval = make_approval()
     body = {"approve": True, "args_hash": approval.request["args_hash"]}
 
-    first = api.post(f"/approvals/{approval.pk}/decision", body, key="decide-1")
-    again = api.post(f"/approvals/{approval.pk}/decision", body, key="decide-1")
-    unkeyed = api.post(f"/approvals/{approval.pk}/decision", body)
+    first = approver.post(f"/approvals/{approval.pk}/decision", body, key="decide-1")
+    again = approver.post(f"/approvals/{approval.pk}/decision", body, key="decide-1")
+    unkeyed = approver.post(f"/approvals/{approval.pk}/decision", body)
 
     assert (first.status_code, again.status_code) == (200, 200)
     assert again.json() == first.json()

@@ -254,9 +254,13 @@ def test_it_answers_broken_json_with_400(owner_client: Client) -> None:
     assert error_of(response)["code"] == "malformed_json"
 
 
-def test_it_accepts_a_bearer_token(client: Client, owner: Owner) -> None:
+def test_it_lets_a_token_with_the_approve_scope_decide_and_logs_its_name(
+    client: Client, owner: Owner
+) -> None:
     approval = make_approval()
-    secret = tokens.create_token(owner=owner.user, name="phone shortcut").secret
+    secret = tokens.create_token(
+        owner=owner.user, name="phone shortcut", scopes=["read", "act", "approve"]
+    ).secret
 
     listed = client.get("/api/v1/approvals", headers=bearer(secret))
     decided = client.post(
@@ -269,6 +273,50 @@ def test_it_accepts_a_bearer_token(client: Client, owner: Owner) -> None:
     assert [item["id"] for item in listed.json()] == [approval.pk]
     assert decided.status_code == 200
     assert decided.json()["status"] == "approved"
+    logged = AuditEvent.objects.get(kind=AuditEvent.Kind.APPROVAL_DECIDED)
+    assert (logged.username, logged.detail["by"]) == (owner.username, "token:phone shortcut")
+
+
+def test_it_refuses_a_decision_by_a_token_without_the_approve_scope(
+    client: Client, owner: Owner
+) -> None:
+    approval = make_approval()
+    secret = tokens.create_token(owner=owner.user, name="backup-script").secret  # read + act
+
+    response = client.post(
+        f"/api/v1/approvals/{approval.pk}/decision",
+        {"approve": True, "args_hash": approval.request["args_hash"]},
+        content_type="application/json",
+        headers=bearer(secret),
+    )
+
+    assert response.status_code == 403
+    assert error_of(response) == {
+        "code": "insufficient_scope",
+        "message": "This API token lacks the 'approve' scope (needed to decide approvals and "
+        "answer questions); create a token with it in Settings.",
+    }
+    assert Wait.objects.get(pk=approval.pk).state == WaitState.OPEN
+    assert not AuditEvent.objects.filter(kind=AuditEvent.Kind.APPROVAL_DECIDED).exists()
+
+
+def test_it_lets_only_an_approve_token_answer_a_question_and_logs_its_name(
+    client: Client, owner: Owner
+) -> None:
+    question = make_question()
+    url = f"/api/v1/questions/{question.pk}/answer"
+    plain = tokens.create_token(owner=owner.user, name="cron").secret
+    approver = tokens.create_token(owner=owner.user, name="phone", scopes=["act", "approve"])
+
+    refused = client.post(url, {"text": "main"}, "application/json", headers=bearer(plain))
+    answered = client.post(
+        url, {"text": "main"}, "application/json", headers=bearer(approver.secret)
+    )
+
+    assert (refused.status_code, error_of(refused)["code"]) == (403, "insufficient_scope")
+    assert answered.status_code == 200
+    logged = AuditEvent.objects.get(kind=AuditEvent.Kind.QUESTION_ANSWERED)
+    assert logged.detail["by"] == "token:phone"
 
 
 def test_it_checks_csrf_on_session_decisions(owner: Owner) -> None:

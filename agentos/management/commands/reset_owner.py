@@ -21,3 +21,4 @@ class Command(BaseCommand):
         host = os.environ.get("AGENTOS_HOST", "127.0.0.1")
         port = os.environ.get("AGENTOS_PORT", "8000")
         self.stdout.write(credentials.render(new, url=f"http://{host}:{port}"))
+        self.stdout.write(f"{new.tokens_revoked} API tokens revoked.")
