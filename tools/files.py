@@ -1,49 +1,38 @@
 """File tools: read, list, search (ripgrep), edit by exact replacement, write.
 
-They run in the harness on the run's worktree, never following a symlink out of it. Edits and
+They run in the harness on the run's worktree, which the agent may have filled with links, FIFOs
+and sockets: paths are resolved on directory descriptors beneath the worktree (`tools.safefs`),
+only regular files are opened, never blocking, and a write is judged against the protected paths
+again on the path it resolves to at that moment. `search` runs ripgrep in the sandbox. Edits and
 overwrites need a fresh read: refused if the file changed since the agent last read it (another
 process, the agent's own shell command), so it never overwrites what it has not seen.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-import subprocess
-import tempfile
-from pathlib import Path
+import posixpath
+import secrets
+import stat
+import time
 from typing import Any
 
 from kernel.models import Effect
-from tools import workspace
+from tools import permissions, safefs, workspace
 from tools.base import Risk, Tool, ToolEnv, ToolError
 from tools.models import FileView
 
 MAX_READ_BYTES = 2_000_000
 MAX_LIST_ENTRIES = 2000
+LIST_SECONDS = 20.0  # a listing is cut here (a huge tree), and at once on a stop
+SEARCH_SECONDS = 60
 SKIPPED_DIRS = {".git", "node_modules", "__pycache__", ".venv"}
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _read_bytes(path: Path, shown: str) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        raise ToolError(f"{shown}: no such file.") from None
-    except IsADirectoryError:
-        raise ToolError(f"{shown}: a directory, not a file (use list_files).") from None
-    except OSError as error:
-        raise ToolError(f"{shown}: cannot open: {error.strerror}.") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not Path(f"/proc/self/fd/{handle.fileno()}").is_file():
-            raise ToolError(f"{shown}: not a regular file.")
-        data = handle.read(MAX_READ_BYTES + 1)
-    if len(data) > MAX_READ_BYTES:
-        raise ToolError(f"{shown}: larger than {MAX_READ_BYTES} bytes; read it with the shell.")
-    return data
 
 
 def _view(env: ToolEnv, rel: str, sha: str) -> None:
@@ -54,8 +43,8 @@ def _view(env: ToolEnv, rel: str, sha: str) -> None:
 
 def _read(env: ToolEnv, arguments: dict[str, Any]) -> str:
     top = env.need_workspace()
-    rel = workspace.relative(arguments["path"])
-    data = _read_bytes(workspace.resolve(top, rel), rel)
+    # Views are keyed by the resolved path: a read through a link counts for the file it names.
+    rel, data = safefs.read_file(top, arguments["path"], MAX_READ_BYTES)
     _view(env, rel, _sha(data))
     text = data.decode("utf-8", errors="replace")
     lines = text.splitlines()
@@ -69,97 +58,157 @@ def _read(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
 
 def _list(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    """The walk is on directory descriptors (`os.fwalk`): entries are classified from the
+    directory listing, never opened, and a directory swapped for a link is not followed."""
     top = env.need_workspace()
-    rel = workspace.relative(arguments.get("path", "."))
-    start = workspace.resolve(top, rel)
-    if not start.is_dir() or start.is_symlink():
-        raise ToolError(f"{rel}: not a directory.")
+    shown = arguments.get("path", ".")
     depth = arguments.get("depth", 3)
+    deadline = time.monotonic() + LIST_SECONDS
     entries: list[str] = []
-    for here, dirs, files in os.walk(start, followlinks=False):
-        level = len(Path(here).relative_to(start).parts)
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        if level + 1 >= depth:
-            dirs_shown, dirs[:] = list(dirs), []
-        else:
-            dirs_shown = []
-        base = Path(here).relative_to(top)
-        for name in sorted(files):
-            entries.append(str(base / name))
-        entries.extend(f"{base / name}/" for name in dirs_shown)
-        if len(entries) > MAX_LIST_ENTRIES:
-            break
+    cut = ""
+    with safefs.locate(top, shown) as found:
+        info = found.lstat()
+        if info is None or not stat.S_ISDIR(info.st_mode):
+            raise ToolError(f"{shown}: not a directory.")
+        start = found.rel
+        name = found.name or "."
+        for here, dirs, files, _fd in os.fwalk(name, dir_fd=found.parent, follow_symlinks=False):
+            if env.call.stopping.is_set():
+                cut = "[listing stopped: the run is stopping]"
+                break
+            if time.monotonic() > deadline:
+                cut = f"[listing cut after {LIST_SECONDS:g} s: list a smaller directory]"
+                break
+            inner = posixpath.relpath(here, name)
+            level = 0 if inner == "." else inner.count("/") + 1
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            if level + 1 >= depth:
+                dirs_shown, dirs[:] = list(dirs), []
+            else:
+                dirs_shown = []
+            base = posixpath.normpath(posixpath.join(start, inner))
+            entries.extend(_entry(base, item) for item in sorted(files))
+            entries.extend(f"{_entry(base, item)}/" for item in dirs_shown)
+            if len(entries) > MAX_LIST_ENTRIES:
+                break
     entries.sort()
     more = len(entries) - MAX_LIST_ENTRIES
     text = "\n".join(entries[:MAX_LIST_ENTRIES]) or "(empty directory)"
-    return text + (f"\n[{more} more entries]" if more > 0 else "")
+    text += f"\n[{more} more entries]" if more > 0 else ""
+    return text + (f"\n{cut}" if cut else "")
+
+
+def _entry(base: str, name: str) -> str:
+    return name if base == "." else f"{base}/{name}"
 
 
 def _search(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    """ripgrep runs in the sandbox, as the run's sandbox user: it reads what the agent wrote
+    (ignore files, which may be FIFOs, nested repositories), so never on the host."""
+    from cluster.sandbox import Limits, SandboxUnavailable, for_level
+
     top = env.need_workspace()
-    rel = workspace.relative(arguments.get("path", "."))
-    workspace.resolve(top, rel)
-    argv = ["rg", "--line-number", "--no-heading", "--color", "never", "--max-count", "200"]
+    with safefs.locate(top, arguments.get("path", ".")) as found:
+        info = found.lstat()
+        if info is None:
+            raise ToolError(f"{arguments.get('path')}: no such file or directory.")
+        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            raise ToolError(f"{found.rel}: {safefs.kind(info.st_mode)}; nothing to search.")
+        rel = found.rel
+    argv = ["rg", "--no-config", "--line-number", "--no-heading", "--color", "never"]
+    argv += ["--max-count", "200"]
     if arguments.get("glob"):
         argv += ["--glob", arguments["glob"]]
     if arguments.get("ignore_case"):
         argv.append("--ignore-case")
     argv += ["--regexp", arguments["pattern"], "--", rel]
     try:
-        done = subprocess.run(  # noqa: S603  # the pattern is one argv item, after --regexp
+        done = for_level(1).run(
             argv,
-            cwd=top,
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+            workdir=top,
+            limits=Limits(wall_seconds=SEARCH_SECONDS, cpu_seconds=SEARCH_SECONDS),
+            stopping=env.call.stopping,
+            run_id=env.run_id,
         )
-    except FileNotFoundError:
-        raise ToolError("ripgrep (rg) is not installed on this node.") from None
-    if done.returncode == 1:
+    except SandboxUnavailable as error:
+        raise ToolError(f"No sandbox on this node to search in: {error}") from None
+    if done.cancelled:
+        raise ToolError("search: cancelled.")
+    if done.timed_out:
+        raise ToolError(f"search: no answer within {SEARCH_SECONDS} s; narrow the path or glob.")
+    if done.exit_code == 1:
         return "No match."
-    if done.returncode != 0:
-        raise ToolError(f"search failed: {done.stderr.strip()}")
-    return done.stdout
+    if done.exit_code != 0:
+        raise ToolError(f"search failed: {done.output.strip()}")
+    if done.truncated_bytes:
+        return f"{done.output}\n[output truncated: {done.truncated_bytes} bytes dropped]"
+    return done.output
 
 
-def _write_atomically(env: ToolEnv, rel: str, target: Path, data: bytes) -> None:
+def _owner(env: ToolEnv) -> tuple[int, int] | None:
+    """Who files the harness creates in the worktree belong to: the run's sandbox user."""
+    if os.geteuid() != 0:
+        return None
+    from cluster.sandbox import identity
+
+    return identity(env.run_id)
+
+
+def _refuse_protected(rel: str, shown: str) -> None:
+    """Judged again at execution time, on the path resolved now: whatever the links became
+    since the verdict, nothing is written to a protected path."""
+    why = permissions.protected(rel)
+    if why:
+        via = "" if rel == workspace.relative(shown) else f" ({shown} leads to {rel})"
+        raise ToolError(f"Refused: {why}{via}.")
+
+
+def _write_atomically(env: ToolEnv, found: safefs.Located, data: bytes, mode: int) -> None:
     """Announce the new hash, write beside the file and rename over it: a crash leaves the old
-    file or the new one, and a replay knows which."""
+    file or the new one, and a replay knows which. Every call is relative to the directory's
+    descriptor: nothing here follows a link."""
     FileView.objects.update_or_create(
-        run_id=env.run_id, path=rel, defaults={"pending_sha256": _sha(data)}
+        run_id=env.run_id, path=found.rel, defaults={"pending_sha256": _sha(data)}
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".agentos-write-")
+    owner = _owner(env)
+    found.make_parents(owner)
+    temp = f".agentos-write-{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o600, dir_fd=found.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        written = Path(temp)
-        keep_mode = target.exists() and not target.is_symlink()
-        written.chmod(target.stat().st_mode & 0o777 if keep_mode else 0o644)
-        from cluster.sandbox import give
-
-        give(written)
-        written.replace(target)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            os.fchmod(fd, mode)
+            if owner is not None:
+                os.fchown(fd, *owner)
+        finally:
+            os.close(fd)
+        os.rename(temp, found.name, src_dir_fd=found.parent, dst_dir_fd=found.parent)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=found.parent)
         raise
-    _view(env, rel, _sha(data))
+    _view(env, found.rel, _sha(data))
 
 
-def _landed(env: ToolEnv, rel: str, target: Path) -> bool:
+def _landed(env: ToolEnv, found: safefs.Located) -> bool:
     """On a replayed step: did this very write already land before the crash?"""
-    if not env.call.replay or not target.is_file():
+    if not env.call.replay:
         return False
     pending = (
-        FileView.objects.filter(run_id=env.run_id, path=rel)
+        FileView.objects.filter(run_id=env.run_id, path=found.rel)
         .values_list("pending_sha256", flat=True)
         .first()
     )
-    return bool(pending) and pending == _sha(target.read_bytes())
+    if not pending:
+        return False
+    try:
+        return pending == _sha(safefs.read_regular(found, found.rel, MAX_READ_BYTES))
+    except ToolError:
+        return False
 
 
 def _fresh(env: ToolEnv, rel: str, current: bytes) -> None:
@@ -178,40 +227,52 @@ def _fresh(env: ToolEnv, rel: str, current: bytes) -> None:
 
 def _edit(env: ToolEnv, arguments: dict[str, Any]) -> str:
     top = env.need_workspace()
-    rel = workspace.relative(arguments["path"])
-    target = workspace.resolve(top, rel)
-    if _landed(env, rel, target):
-        return f"Edited {rel}."
-    current = _read_bytes(target, rel)
-    _fresh(env, rel, current)
-    text = current.decode("utf-8", errors="strict") if current else ""
-    old, new = arguments["old_text"], arguments["new_text"]
-    if old == new:
-        raise ToolError("old_text and new_text are the same: nothing to edit.")
-    found = text.count(old)
-    if found == 0:
-        raise ToolError(f"{rel}: old_text not found (it must match exactly, whitespace included).")
-    if found > 1 and not arguments.get("replace_all"):
-        raise ToolError(
-            f"{rel}: old_text occurs {found} times; give more context to make it unique, or set"
-            " replace_all."
-        )
-    _write_atomically(env, rel, target, text.replace(old, new).encode())
-    return f"Edited {rel} ({found} replacement{'s' if found > 1 else ''})."
+    shown = arguments["path"]
+    with safefs.locate(top, shown) as found:
+        rel = found.rel
+        _refuse_protected(rel, shown)
+        if _landed(env, found):
+            return f"Edited {rel}."
+        current = safefs.read_regular(found, rel, MAX_READ_BYTES)
+        _fresh(env, rel, current)
+        text = current.decode("utf-8", errors="strict") if current else ""
+        old, new = arguments["old_text"], arguments["new_text"]
+        if old == new:
+            raise ToolError("old_text and new_text are the same: nothing to edit.")
+        found_count = text.count(old)
+        if found_count == 0:
+            raise ToolError(
+                f"{rel}: old_text not found (it must match exactly, whitespace included)."
+            )
+        if found_count > 1 and not arguments.get("replace_all"):
+            raise ToolError(
+                f"{rel}: old_text occurs {found_count} times; give more context to make it"
+                " unique, or set replace_all."
+            )
+        info = found.lstat()
+        mode = stat.S_IMODE(info.st_mode) if info is not None else 0o644
+        _write_atomically(env, found, text.replace(old, new).encode(), mode)
+    return f"Edited {rel} ({found_count} replacement{'s' if found_count > 1 else ''})."
 
 
 def _write(env: ToolEnv, arguments: dict[str, Any]) -> str:
     top = env.need_workspace()
-    rel = workspace.relative(arguments["path"])
-    target = workspace.resolve(top, rel)
+    shown = arguments["path"]
     data = arguments["content"].encode()
-    if _landed(env, rel, target):
-        return f"Wrote {rel} ({len(data)} bytes)."
-    if target.is_symlink() or target.is_dir():
-        raise ToolError(f"{rel}: not a regular file.")
-    if target.exists():
-        _fresh(env, rel, _read_bytes(target, rel))
-    _write_atomically(env, rel, target, data)
+    # A final link is not followed: write_file replaces files, it does not write through links.
+    with safefs.locate(top, shown, follow=False) as found:
+        rel = found.rel
+        _refuse_protected(rel, shown)
+        if _landed(env, found):
+            return f"Wrote {rel} ({len(data)} bytes)."
+        info = found.lstat()
+        mode = 0o644
+        if info is not None:
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"{rel}: {safefs.kind(info.st_mode)}, not a regular file; refused.")
+            _fresh(env, rel, safefs.read_regular(found, rel, MAX_READ_BYTES))
+            mode = stat.S_IMODE(info.st_mode)
+        _write_atomically(env, found, data, mode)
     return f"Wrote {rel} ({len(data)} bytes)."
 
 

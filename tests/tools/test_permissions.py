@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,6 +72,18 @@ def test_rules_of_another_project_do_not_apply(project: Project) -> None:
         ".husky/pre-push",
         "AGENTS.md",
         "./.git/../.git/config",
+        ".gitattributes",
+        "vendor/.gitattributes",
+        ".gitmodules",
+        ".github/workflows/ci.yml",
+        ".vscode/tasks.json",
+        ".idea/workspace.xml",
+        ".cursor/rules/x.mdc",
+        ".mcp.json",
+        "GEMINI.md",
+        ".githooks/pre-commit",
+        "CLAUDE.md",
+        "Agents.md",  # a case-insensitive file system (macOS) opens AGENTS.md for it
     ],
 )
 def test_protected_paths_are_denied_even_against_an_allow_rule(project: Project, path: str) -> None:
@@ -81,6 +94,40 @@ def test_protected_paths_are_denied_even_against_an_allow_rule(project: Project,
         )
         assert verdict.decision == "deny", path
         assert "protected" in verdict.reason
+
+
+@pytest.mark.parametrize("path", ["README.md", "src/github/x.py", "docs/agents.txt", "gitattr"])
+def test_ordinary_paths_are_not_protected(project: Project, path: str) -> None:
+    assert permissions.protected(path) is None
+    assert decide(WRITE_FILE, {"path": path, "content": ""}, project).decision == "allow"
+
+
+def test_protection_is_judged_on_the_path_a_link_leads_to(project: Project, tmp_path: Path) -> None:
+    (tmp_path / ".githooks").mkdir()
+    (tmp_path / ".envrc").write_text("export A=1\n")
+    (tmp_path / "hooks").symlink_to(".githooks")
+    (tmp_path / "env").symlink_to(".envrc")
+    (tmp_path / "gh").symlink_to("/workspace/.github")  # the sandbox's view of the top
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "up").symlink_to("..")
+
+    def judged(tool: Tool, path: str) -> permissions.Verdict:
+        arguments = {"path": path, "content": "", "old_text": "a", "new_text": "b"}
+        return permissions.evaluate(tool, arguments, project_id=project.pk, workspace=tmp_path)
+
+    hooks = judged(WRITE_FILE, "hooks/pre-commit")
+    assert hooks.decision == "deny"
+    assert ".githooks/ is protected" in hooks.reason
+    assert "hooks/pre-commit leads to .githooks/pre-commit" in hooks.reason
+    assert judged(EDIT_FILE, "env").decision == "deny"
+    assert judged(WRITE_FILE, "gh/workflows/ci.yml").decision == "deny"
+    assert judged(EDIT_FILE, "src/up/.envrc").decision == "deny"
+    assert judged(WRITE_FILE, "src/ok.py").decision == "allow"
+    assert not (tmp_path / ".github").exists()  # judging creates nothing
+    # Without the worktree (no repository), the text path alone is judged.
+    assert decide(WRITE_FILE, {"path": "hooks/pre-commit", "content": ""}, project).decision == (
+        "allow"
+    )
 
 
 def test_reading_a_protected_path_is_not_a_write(project: Project) -> None:
