@@ -51,6 +51,28 @@ class ApiToken(models.Model):
         return self.revoked_at is None and self.expires_at > timezone.now()
 
 
+class SignInThrottle(models.Model):
+    """Failed sign-ins of one client address (`username` empty) or of one (address, username),
+    and until when the next attempt from there is refused. Rows, not memory: a restart or
+    another process does not reset them. Written only by `agentos.signin`."""
+
+    address = models.CharField(max_length=45, blank=True)  # empty: the server saw none
+    username = models.CharField(max_length=150, blank=True)
+    failures = models.PositiveIntegerField(default=0)
+    last_failure_at = models.DateTimeField()
+    blocked_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["address", "username"], name="signin_throttle_key")
+        ]
+        # Old rows are swept by age at each failure.
+        indexes = [models.Index(fields=["last_failure_at"], name="signin_throttle_age")]
+
+    def __str__(self) -> str:
+        return f"{self.address} {self.username or '*'}: {self.failures}"
+
+
 class AuditEvent(models.Model):
     """Append-only record of security-relevant facts: sign-ins, refusals, token use.
 
@@ -84,7 +106,7 @@ class AuditEvent(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [
-            # The sign-in limiter counts recent failures per username and per address.
+            # The owner browses sign-in history by account and by address.
             models.Index(fields=["kind", "username", "at"], name="audit_kind_user_at"),
             models.Index(fields=["kind", "address", "at"], name="audit_kind_addr_at"),
         ]
@@ -96,4 +118,4 @@ class AuditEvent(models.Model):
 # Declared beside the code that uses it; imported here so that Django registers it.
 from agentos.idempotency import IdempotencyKey  # noqa: E402
 
-__all__ = ["ApiToken", "AuditEvent", "IdempotencyKey", "Scope"]
+__all__ = ["ApiToken", "AuditEvent", "IdempotencyKey", "Scope", "SignInThrottle"]

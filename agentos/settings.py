@@ -163,10 +163,14 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "console:login"
 LOGIN_REDIRECT_URL = "console:home"
 OTP_TOTP_ISSUER = "agentos"
-# Failed sign-ins tolerated per username and per client address inside the window.
-SIGNIN_WINDOW_SECONDS = env_int("AGENTOS_SIGNIN_WINDOW", 900, minimum=60)
-SIGNIN_MAX_FAILURES_PER_USER = env_int("AGENTOS_SIGNIN_MAX_FAILURES", 5, minimum=1)
+# Failed sign-ins let through at once, per (client address, username) and per client address;
+# past them, each failure delays the next attempt twice as long, up to the longest delay. A
+# count is forgotten after a quiet period. There is no per-username count: an attacker elsewhere
+# must not be able to lock the owner out (agentos.signin).
+SIGNIN_MAX_FAILURES = env_int("AGENTOS_SIGNIN_MAX_FAILURES", 5, minimum=1)
 SIGNIN_MAX_FAILURES_PER_ADDRESS = env_int("AGENTOS_SIGNIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1)
+SIGNIN_MAX_DELAY_SECONDS = env_int("AGENTOS_SIGNIN_MAX_DELAY", 900, minimum=1)
+SIGNIN_FORGET_SECONDS = env_int("AGENTOS_SIGNIN_FORGET", 86400, minimum=60)
 
 SESSION_COOKIE_AGE = env_int("AGENTOS_SESSION_SECONDS", 7 * 24 * 3600, minimum=300)
 SESSION_COOKIE_HTTPONLY = True

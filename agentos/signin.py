@@ -1,26 +1,35 @@
-"""Owner sign-in: password and a mandatory second factor, with a limiter on failures.
+"""Owner sign-in: password and a mandatory second factor, with growing delays after failures.
 
 One entry point, `sign_in`, used by the login page. A password alone never opens a session: the
 code (TOTP, or a one-time backup code) is checked in the same step, and every outcome is audited.
+
+Failures are counted per (client address, username) and per client address, in the database
+(`SignInThrottle`: shared by every process, kept across restarts). Past a few free failures,
+each one refuses the next attempt from there for twice as long as the last (1 s, 2 s, 4 s, …,
+at most `SIGNIN_MAX_DELAY_SECONDS`). Nothing is counted per username alone: an attacker on
+another address can slow only themselves, never lock the owner out.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import django_otp
 from django.conf import settings
 from django.contrib.auth import authenticate, login
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django_otp.models import Device
 
 from agentos import audit
-from agentos.models import AuditEvent
+from agentos.models import AuditEvent, SignInThrottle
 
 
 class SignInRefused(Exception):
@@ -42,24 +51,35 @@ class SignedIn:
 def sign_in(request: HttpRequest, *, username: str, password: str, code: str) -> SignedIn:
     """Open a verified owner session, or raise `SignInRefused`.
 
-    1. Refuse at once while too many recent failures name this user or come from this address.
-    2. Check the password and then the code; a failure of either is audited and counted.
-    3. Log in and bind the verifying device to the session (django-otp marks it verified).
+    1. Refuse at once, checking nothing, while this address (or this address for this
+       username) must wait.
+    2. Check the password and then the code; a failure of either is audited, counted, and
+       answered with one message (which of them was wrong is never said).
+    3. Log in, bind the verifying device to the session (django-otp marks it verified), and
+       clear this address's counts.
     """
-    address = audit.client_address(request)
-    wait = _seconds_until_allowed(username=username, address=address)
+    address = audit.client_address(request) or ""
+    name = _name(username)
+    wait = _seconds_to_wait(address=address, username=name)
     if wait:
-        minutes = max(1, math.ceil(wait / 60))
         audit.record_request(AuditEvent.Kind.SIGNIN_THROTTLED, request, username=username)
+        # This says only how many failures came from here lately, which the client knows: it
+        # is decided before the password is looked at, the same for a right and a wrong one.
+        seconds = math.ceil(wait)
         raise SignInRefused(
-            _("Too many failed sign-in attempts. Try again in %(minutes)d minute(s).")
-            % {"minutes": minutes},
+            ngettext(
+                "Too many attempts; try again in %(seconds)d second.",
+                "Too many attempts; try again in %(seconds)d seconds.",
+                seconds,
+            )
+            % {"seconds": seconds},
             status=429,
             reason="throttled",
         )
     code = "".join(code.split())
     if not code:
-        _fail(request, username, "missing_second_factor")
+        # Said before anything is checked, so it tells nothing about the password; not counted.
+        _audit_failure(request, username, "missing_second_factor")
         raise SignInRefused(
             _("Enter the code from your authenticator app, or one of your backup codes."),
             status=400,
@@ -67,17 +87,17 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
         )
 
     user = authenticate(request, username=username, password=password)
-    if user is None:
-        _fail(request, username, "bad_password")
-        raise SignInRefused(_("Wrong username or password."), status=401, reason="bad_password")
-
-    device = django_otp.match_token(user, code)
-    if device is None:
-        _fail(request, username, "bad_code")
+    device = django_otp.match_token(user, code) if user is not None else None
+    if user is None or device is None:
+        reason = "bad_password" if user is None else "bad_code"
+        _audit_failure(request, username, reason)
+        _count_failure(address=address, username=name)
+        # One text and one status for a wrong user, password or code: a right password with a
+        # wrong code must not be told apart (the audit log, the owner's only, keeps which).
         raise SignInRefused(
-            _("Wrong code, or a code that was already used. Wait for the next code and retry."),
+            _("Sign-in failed: check your username, password and code."),
             status=401,
-            reason="bad_code",
+            reason=reason,
         )
 
     login(request, user)
@@ -85,29 +105,55 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
     audit.record_request(
         AuditEvent.Kind.SIGNIN_SUCCEEDED, request, username=username, device=device.persistent_id
     )
+    # The owner proved who they are from here: their own mistakes stop counting against them.
+    SignInThrottle.objects.filter(address=address, username__in=["", name]).delete()
     return SignedIn(user=user, device=device)
 
 
-def _fail(request: HttpRequest, username: str, reason: str) -> None:
+def _name(username: str) -> str:
+    # Case and spaces must not give an attacker a fresh count for the same account.
+    return username.strip().lower()[:150]
+
+
+def _audit_failure(request: HttpRequest, username: str, reason: str) -> None:
     audit.record_request(AuditEvent.Kind.SIGNIN_FAILED, request, username=username, reason=reason)
 
 
-def _seconds_until_allowed(*, username: str, address: str | None) -> float:
-    """Seconds until the oldest counted failure leaves the window, or 0 when not throttled."""
-    window = timedelta(seconds=settings.SIGNIN_WINDOW_SECONDS)
-    since = timezone.now() - window
-    # A form sent without its code proves nothing about the password: it is not counted.
-    failures = AuditEvent.objects.filter(kind=AuditEvent.Kind.SIGNIN_FAILED, at__gte=since).exclude(
-        detail__reason="missing_second_factor"
-    )
-    limits = [(failures.filter(username=username), settings.SIGNIN_MAX_FAILURES_PER_USER)]
-    if address:
-        limits.append((failures.filter(address=address), settings.SIGNIN_MAX_FAILURES_PER_ADDRESS))
-    wait = 0.0
-    for rows, limit in limits:
-        recent = list(rows.order_by("-at").values_list("at", flat=True)[:limit])
-        if len(recent) >= limit:
-            # Allowed again when the limit-th most recent failure falls out of the window.
-            freed_at = recent[-1] + window
-            wait = max(wait, (freed_at - timezone.now()).total_seconds())
-    return wait
+def _seconds_to_wait(*, address: str, username: str) -> float:
+    now = timezone.now()
+    blocked = SignInThrottle.objects.filter(
+        Q(username="") | Q(username=username),
+        address=address,
+        blocked_until__gt=now,
+        last_failure_at__gt=now - timedelta(seconds=settings.SIGNIN_FORGET_SECONDS),
+    ).values_list("blocked_until", flat=True)
+    return max(((until - now).total_seconds() for until in blocked), default=0.0)
+
+
+def _count_failure(*, address: str, username: str) -> None:
+    """One more failure for the address and for the (address, username) pair; past the free
+    ones, the next attempt waits 2^(failures - free) seconds, capped."""
+    now = timezone.now()
+    forget = now - timedelta(seconds=settings.SIGNIN_FORGET_SECONDS)
+    counts = [
+        (username, settings.SIGNIN_MAX_FAILURES),
+        ("", settings.SIGNIN_MAX_FAILURES_PER_ADDRESS),
+    ]
+    with transaction.atomic():
+        SignInThrottle.objects.filter(last_failure_at__lte=forget).delete()
+        for name, free in counts:
+            row, _created = SignInThrottle.objects.select_for_update().get_or_create(
+                address=address, username=name, defaults={"last_failure_at": now}
+            )
+            row.failures += 1
+            row.last_failure_at = now
+            row.blocked_until = _blocked_until(now, failures=row.failures, free=free)
+            row.save(update_fields=["failures", "last_failure_at", "blocked_until"])
+
+
+def _blocked_until(now: datetime, *, failures: int, free: int) -> datetime | None:
+    if failures < free:
+        return None
+    # Capped before the power is taken: a long campaign must not overflow the exponent.
+    exponent = min(failures - free, 30)
+    return now + timedelta(seconds=min(2**exponent, settings.SIGNIN_MAX_DELAY_SECONDS))

@@ -1,18 +1,42 @@
 from __future__ import annotations
 
+import html
+import re
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 import time_machine
 from django.contrib.auth import SESSION_KEY
+from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agentos.models import AuditEvent
+from agentos.models import AuditEvent, SignInThrottle
 from tests.factories import Owner, verified_client
 
 LOGIN = "/login/"
+
+
+FAILED = "Sign-in failed: check your username, password and code."
+OWNER_ADDRESS = "127.0.0.1"
+ATTACKER = "203.0.113.66"
+
+
+def attempt(
+    client: Client,
+    *,
+    username: str,
+    password: str,
+    code: str,
+    address: str = OWNER_ADDRESS,
+) -> HttpResponse:
+    return client.post(  # type: ignore[return-value]
+        LOGIN,
+        {"username": username, "password": password, "code": code},
+        REMOTE_ADDR=address,
+    )
 
 
 def sign_in(client: Client, owner: Owner, *, password: str | None = None, code: str = "") -> int:
@@ -21,6 +45,31 @@ def sign_in(client: Client, owner: Owner, *, password: str | None = None, code: 
         {"username": owner.username, "password": password or owner.password, "code": code},
     )
     return response.status_code
+
+
+def error_text(response: HttpResponse) -> str:
+    found = re.search(r'id="signin-error">([^<]*)<', response.content.decode())
+    assert found, "no sign-in error on the page"
+    return html.unescape(found.group(1))
+
+
+def wrong_code(owner: Owner) -> str:
+    return f"{(int(owner.code()) + 1) % 1_000_000:06d}"
+
+
+def fail(client: Client, owner: Owner, times: int, *, address: str = OWNER_ADDRESS) -> None:
+    for _ in range(times):
+        response = attempt(
+            client, username=owner.username, password="wrong", code="000000", address=address
+        )
+        assert response.status_code == 401
+
+
+@pytest.fixture
+def frozen() -> Iterator[None]:
+    """Time stands still: a 1 s delay cannot run out while a slow machine runs the test."""
+    with time_machine.travel(timezone.now(), tick=False):
+        yield
 
 
 def last_event() -> AuditEvent:
@@ -58,17 +107,31 @@ def test_it_refuses_a_wrong_password_even_with_a_good_code(client: Client, owner
     )
 
     assert response.status_code == 401
-    assert b"Wrong username or password." in response.content
+    assert error_text(response) == FAILED
     assert SESSION_KEY not in client.session
     assert last_event().detail["reason"] == "bad_password"
 
 
 def test_it_refuses_a_wrong_code(client: Client, owner: Owner) -> None:
-    wrong = f"{(int(owner.code()) + 1) % 1_000_000:06d}"
-
-    assert sign_in(client, owner, code=wrong) == 401
+    assert sign_in(client, owner, code=wrong_code(owner)) == 401
     assert SESSION_KEY not in client.session
     assert last_event().detail["reason"] == "bad_code"
+
+
+def test_it_says_the_same_whatever_was_wrong(client: Client, owner: Owner) -> None:
+    """A right password with a wrong code must look exactly like a wrong password."""
+    attempts = {
+        "unknown user": ("nobody", owner.password, owner.code()),
+        "wrong password": (owner.username, "not-the-password", owner.code()),
+        "wrong code": (owner.username, owner.password, wrong_code(owner)),
+    }
+
+    answers = {
+        what: attempt(client, username=user, password=password, code=code)
+        for what, (user, password, code) in attempts.items()
+    }
+
+    assert {(r.status_code, error_text(r)) for r in answers.values()} == {(401, FAILED)}
 
 
 def test_it_refuses_a_replayed_code(client: Client, owner: Owner) -> None:
@@ -87,27 +150,108 @@ def test_it_accepts_each_backup_code_once(client: Client, owner: Owner) -> None:
     assert sign_in(Client(), owner, code=backup) == 401
 
 
-def test_it_throttles_repeated_failures_with_a_clear_message(client: Client, owner: Owner) -> None:
-    for _ in range(5):
-        assert sign_in(client, owner, password="wrong-password", code="000000") == 401
+def test_it_delays_attempts_more_after_each_failure_past_the_free_ones(
+    client: Client, owner: Owner
+) -> None:
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        fail(client, owner, 4)  # free
+        assert sign_in(client, owner, password="wrong", code="000000") == 401  # the 5th: 1 s
+        waits = []
+        for _ in range(12):
+            response = attempt(
+                client, username=owner.username, password=owner.password, code=owner.code()
+            )
+            assert response.status_code == 429
+            seconds = int(re.findall(r"\d+", error_text(response))[0])
+            waits.append(seconds)
+            clock.shift(seconds)
+            fail(client, owner, 1)
 
-    response = client.post(
-        LOGIN, {"username": owner.username, "password": owner.password, "code": owner.code()}
+    assert waits == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 900, 900]
+    assert SESSION_KEY not in client.session
+
+
+def test_a_throttled_attempt_says_nothing_of_the_password(
+    client: Client, owner: Owner, frozen: None
+) -> None:
+    fail(client, owner, 5)
+
+    right = attempt(client, username=owner.username, password=owner.password, code=owner.code())
+    wrong = attempt(client, username=owner.username, password="wrong", code=owner.code())
+
+    assert right.status_code == wrong.status_code == 429
+    assert error_text(right) == error_text(wrong) == "Too many attempts; try again in 1 second."
+    assert last_event().kind == AuditEvent.Kind.SIGNIN_THROTTLED
+    assert SESSION_KEY not in client.session
+
+
+def test_an_attacker_elsewhere_cannot_lock_the_owner_out(
+    client: Client, owner: Owner, frozen: None
+) -> None:
+    fail(client, owner, 5, address=ATTACKER)
+    for _ in range(30):  # refused at once now, and counted as nothing more
+        response = attempt(
+            client, username=owner.username, password="guess", code="000000", address=ATTACKER
+        )
+        assert response.status_code == 429
+
+    assert sign_in(Client(), owner, code=owner.code()) == 302
+
+
+def test_it_throttles_an_address_trying_many_usernames(
+    client: Client, owner: Owner, frozen: None
+) -> None:
+    for number in range(20):
+        response = attempt(
+            client, username=f"user{number}", password="x", code="000000", address=ATTACKER
+        )
+        assert response.status_code == 401
+
+    response = attempt(
+        client,
+        username=owner.username,
+        password=owner.password,
+        code=owner.code(),
+        address=ATTACKER,
     )
 
     assert response.status_code == 429
-    assert b"Too many failed sign-in attempts. Try again in 15 minute(s)." in response.content
-    assert SESSION_KEY not in client.session
-    assert last_event().kind == AuditEvent.Kind.SIGNIN_THROTTLED
+    assert sign_in(Client(), owner, code=owner.code()) == 302  # from the owner's own address
 
 
-def test_it_lets_the_owner_in_again_once_failures_leave_the_window(
-    client: Client, owner: Owner
-) -> None:
-    for _ in range(5):
-        sign_in(client, owner, password="wrong-password", code="000000")
+def test_it_keeps_the_count_in_the_database_across_restarts(owner: Owner, frozen: None) -> None:
+    fail(Client(), owner, 5)
 
-    with time_machine.travel(timezone.now() + timedelta(minutes=16)):
+    # A new client (a restarted server holds nothing in memory) is still refused.
+    assert sign_in(Client(), owner, code=owner.code()) == 429
+    assert SignInThrottle.objects.filter(address=OWNER_ADDRESS, username="owner").exists()
+
+
+def test_it_lets_the_owner_in_again_once_the_delay_passes(client: Client, owner: Owner) -> None:
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        fail(client, owner, 5)  # the 5th failure: 1 s
+        assert sign_in(client, owner, code=owner.code()) == 429
+
+        clock.shift(1)
+
+        assert sign_in(client, owner, code=owner.code()) == 302
+
+
+def test_a_success_starts_the_count_again(client: Client, owner: Owner) -> None:
+    fail(client, owner, 4)
+    assert sign_in(client, owner, code=owner.code()) == 302
+    client.post("/logout/")
+
+    fail(client, owner, 4)
+
+    assert sign_in(client, owner, code=owner.credentials.backup_codes[0]) == 302
+
+
+def test_it_forgets_failures_after_a_quiet_day(client: Client, owner: Owner) -> None:
+    fail(client, owner, 5)
+
+    with time_machine.travel(timezone.now() + timedelta(days=1, minutes=1)):
+        fail(client, owner, 4)  # free again
         assert sign_in(client, owner, code=owner.code()) == 302
 
 
