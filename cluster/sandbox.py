@@ -23,12 +23,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import grp
-import json
 import os
 import pwd
-import selectors
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -41,6 +38,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from django.conf import settings
+
+from cluster import cgroups
+from cluster.supervisor import Supervisor, Watch
 
 DEFAULT_USER = "agentos-sandbox"
 # Per-run uids (and gids) start here: far above any uid a distribution or a directory service
@@ -55,10 +55,7 @@ USER_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 WORKSPACE = "/workspace"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SANDBOX_TMP = "/tmp"  # noqa: S108 (a private tmpfs inside the sandbox, not the host's /tmp)
-# How often the output loop looks at `stopping` and the wall clock.
-POLL_SECONDS = 0.05
-# After a kill, how long to wait for the pipe to close and the pid namespace to be gone.
-TEARDOWN_SECONDS = 5.0
+SANDBOX_SHM = "/dev/shm"  # noqa: S108 (likewise)
 # Host directories never mounted as a workspace or git metadata: the system's own, and the paths
 # the sandbox builds itself.
 RESERVED = (
@@ -82,12 +79,23 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
+    """What one sandboxed command may use. Per sandbox where the node has cgroups
+    (`limits_mode()`); otherwise `memory_bytes` caps each process and `processes` each uid."""
+
     wall_seconds: float = 300
-    cpu_seconds: int = 300
-    processes: int = 256  # RLIMIT_NPROC for the sandbox uid (host-wide, see the module docstring)
-    memory_bytes: int = 4 << 30  # RLIMIT_AS
+    cpu_seconds: int = 300  # RLIMIT_CPU, per process
+    processes: int = 256  # pids.max of the sandbox's cgroup (else RLIMIT_NPROC of its uid)
+    # The sandbox's whole memory, its tmpfs pages included (cgroup; else RLIMIT_AS per process).
+    memory_bytes: int = 4 << 30
     file_bytes: int = 1 << 30  # RLIMIT_FSIZE
     output_bytes: int = 200_000  # stdout+stderr kept; the rest counted and dropped
+    cpus: float | None = 1.0  # CFS quota in cores (cgroup only); None for no quota
+    tmp_bytes: int = 512 << 20  # size of each writable tmpfs (/tmp, /dev/shm)
+    disk_bytes: int = 10 << 30  # the workspace's allocated size; the step is killed past it
+    # RLIMIT_AS per process on top of the cgroup. None: none (the cgroup caps what is resident,
+    # and an address-space cap breaks runtimes that reserve much more than they use: Go, the JVM,
+    # V8, sanitizers). Without cgroups `memory_bytes` is the RLIMIT_AS when this is None.
+    address_space_bytes: int | None = None
 
 
 DEFAULT_LIMITS = Limits()
@@ -104,6 +112,9 @@ class Result:
     cancelled: bool
     duration_ms: int
     errors: str = ""  # stderr, capped like `output`, only when run with `stderr_apart`
+    killed: str = ""  # why the sandbox killed it besides the clock or a cancellation
+    out_of_memory: int = 0  # processes the kernel killed at the sandbox's memory limit
+    memory_limit: int = 0  # that limit, in bytes, to say so
 
     def summary(self) -> str:
         """The output, then what happened, as one text for the model."""
@@ -114,6 +125,13 @@ class Result:
                 text += "\n"
         if self.truncated_bytes:
             text += f"[output truncated: {self.truncated_bytes} bytes dropped]\n"
+        if self.out_of_memory:
+            text += (
+                f"[out of memory: {self.out_of_memory} process(es) killed at the sandbox's"
+                f" {self.memory_limit // 2**20} MB limit]\n"
+            )
+        if self.killed:
+            return text + f"[killed: {self.killed}]"
         if self.cancelled:
             return text + "[cancelled]"
         if self.timed_out:
@@ -164,6 +182,12 @@ def for_level(level: int) -> Sandbox:
     if level in (2, 3):
         raise SandboxUnavailable(f"sandbox level {level} (a disposable VM) is not available yet")
     raise SandboxUnavailable(f"unknown sandbox level {level}: levels are 0 to 3")
+
+
+def limits_mode() -> cgroups.Mode:
+    """How `Limits` are enforced on this node: per sandbox (a cgroup each) or, degraded, per
+    process and per uid (rlimits only). For the console and the health page."""
+    return cgroups.mode()
 
 
 # --- The sandbox identity -------------------------------------------------------------------------
@@ -437,6 +461,7 @@ class _Tools:
     prlimit: str
     seccomp: bytes
     disable_userns: bool
+    tmpfs_size: bool  # bwrap 0.8's --size
 
 
 _tools: _Tools | None = None
@@ -471,7 +496,7 @@ def _ready() -> _Tools:
         usage = subprocess.run(  # noqa: S603 (bwrap found above, fixed flag)
             [bwrap, "--help"], capture_output=True, text=True, check=False
         ).stdout
-        tools = _Tools(bwrap, prlimit, bpf, "--disable-userns" in usage)
+        tools = _Tools(bwrap, prlimit, bpf, "--disable-userns" in usage, "--size" in usage)
         uid, gid = identity()
         with tempfile.TemporaryDirectory(prefix="agentos-sandbox-check-", dir="/tmp") as scratch:
             give(Path(scratch))
@@ -565,227 +590,134 @@ def _memfd(fds: list[int], content: bytes) -> str:
 
 
 def _execute(tools: _Tools, launch: _Launch) -> Result:
-    limits, uid, gid = launch.limits, launch.uid, launch.gid
-    with _memfds() as fds:
-        command = [
-            tools.prlimit,
-            f"--nproc={limits.processes}",
-            f"--as={limits.memory_bytes}",
-            f"--fsize={limits.file_bytes}",
-            # SIGXCPU at the limit (a chance to say so), SIGKILL a second later.
-            f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
-            "--core=0",
-            "--",
-            tools.bwrap,
-            "--unshare-all",
-            "--unshare-user",  # explicit: --unshare-all only tries, and --disable-userns needs it
-            "--die-with-parent",
-            "--new-session",
-            "--clearenv",
-            *("--setenv", "PATH", SANDBOX_PATH),
-            *("--setenv", "HOME", SANDBOX_TMP),
-            *("--setenv", "LANG", "C.UTF-8"),
-            *_system_mounts(),
-        ]
-        for dest, content in _account_files(uid, gid, launch.user).items():
-            command += ["--perms", "0644", "--ro-bind-data", _memfd(fds, content), dest]
-        command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP]
-        command += ["--bind", str(launch.workdir), WORKSPACE, *launch.git_mounts]
-        command += ["--chdir", WORKSPACE]
-        # The root itself is a tmpfs bwrap built: nothing outside the binds is writable.
-        command += ["--remount-ro", "/"]
-        if tools.disable_userns:
-            command.append("--disable-userns")
-        info_read, info_write = os.pipe()
-        fds += [info_read, info_write]
-        command += ["--seccomp", _memfd(fds, tools.seccomp), "--info-fd", str(info_write)]
-        command += ["--", *launch.argv]
-        # Never root: bwrap started by root keeps root's power over root-owned files.
-        drop: dict[str, Any] = {}
-        if os.geteuid() == 0:
-            drop = {"user": uid, "group": gid, "extra_groups": []}
-        started = time.monotonic()
-        # --die-with-parent fires when this thread ends; run() blocks it until the sandbox is gone.
-        process = subprocess.Popen(  # noqa: S603 (argv is the sandboxed command, by design)
-            command,
-            stdin=subprocess.PIPE if launch.stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if launch.stderr_apart else subprocess.STDOUT,
-            # Nothing of ours reaches bwrap's own processes (its pid 1 keeps its environment).
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-            cwd="/",
-            pass_fds=[fd for fd in fds if fd != info_read],
-            start_new_session=True,
-            **drop,
-        )
-        fds.remove(info_write)
-        os.close(info_write)
-        supervisor = _Supervisor(process, info_read, launch, started)
-        try:
-            return supervisor.run()
-        finally:
-            supervisor.close()
-
-
-class _Supervisor:
-    """Pumps stdin and the output of one sandboxed command and decides when to kill it.
-
-    The command's stdout and stderr share one pipe, or have one each (`stderr_apart`). The first
-    `output_bytes` of each are kept, the rest counted and read on so the command never blocks on a
-    full pipe. bwrap's `--info-fd` names its
-    pid 1 (host pid); a pidfd on it tells when the pid namespace, hence every process the command
-    started, is gone: `run` returns only then.
-    """
-
-    def __init__(
-        self,
-        process: subprocess.Popen[bytes],
-        info_fd: int,
-        launch: _Launch,
-        started: float,
-    ) -> None:
-        if process.stdout is None:
-            raise ValueError("the process must have been started with stdout=PIPE")
-        self.process = process
-        self.limits = limits = launch.limits
-        self.stopping = launch.stopping
-        self.started = started
-        self.deadline = started + limits.wall_seconds
-        self.kept = {"out": bytearray(), "err": bytearray()}
-        self.dropped = 0
-        self.info = bytearray()
-        self.pidfd: int | None = None
-        self.killed_at: float | None = None
-        self.timed_out = False
-        self.cancelled = False
-        self.pending = memoryview(launch.stdin)
-        self.selector = selectors.DefaultSelector()
-        self.outputs = {process.stdout.fileno()}
-        readers = [(process.stdout.fileno(), "out"), (info_fd, "info")]
-        if process.stderr is not None:
-            self.outputs.add(process.stderr.fileno())
-            readers.append((process.stderr.fileno(), "err"))
-        for fd, role in readers:
-            os.set_blocking(fd, False)
-            self.selector.register(fd, selectors.EVENT_READ, role)
-        if launch.stdin and process.stdin is not None:
-            os.set_blocking(process.stdin.fileno(), False)
-            self.selector.register(process.stdin.fileno(), selectors.EVENT_WRITE, "in")
-
-    def run(self) -> Result:
-        while self.output_open() or self.process.poll() is None:
-            self.check_stop()
-            if self.killed_at is not None and time.monotonic() - self.killed_at > TEARDOWN_SECONDS:
-                break  # a process outside the namespace holds the pipe: stop waiting for it
-            wait = POLL_SECONDS
-            if self.killed_at is None:
-                wait = max(min(wait, self.deadline - time.monotonic()), 0)
-            if self.output_open():
-                self.pump(wait)
-            else:
-                # The command closed its output but runs on.
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.process.wait(wait)
-        if self.process.poll() is None:
-            self.kill()
-        self.process.wait()
-        if self.pidfd is not None:
-            # bwrap's pid 1 exits only once the kernel has killed the rest of its namespace.
-            with selectors.DefaultSelector() as waiting:
-                waiting.register(self.pidfd, selectors.EVENT_READ)
-                waiting.select(TEARDOWN_SECONDS)
-        code = self.process.returncode
-        return Result(
-            exit_code=None if self.killed_at is not None else (code if code >= 0 else 128 - code),
-            output=self.kept["out"].decode("utf-8", errors="replace"),
-            truncated_bytes=self.dropped,
-            timed_out=self.timed_out,
-            cancelled=self.cancelled,
-            duration_ms=int((time.monotonic() - self.started) * 1000),
-            errors=self.kept["err"].decode("utf-8", errors="replace"),
-        )
-
-    def output_open(self) -> bool:
-        return any(fd in self.selector.get_map() for fd in self.outputs)
-
-    def check_stop(self) -> None:
-        if self.killed_at is not None:
-            return
-        if self.stopping is not None and self.stopping.is_set():
-            self.cancelled = True
-        elif time.monotonic() >= self.deadline:
-            self.timed_out = True
-        else:
-            return
-        self.killed_at = time.monotonic()
-        self.kill()
-
-    def kill(self) -> None:
-        # The process group holds prlimit-turned-bwrap and bwrap's pid 1; the pidfd reaches pid 1
-        # even if it left the group. Killing pid 1 takes down its whole pid namespace.
-        if self.process.returncode is None:  # not reaped yet, so the group id is still ours
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-        if self.pidfd is not None:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-
-    def pump(self, wait: float) -> None:
-        for key, _events in self.selector.select(wait):
-            if key.data == "in":
-                self.feed(key.fd)
-                continue
+    """1. Set up the cgroup. 2. Start the command behind a gate (a shell waiting for a line on its
+    stdin), as the sandbox identity. 3. Move the gate into the cgroup, then open it: nothing the
+    command starts is ever outside. 4. Supervise it until its whole tree is gone. 5. Remove the
+    cgroup."""
+    limits = launch.limits
+    group = cgroups.create(cgroups.Caps(limits.memory_bytes, limits.processes, limits.cpus))
+    try:
+        with _memfds() as fds:
+            command = _command(tools, launch, fds, per_sandbox=group is not None)
+            info_read, info_write = os.pipe()
+            fds += [info_read, info_write]
+            command += ["--info-fd", str(info_write), "--", *launch.argv]
+            if group is not None:
+                # `read` takes one byte at a time from a pipe: the gate's line never reaches the
+                # command. Without it (EOF: we died before opening) the command never runs.
+                command = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "agentos-gate", *command]
+            # Never root: bwrap started by root keeps root's power over root-owned files.
+            drop: dict[str, Any] = {}
+            if os.geteuid() == 0:
+                drop = {"user": launch.uid, "group": launch.gid, "extra_groups": []}
+            started = time.monotonic()
+            # --die-with-parent fires when this thread ends; run() blocks it until the sandbox is
+            # gone.
+            process = subprocess.Popen(  # noqa: S603 (argv is the sandboxed command, by design)
+                command,
+                stdin=subprocess.PIPE if launch.stdin or group else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if launch.stderr_apart else subprocess.STDOUT,
+                # Nothing of ours reaches bwrap's own processes (its pid 1 keeps its environment).
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                cwd="/",
+                pass_fds=[fd for fd in fds if fd != info_read],
+                start_new_session=True,
+                **drop,
+            )
+            fds.remove(info_write)
+            os.close(info_write)
+            if group is not None:
+                _open_gate(process, group, keep_stdin=bool(launch.stdin))
+            watch = Watch(
+                wall_seconds=limits.wall_seconds,
+                output_bytes=limits.output_bytes,
+                stopping=launch.stopping,
+                stdin=launch.stdin,
+                workspace=launch.workdir,
+                disk_bytes=limits.disk_bytes,
+            )
+            supervisor = Supervisor(process, info_read, watch, started)
             try:
-                chunk = os.read(key.fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                self.selector.unregister(key.fd)
-            elif key.data == "info":
-                self.note_info(key.fd, chunk)
-            else:
-                kept = self.kept[key.data]
-                room = max(self.limits.output_bytes - len(kept), 0)
-                kept += chunk[:room]
-                self.dropped += max(len(chunk) - room, 0)
+                outcome = supervisor.run()
+            finally:
+                supervisor.close()
+        oom = group.oom_kills() if group is not None else 0
+    finally:
+        if group is not None:
+            group.remove()
+    return Result(
+        exit_code=outcome.code,
+        output=outcome.output.decode("utf-8", errors="replace"),
+        truncated_bytes=outcome.dropped,
+        timed_out=outcome.timed_out,
+        cancelled=outcome.cancelled,
+        duration_ms=outcome.duration_ms,
+        errors=outcome.errors.decode("utf-8", errors="replace"),
+        killed=outcome.killed,
+        out_of_memory=oom,
+        memory_limit=limits.memory_bytes,
+    )
 
-    def feed(self, fd: int) -> None:
-        try:
-            written = os.write(fd, self.pending[: 1 << 16])
-            self.pending = self.pending[written:]
-        except BlockingIOError:
-            return
-        except BrokenPipeError:
-            self.pending = self.pending[:0]
-        if not self.pending:
-            self.selector.unregister(fd)
-            if self.process.stdin is not None:
-                with contextlib.suppress(BrokenPipeError):
-                    self.process.stdin.close()
 
-    def note_info(self, fd: int, chunk: bytes) -> None:
-        self.info += chunk
-        try:
-            child_pid = int(json.loads(self.info)["child-pid"])
-        except ValueError:
-            return  # not all of it yet
-        except (KeyError, TypeError):
-            child_pid = 0
-        self.selector.unregister(fd)
-        if child_pid > 0:
-            with contextlib.suppress(ProcessLookupError):
-                self.pidfd = os.pidfd_open(child_pid)
-        if self.killed_at is not None:
-            self.kill()
+def _open_gate(process: subprocess.Popen[bytes], group: cgroups.Group, *, keep_stdin: bool) -> None:
+    if process.stdin is None:
+        raise ValueError("the gate needs the process's stdin")
+    try:
+        group.add(process.pid)
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+    except (cgroups.CgroupError, OSError) as error:
+        process.kill()
+        process.wait()
+        raise SandboxUnavailable(f"cannot put the sandbox in its cgroup: {error}") from error
+    if not keep_stdin:
+        process.stdin.close()
 
-    def close(self) -> None:
-        self.selector.close()  # the info pipe is closed with the other descriptors of the run
-        if self.process.poll() is None:
-            self.kill()
-            self.process.wait()
-        for stream in (self.process.stdout, self.process.stderr, self.process.stdin):
-            if stream is not None:
-                with contextlib.suppress(BrokenPipeError):
-                    stream.close()
-        if self.pidfd is not None:
-            os.close(self.pidfd)
+
+def _command(tools: _Tools, launch: _Launch, fds: list[int], *, per_sandbox: bool) -> list[str]:
+    """prlimit then bwrap, up to (not including) the info fd and the command."""
+    limits = launch.limits
+    address_space = limits.address_space_bytes
+    if address_space is None and not per_sandbox:
+        address_space = limits.memory_bytes
+    command = [tools.prlimit]
+    if not per_sandbox:
+        # Per uid: with a uid per run, per run; the cgroup's pids.max replaces it when there is one
+        # (runs without an id share the named user, and one must not starve the others).
+        command.append(f"--nproc={limits.processes}")
+    if address_space is not None:
+        command.append(f"--as={address_space}")
+    command += [
+        f"--fsize={limits.file_bytes}",
+        # SIGXCPU at the limit (a chance to say so), SIGKILL a second later.
+        f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
+        "--core=0",
+        "--",
+        tools.bwrap,
+        "--unshare-all",
+        "--unshare-user",  # explicit: --unshare-all only tries, and --disable-userns needs it
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        *("--setenv", "PATH", SANDBOX_PATH),
+        *("--setenv", "HOME", SANDBOX_TMP),
+        *("--setenv", "LANG", "C.UTF-8"),
+        *_system_mounts(),
+    ]
+    for dest, content in _account_files(launch.uid, launch.gid, launch.user).items():
+        command += ["--perms", "0644", "--ro-bind-data", _memfd(fds, content), dest]
+    # Every writable tmpfs has a size (RAM the memory cgroup charges, but a size says ENOSPC
+    # before the OOM killer picks a victim). /dev itself is read-only after bwrap filled it: its
+    # device nodes still work (/dev/null takes writes), new files cannot be stored there.
+    size = ["--size", str(limits.tmp_bytes)] if tools.tmpfs_size else []
+    command += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", SANDBOX_SHM]
+    command += ["--remount-ro", "/dev", *size, "--tmpfs", SANDBOX_TMP]
+    command += ["--bind", str(launch.workdir), WORKSPACE, *launch.git_mounts]
+    command += ["--chdir", WORKSPACE]
+    # The root itself is a tmpfs bwrap built: nothing outside the binds is writable.
+    command += ["--remount-ro", "/"]
+    if tools.disable_userns:
+        command.append("--disable-userns")
+    command += ["--seccomp", _memfd(fds, tools.seccomp)]
+    return command

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import sandbox
+from cluster import cgroups, sandbox
 
 GIT = ["git", "-c", "user.name=agentos tests", "-c", "user.email=tests@agentos.invalid"]
 
@@ -71,3 +71,11 @@ def worktree(sandbox_base: Path) -> Path:
     git("worktree", "add", "--quiet", "-b", "agent", str(path), cwd=repo)
     sandbox.give(path)
     return path
+
+
+@pytest.fixture
+def rlimits_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The degraded mode: as on a node without usable cgroups."""
+    cgroups.mode()  # detected first, so the patch is not overwritten
+    monkeypatch.setattr(cgroups, "_backend", None)
+    monkeypatch.setattr(cgroups, "_mode", cgroups.Mode("rlimits", "patched by the test"))
