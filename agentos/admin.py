@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from agentos.models import ApiToken, AuditEvent
+from agentos.models import ApiToken, AuditEvent, SignInThrottle
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -29,5 +29,23 @@ class AuditEventAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ["name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_display = [
+        "name",
+        "prefix",
+        "scopes",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     exclude = ["digest"]
+
+
+@admin.register(SignInThrottle)
+class SignInThrottleAdmin(ReadOnlyAdmin):
+    list_display = ["address", "username", "failures", "last_failure_at", "blocked_until"]
+    search_fields = ["address", "username"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # The owner may lift a delay they caused themselves (from a verified admin session).
+        return True

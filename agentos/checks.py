@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.utils import DatabaseError
 
@@ -35,6 +36,19 @@ def check_https(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
             Warning("AGENTOS_DEBUG is on: error pages show internals.", id="agentos.W001")
         )
     return messages
+
+
+@register(Tags.security)
+def check_vault(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """Vault keys that cannot be used (malformed, or a key file others could read) fail at
+    start-up rather than when a provider key is first needed."""
+    from agentos import vault
+
+    try:
+        vault.check()
+    except ImproperlyConfigured as error:
+        return [Error(str(error), id="agentos.E020")]
+    return []
 
 
 @register()

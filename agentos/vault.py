@@ -115,6 +115,14 @@ def reencrypt() -> Reencrypted:
     return report
 
 
+def check() -> None:
+    """Raise `ImproperlyConfigured` if the keys in use are unusable; creates nothing."""
+    if keys_from_environment():
+        _keys()
+    elif key_file().exists() or key_file().is_symlink():
+        _parse(private.read(key_file()).splitlines(), source=str(key_file()))
+
+
 def key_file() -> Path:
     return Path(settings.DATA_DIR) / FILE_NAME
 

@@ -213,3 +213,20 @@ def test_the_migration_moves_old_provider_keys_into_the_vault(
     assert "the stored openai key cannot be read" in caplog.text
     migration.move_to_vault(apps, None)  # once moved, a second pass changes nothing
     assert keys.get("anthropic") == KEY
+
+
+def test_the_system_checks_report_a_bad_vault(
+    monkeypatch: pytest.MonkeyPatch, own_vault: Path
+) -> None:
+    from django.core.checks import run_checks
+
+    def vault_errors() -> list[str]:
+        return [m.msg for m in run_checks() if m.id == "agentos.E020"]
+
+    assert vault_errors() == []
+    vault.encrypt("x")
+    (own_vault / "vault.keys").chmod(0o644)
+    assert "mode 0644" in vault_errors()[0]
+    (own_vault / "vault.keys").chmod(0o600)
+    monkeypatch.setenv(vault.ENV, "not-a-key")
+    assert "Vault key 1 in AGENTOS_VAULT_KEYS" in vault_errors()[0]
