@@ -22,7 +22,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 
 from agentos import audit, health, idempotency, owner, tokens
 from agentos.errors import DomainError
-from agentos.models import ApiToken, AuditEvent, Scope, default_scopes
+from agentos.models import ApiToken, AuditEvent, Scope
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class MeOut(Schema):
 class TokenIn(Schema):
     name: str
     # `approve` only when asked for; the default is what a script usually needs.
-    scopes: list[Scope] = Field(default_factory=default_scopes)
+    scopes: list[Scope] = Field(default_factory=lambda: [Scope.READ, Scope.ACT])
     days: int = Field(tokens.DEFAULT_DAYS, ge=1, le=tokens.MAX_DAYS)
 
 

@@ -57,10 +57,25 @@ def create(path: Path, text: str) -> bool:
         os.link(temp, path)
     except FileExistsError:
         return False
+    except OSError:
+        # A filesystem without hard links: create the file itself, still 0600 and exclusive
+        # (a process starting at that very instant could read it before it is written).
+        _write_exclusive(path, text)
     finally:
         temp.unlink(missing_ok=True)
     _sync_dir(path.parent)
     return True
+
+
+def _write_exclusive(path: Path, text: str) -> None:
+    try:
+        fd = os.open(path, _NEW_FILE, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def replace(path: Path, text: str) -> None:

@@ -127,7 +127,7 @@ def _seconds_to_wait(*, address: str, username: str) -> float:
         blocked_until__gt=now,
         last_failure_at__gt=now - timedelta(seconds=settings.SIGNIN_FORGET_SECONDS),
     ).values_list("blocked_until", flat=True)
-    return max(((until - now).total_seconds() for until in blocked), default=0.0)
+    return max(((until - now).total_seconds() for until in blocked if until), default=0.0)
 
 
 def _count_failure(*, address: str, username: str) -> None:

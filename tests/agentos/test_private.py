@@ -146,3 +146,18 @@ def test_it_refuses_a_runtime_directory_made_by_another_user(tmp_path: Path) -> 
 
     with pytest.raises(private.Unsafe, match=f"belongs to uid {NOBODY}"):
         database.private_runtime_dir(path)
+
+
+def test_it_creates_a_secret_file_0600_where_hard_links_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_umask: None, no_chmod: None
+) -> None:
+    def no_links(*args: object) -> None:
+        raise PermissionError("this filesystem has no hard links")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "secret"
+
+    assert private.create(path, "key")
+
+    assert (mode(path), private.read(path)) == (0o600, "key")
+    assert [p.name for p in tmp_path.iterdir()] == ["secret"]

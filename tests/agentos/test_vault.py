@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import os
 import stat
+from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 
@@ -25,7 +26,7 @@ KEY = "sk-ant-0123456789abcdef"
 
 
 @pytest.fixture(autouse=True)
-def own_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def own_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Each test its own key file (and no keys from the environment)."""
     monkeypatch.delenv(vault.ENV, raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agentos import tokens
+from agentos.errors import DomainError
 from agentos.models import ApiToken, AuditEvent
 from missions.models import Project, ProviderKey
 from tests.agentos.test_api import bearer, error_of
@@ -48,7 +49,7 @@ def test_it_takes_approve_only_when_asked_and_a_chosen_lifetime(owner: Owner) ->
 def test_it_refuses_a_bad_scope_or_lifetime(
     owner: Owner, kwargs: dict[str, object], message: str
 ) -> None:
-    with pytest.raises(tokens.DomainError, match=message):
+    with pytest.raises(DomainError, match=message):
         tokens.create_token(owner=owner.user, name="x", **kwargs)  # type: ignore[arg-type]
     assert not ApiToken.objects.exists()
 
