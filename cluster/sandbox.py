@@ -434,7 +434,7 @@ def _account_files(uid: int, gid: int, user: str) -> dict[str, bytes]:
     so tools that look the user up work without seeing the host's accounts. Also a system git
     config: any repository trusted (the worktree may belong to another uid than the step's), no
     hooks, no fsmonitor, no transport at all (nothing fetches or pushes from inside), no submodule
-    recursion, a fixed author, no signing."""
+    recursion, a fixed author, no signing. And a hosts file naming the loopback."""
     try:
         group = grp.getgrgid(gid).gr_name if gid < UID_BASE else user
     except KeyError:
@@ -449,6 +449,8 @@ def _account_files(uid: int, gid: int, user: str) -> dict[str, bytes]:
         "/etc/passwd": passwd.encode(),
         "/etc/group": groups.encode(),
         "/etc/gitconfig": GITCONFIG,
+        # Test suites connect to "localhost"; without a hosts file glibc would ask DNS, absent.
+        "/etc/hosts": b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
     }
 
 
