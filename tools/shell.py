@@ -2,6 +2,8 @@
 
 Its effects stay in the worktree (no network, nothing else writable), so a command replayed
 after a crash is the agent running it twice, which it sees: classed as an idempotent write.
+Whatever it changed among the protected paths is undone after it, and the model is told, in the
+output journaled with the step (`tools.snapshots`, crash-safe across that replay).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.models import Effect
+from tools import snapshots
 from tools.base import Risk, Tool, ToolEnv, ToolError
 
 DEFAULT_TIMEOUT = 300
@@ -20,6 +23,8 @@ def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
     top = env.need_workspace()
     limits = Limits(wall_seconds=arguments.get("timeout_seconds", DEFAULT_TIMEOUT))
+    guard = snapshots.Guard(top, run_id=env.run_id, key=env.call.idempotency_key)
+    earlier = guard.begin()
     try:
         result = for_level(1).run(
             ["/bin/sh", "-c", arguments["command"]],
@@ -29,8 +34,16 @@ def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
             run_id=env.run_id,
         )
     except SandboxUnavailable as error:
+        guard.end()
         raise ToolError(f"No sandbox on this node: {error}") from None
-    return str(result.summary())
+    # Also after a timeout or a cancellation: the command may have written before it was killed.
+    changed = guard.end()
+    lines = [str(result.summary())]
+    if earlier:
+        lines.append(snapshots.note(earlier, earlier=True))
+    if changed:
+        lines.append(snapshots.note(changed))
+    return "\n".join(lines)
 
 
 SHELL = Tool(
