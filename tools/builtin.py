@@ -30,10 +30,13 @@ NOOP = Tool(
 
 
 def _read_artifact(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    """Only the artifacts of the calling run's mission (its runs' offloaded outputs, previews):
+    another mission's answers exactly as a missing one, so existence is not confirmed either."""
     from kernel import artifacts
-    from kernel.models import Artifact
+    from kernel.models import Artifact, Run
 
-    found = Artifact.objects.filter(sha256=arguments["sha256"]).first()
+    mission_id = Run.objects.values_list("mission_id", flat=True).get(pk=env.run_id)
+    found = Artifact.objects.filter(sha256=arguments["sha256"], run__mission_id=mission_id).first()
     if found is None:
         return f"No artifact {arguments['sha256']}."
     with artifacts.open_artifact(found) as handle:
@@ -44,7 +47,9 @@ def _read_artifact(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
 READ_ARTIFACT = Tool(
     name="read_artifact",
-    description="Read part of an artifact (e.g. an offloaded tool output) by its sha256.",
+    description=(
+        "Read part of an artifact of this mission (e.g. an offloaded tool output) by its sha256."
+    ),
     input_schema={
         "type": "object",
         "properties": {

@@ -9,12 +9,13 @@ usual figure for English text and JSON, erring on the side of compacting early.
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernel import artifacts
-from kernel.models import Run
+from kernel.models import Artifact, Run
 from missions.providers.base import ServerClearing
 
 CHARS_PER_TOKEN = 4
@@ -38,13 +39,30 @@ def offload(output: str, *, tool: str, run: Run) -> str:
     """The output itself if small; else a preview and where the whole output is kept."""
     if estimate_tokens(output) <= OFFLOAD_TOKENS:
         return output
+    content = output.encode()
     stored = artifacts.store(
-        content=output.encode(), name=f"{tool} output", media_type="text/plain", run=run
+        content=content, name=f"{tool} output", media_type="text/plain", run=run
     )
+    if not _of_mission(stored, run):
+        # The same bytes were stored first for another mission, and `read_artifact` reads only
+        # a mission's own: this mission gets its own copy, told apart at the end (offsets into
+        # the output stay the same) by a token nobody can have stored before.
+        content += f"\n[a copy for run {run.pk}: {secrets.token_hex(8)}]".encode()
+        stored = artifacts.store(
+            content=content, name=f"{tool} output", media_type="text/plain", run=run
+        )
     return (
         f"{output[:PREVIEW_CHARS]}\n[... output of {len(output)} characters offloaded to artifact"
         f" {stored.sha256}; read more with read_artifact(sha256, offset, length)]"
     )
+
+
+def _of_mission(artifact: Artifact, run: Run) -> bool:
+    if artifact.run_id is None:
+        return False
+    if artifact.run_id == run.pk:
+        return True
+    return Run.objects.filter(pk=artifact.run_id, mission_id=run.mission_id).exists()
 
 
 @dataclass(frozen=True)
