@@ -34,7 +34,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import wraps
 from typing import Any
@@ -90,6 +90,8 @@ class _Pending:
     owner: User | None = None  # set once the view runs: its answer is to be recorded
     fingerprint: str = ""
     withheld: bool = False
+    # Writes to keep although the view's savepoint is rolled back (see `refused_in_view`).
+    kept: list[Callable[[], object]] = field(default_factory=list)
 
 
 def withholds_secret[F: Callable[..., Any]](view: F) -> F:
@@ -110,6 +112,8 @@ def guard_operation[F: Callable[..., HttpResponseBase]](run: F) -> F:
         request.idempotency = pending  # type: ignore[attr-defined]  # read by guard_view
         with transaction.atomic():
             response = run(request, *args, **kwargs)
+            for record in pending.kept:
+                record()
             if pending.owner is None:
                 return response  # refused before the view, or replayed: nothing to record
             if response.status_code >= 500 or not isinstance(response, HttpResponse):
@@ -167,6 +171,19 @@ def guard_view[F: Callable[..., Any]](view: F) -> F:
             return view(request, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]  # same signature, wrapped
+
+
+def refused_in_view(request: HttpRequest, record: Callable[[], object]) -> None:
+    """The view refuses the request as authentication would (a token's scope, which only the
+    view knows): its answer is not recorded, so a retry with a token allowed to runs; and
+    `record` (the refusal's audit row) is written outside the view's savepoint, which the
+    refusal rolls back, so it is kept."""
+    pending: _Pending | None = getattr(request, "idempotency", None)
+    if pending is None:
+        record()
+        return
+    pending.owner = None
+    pending.kept.append(record)
 
 
 def fingerprint(request: HttpRequest) -> str:

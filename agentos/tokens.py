@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agentos import audit
+from agentos import audit, idempotency
 from agentos.errors import DomainError
 from agentos.models import ApiToken, AuditEvent, Scope, default_scopes
 from agentos.owner import get_owner
@@ -176,12 +176,15 @@ def require_scope(request: HttpRequest, scope: Scope) -> None:
     token: ApiToken | None = getattr(request, "api_token", None)
     if token is None or scope in token.scopes:
         return
-    audit.record_request(
-        AuditEvent.Kind.TOKEN_REFUSED,
+    idempotency.refused_in_view(
         request,
-        reason="missing_scope",
-        scope=scope.value,
-        token=token.pk,
+        lambda: audit.record_request(
+            AuditEvent.Kind.TOKEN_REFUSED,
+            request,
+            reason="missing_scope",
+            scope=scope.value,
+            token=token.pk,
+        ),
     )
     raise ScopeMissing(
         _(

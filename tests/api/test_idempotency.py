@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agentos import idempotency
 from agentos.idempotency import IdempotencyKey
-from agentos.models import ApiToken
+from agentos.models import ApiToken, AuditEvent
 from approvals.models import Approval
 from kernel.models import Run
 from missions.models import Mission, OwnerMessage, Project
@@ -230,6 +230,21 @@ def test_approval_decisions_are_idempotent_too(approver: Api) -> None:
     assert again.json() == first.json()
     assert again["Idempotent-Replayed"] == "true"
     assert (unkeyed.status_code, error_of(unkeyed)["code"]) == (409, "already_settled")
+    assert Approval.objects.get(pk=approval.pk).status == "approved"
+
+
+def test_a_decision_refused_for_want_of_scope_is_not_recorded(api: Api, approver: Api) -> None:
+    approval = make_approval()
+    body = {"approve": True, "args_hash": approval.request["args_hash"]}
+
+    refused = api.post(f"/approvals/{approval.pk}/decision", body, key="decide-1")
+    decided = approver.post(f"/approvals/{approval.pk}/decision", body, key="decide-1")
+
+    assert (refused.status_code, error_of(refused)["code"]) == (403, "insufficient_scope")
+    refusal = AuditEvent.objects.get(kind=AuditEvent.Kind.TOKEN_REFUSED)
+    assert (refusal.detail["reason"], refusal.detail["scope"]) == ("missing_scope", "approve")
+    assert decided.status_code == 200
+    assert "Idempotent-Replayed" not in decided
     assert Approval.objects.get(pk=approval.pk).status == "approved"
 
 

@@ -10,7 +10,8 @@ from agentos import credentials, owner
 
 class Command(BaseCommand):
     help = (
-        "Issue a new password, TOTP secret and backup codes for the owner (old ones stop working)."
+        "Issue a new password, TOTP secret and backup codes for the owner (old ones stop working) "
+        "and revoke every API token."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
