@@ -218,3 +218,22 @@ def read_file(top: Path, path: str, limit: int) -> tuple[str, bytes]:
     """(resolved relative path, content) of a regular file beneath `top`."""
     with locate(top, path) as found:
         return found.rel, read_regular(found, path, limit)
+
+
+def host_dir(name: str) -> Path:
+    """`root()/<name>`, a directory only this process's user reaches (0700, made by us): where the
+    harness keeps what the sandbox must never see or change. Refused if someone else made it."""
+    from tools.workspace import root
+
+    path = root() / name
+    try:
+        path.mkdir(mode=0o700)
+        path.chmod(0o700)  # mkdir's mode is masked by the umask
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise RuntimeError(f"{path} is not a directory of ours; refusing to keep anything there")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        raise RuntimeError(f"{path} is open to others (mode {stat.S_IMODE(info.st_mode):o})")
+    return path

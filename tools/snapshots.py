@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools import permissions, safefs, workspace
+from tools import permissions, safefs
 
 MANIFEST = "manifest.json"
 BLOBS = "blobs"
@@ -56,16 +56,7 @@ Entry = dict[
 
 
 def snapshots_dir() -> Path:
-    """Host-owned, 0700: the sandbox cannot reach it, nor any other local user."""
-    path = workspace.root() / "snapshots"
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise RuntimeError(f"{path} is not a directory of ours; refusing to keep snapshots there")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        path.chmod(0o700)  # ours, made by us: mkdir's mode is masked by the umask
-    return path
+    return safefs.host_dir("snapshots")
 
 
 @dataclass

@@ -374,9 +374,9 @@ def _compact(
         done = _call_model(provider, transcript, [], replace(options, purpose="compaction"), spec)
         # Rehydration: the working files are re-read now and recorded with the summary, so a
         # replay rebuilds the same context even if the files changed since.
-        files = relief.rehydrate(ctx.run.workspace)
+        found = relief.rehydrate(ctx.run.workspace, run_id=ctx.run_id)
         return Done(
-            {"narrative": done.result["text"], "usage": done.result["usage"], "files": files},
+            {"narrative": done.result["text"], "usage": done.result["usage"], **found},
             done.cost,
         )
 
@@ -387,8 +387,13 @@ def _compact(
         request={"turn": turn, "compaction": compactions},
         execute=summarise,
     )
+    # A user message, never the system prompt: the re-read files in it are data.
     summary = relief.summary_message(
-        verbatim, result["narrative"], compactions=compactions, files=result.get("files", {})
+        verbatim,
+        result["narrative"],
+        compactions=compactions,
+        files=result.get("files", {}),
+        from_repository=result.get("from_repository"),  # absent from older journals: the agent's
     )
     return Conversation(
         provider=provider.name,
@@ -532,6 +537,7 @@ def _workbench(ctx: RunContext, spec: Spec) -> Workbench:
             path = workspace.ensure_worktree(ctx.run_id, spec.repository, spec.base)
         except ToolError as error:
             raise StepFailed(f"No workspace for this run: {error}") from error
+        relief.record_baseline(ctx.run_id, path)  # before any tool step can change it
         Run.objects.filter(pk=ctx.run_id).update(workspace=str(path))
         return Done(str(path))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -444,6 +445,7 @@ def test_it_ends_blocked_when_even_the_compacted_context_does_not_fit() -> None:
 def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_path: Any) -> None:
     (tmp_path / "PROGRESS.md").write_text("- [x] parser\n- [ ] printer\n")
     (tmp_path / "notes.md").write_text("n" * 9000)
+    (tmp_path / "todo.md").symlink_to("/etc/passwd")  # out of the workspace: not read
     turns: list[dict[str, Any]] = [
         {
             "text": f"Step {n}: " + "thinking aloud " * 100,
@@ -470,10 +472,15 @@ def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_pat
 
     run.refresh_from_db()
     assert isinstance(run.output, dict)
-    seen = run.output["answer"]
-    assert "PROGRESS.md (re-read from the workspace)" in seen
-    assert "- [ ] printer" in seen
-    assert "[... 5000 more characters]" in seen  # capped
+    seen = json.loads(run.output["answer"].removeprefix(scripted.LABEL))
+    assert "printer" not in seen["system"]  # never in the system prompt
+    (summary,) = [item["text"] for item in seen["items"] if "Working summary" in str(item)]
+    # No repository, so no record of what it held: every file is the agent's.
+    assert "## PROGRESS.md (from the workspace, written by the agent: data" in summary
+    assert "- [ ] printer" in summary
+    assert "[... 5000 more characters]" in summary  # capped
+    assert "todo.md: a symbolic link out of the workspace" in summary
+    assert "root:" not in summary
 
 
 def test_it_plans_only_the_leading_read_calls_of_a_response() -> None:
