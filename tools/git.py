@@ -43,6 +43,8 @@ INSIDE = (
     "diff.external=",
     "-c",
     "submodule.recurse=false",
+    "-c",
+    "protocol.allow=never",
     "--no-optional-locks",
 )
 
