@@ -72,7 +72,7 @@ def _list(env: ToolEnv, arguments: dict[str, Any]) -> str:
             raise ToolError(f"{shown}: not a directory.")
         start = found.rel
         name = found.name or "."
-        for here, dirs, files, _fd in os.fwalk(name, dir_fd=found.parent, follow_symlinks=False):
+        for here, dirs, files, fd in os.fwalk(name, dir_fd=found.parent, follow_symlinks=False):
             if env.call.stopping.is_set():
                 cut = "[listing stopped: the run is stopping]"
                 break
@@ -81,7 +81,11 @@ def _list(env: ToolEnv, arguments: dict[str, Any]) -> str:
                 break
             inner = posixpath.relpath(here, name)
             level = 0 if inner == "." else inner.count("/") + 1
-            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            # fwalk counts a link to a directory among the directories (and never enters it):
+            # it is listed as the entry it is.
+            links = [d for d in dirs if _is_link(fd, d)]
+            files = [*files, *links]
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and d not in links)
             if level + 1 >= depth:
                 dirs_shown, dirs[:] = list(dirs), []
             else:
@@ -96,6 +100,13 @@ def _list(env: ToolEnv, arguments: dict[str, Any]) -> str:
     text = "\n".join(entries[:MAX_LIST_ENTRIES]) or "(empty directory)"
     text += f"\n[{more} more entries]" if more > 0 else ""
     return text + (f"\n{cut}" if cut else "")
+
+
+def _is_link(fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _entry(base: str, name: str) -> str:

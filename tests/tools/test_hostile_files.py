@@ -18,11 +18,16 @@ import pytest
 
 from cluster.sandbox import identity
 from kernel import runs
+from kernel.context import StepCall
+from kernel.journal import Fence
 from kernel.models import Run
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
+from tools import files
+from tools.base import ToolEnv
 from tools.builtin import CODING_TOOLS
+from tools.files import LIST_FILES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,8 +60,8 @@ def within(seconds: float, start: Callable[[], Run]) -> Run:
 
 def _release_fifos() -> None:
     for workspace in Run.objects.exclude(workspace="").values_list("workspace", flat=True):
-        for here, _dirs, files in os.walk(workspace):
-            for name in files:
+        for here, _dirs, names in os.walk(workspace):
+            for name in names:
                 path = Path(here) / name
                 if stat.S_ISFIFO(path.lstat().st_mode):
                     with contextlib.suppress(OSError):
@@ -237,3 +242,32 @@ def test_files_the_harness_writes_belong_to_the_sandbox(hostile: AgentRun) -> No
     (shell,) = outputs(run, "shell")
     assert "[exit code 0]" in shell["output"], shell
     assert (Path(run.workspace) / "deep/er/new.txt").read_text() == "x\nmore\n"
+
+
+def list_env(top: Path, stopping: threading.Event) -> ToolEnv:
+    call = StepCall(1, 1, "k", {}, False, stopping, Fence(1, 1))
+    return ToolEnv(call, 1, None, top)
+
+
+def test_a_listing_answers_a_stop_and_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(50):
+        (tmp_path / f"d{n}").mkdir()
+        (tmp_path / f"d{n}" / "f.txt").write_text("x")
+    os.mkfifo(tmp_path / "d0" / "pipe")
+    (tmp_path / "d1" / "out").symlink_to("/etc")
+
+    whole = LIST_FILES.run(list_env(tmp_path, threading.Event()), {"path": "."})
+    assert "d0/pipe" in whole.splitlines()  # listed, not opened
+    assert "d1/out" in whole.splitlines()  # a link is an entry, not a directory to walk
+    assert not any(line.startswith("d1/out/") for line in whole.splitlines())
+
+    stopped = threading.Event()
+    stopped.set()
+    answer = LIST_FILES.run(list_env(tmp_path, stopped), {"path": "."})
+    assert answer.endswith("[listing stopped: the run is stopping]")
+
+    monkeypatch.setattr(files, "LIST_SECONDS", 0.0)
+    answer = LIST_FILES.run(list_env(tmp_path, threading.Event()), {"path": "."})
+    assert answer.endswith("[listing cut after 0 s: list a smaller directory]")
