@@ -93,6 +93,12 @@ def spawn_child(*, parent: Run, seq: int, program: str, input: Any, caps: dict[s
         return Run.objects.get(parent=parent, spawned_by_seq=seq)
 
 
+def _trust(by: str) -> str:
+    """The owner acts from the console ("owner") or through one of their API tokens
+    ("token:<name>"); anything else acting is the system."""
+    return Trust.OWNER if by == "owner" or by.startswith("token:") else Trust.SYSTEM
+
+
 def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "owner") -> int:
     """Stop a run and all its descendants; return how many runs were asked to stop.
 
@@ -119,7 +125,7 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
             "run.stop_requested",
             run_id=run_id,
             mission_id=run.mission_id,
-            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            trust=_trust(by),
             reason=reason,
             runs=ids,
             by=by,
@@ -145,7 +151,7 @@ def request_interrupt(run_id: int, *, by: str = "owner") -> None:
         journal.append_event(
             "run.interrupt_requested",
             run_id=run_id,
-            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            trust=_trust(by),
             by=by,
         )
 
@@ -180,7 +186,7 @@ def _set_paused(run_id: int, *, paused: bool, by: str) -> Run:
             "run.paused" if paused else "run.resumed",
             run_id=run_id,
             mission_id=run.mission_id,
-            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            trust=_trust(by),
             by=by,
         )
         if not paused:
@@ -247,7 +253,7 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
             "run.forked",
             run_id=fork.pk,
             mission_id=fork.mission_id,
-            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            trust=_trust(by),
             source=run_id,
             seq=at_seq,
             by=by,
@@ -291,7 +297,7 @@ def answer_wait(wait_id: int, *, answer: Any, by: str = "owner") -> Wait:
             "wait.answered",
             run_id=wait.run_id,
             seq=wait.seq,
-            trust=Trust.OWNER if by == "owner" else Trust.SYSTEM,
+            trust=_trust(by),
             wait_kind=wait.kind,
             by=by,
             answer=answer,

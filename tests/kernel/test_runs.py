@@ -104,6 +104,16 @@ def test_it_treats_an_expired_owner_wait_as_refusal() -> None:
     assert Wait.objects.get(run=run).state == "expired"
 
 
+def test_an_answer_by_one_of_the_owner_s_tokens_is_the_owner_s() -> None:
+    for by, trust in (("token:phone", "owner"), ("owner", "owner"), ("scheduler", "system")):
+        run = start("test.asker")
+        work()
+        runs.answer_wait(Wait.objects.get(run=run).pk, answer="yes", by=by)
+        answered = Event.objects.filter(run=run).order_by("-pk").first()
+        assert answered is not None
+        assert answered.trust == trust, by
+
+
 def test_it_refuses_to_answer_a_wait_twice_or_after_expiry() -> None:
     run = start("test.asker")
     work()
