@@ -20,10 +20,10 @@ idempotency key, and a worker may be killed between any two lines:
    deleted. Killed before the delete, the replay goes through 2 and finds nothing left to undo;
    killed after it, the worktree is already restored and the replay starts afresh at 1.
 
-Everything in the worktree is touched through directory descriptors without following links
-(`shutil.rmtree` with `dir_fd` is the descriptor-based, link-safe one), files are opened only
-once known to be regular, `O_NONBLOCK`: the command may have left links, FIFOs and sockets
-anywhere.
+Everything in the worktree is touched through directory descriptors without following links,
+and without recursion (a command can nest directories deeper than Python's stack); files are
+opened only once known to be regular, `O_NONBLOCK`: the command may have left links, FIFOs and
+sockets anywhere.
 """
 
 from __future__ import annotations
@@ -47,12 +47,13 @@ MANIFEST = "manifest.json"
 BLOBS = "blobs"
 CHUNK = 1 << 20
 MAX_NAMED = 20  # paths named in the note to the model; the rest are counted
+MAX_SHOWN = 160  # characters of one path in the note; a longer one is cut in its middle
+MAX_DEPTH = 200  # levels the walk enters (see `scan`)
 DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 KEY = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 
-Entry = dict[
-    str, Any
-]  # {"type": "file"|"dir"|"link"|"other", "mode", "uid", "gid", "sha"|"target"}
+# {"type": "file" | "dir" | "link" | "other" | "deep", "mode", "uid", "gid", "sha" | "target"}
+Entry = dict[str, Any]
 
 
 def snapshots_dir() -> Path:
@@ -106,8 +107,8 @@ class Guard:
         changes = []
         for root in sorted(_roots(before) | _roots(after)):
             was, now = _unit(before, root), _unit(after, root)
-            if was == now:
-                continue
+            if was == now or was.get(root, {}).get("type") == "deep":
+                continue  # unchanged, or too deep to have been recorded: left as it is
             _put_back(self.top, root, was, self.home / BLOBS)
             what = "created" if not was else "deleted" if not now else "modified"
             changes.append(f"{root} ({what})")
@@ -116,11 +117,17 @@ class Guard:
 
 def note(changes: list[str], *, earlier: bool = False) -> str:
     """The line the model reads after the command's output."""
-    shown = ", ".join(changes[:MAX_NAMED])
+    shown = ", ".join(_short(change) for change in changes[:MAX_NAMED])
     if len(changes) > MAX_NAMED:
         shown += f" and {len(changes) - MAX_NAMED} more"
     when = " after an interrupted attempt of this command" if earlier else ""
     return f"[protected paths restored{when}: {shown}]"
+
+
+def _short(change: str) -> str:
+    if len(change) <= MAX_SHOWN:
+        return change
+    return f"{change[: MAX_SHOWN // 2]}...{change[-MAX_SHOWN // 2 :]}"
 
 
 # --- Walking the worktree -------------------------------------------------------------------
@@ -129,21 +136,43 @@ def note(changes: list[str], *, earlier: bool = False) -> str:
 def scan(top: Path, *, blobs: Path | None = None) -> dict[str, Entry]:
     """Every protected entry of the worktree (a protected name and all below it), keyed by
     relative path; file contents are hashed, and copied into `blobs` when given. One walk of the
-    tree, on directory descriptors; only protected regular files are ever opened."""
+    tree, on directory descriptors, depth first without recursion (descriptors held: one per
+    level); only protected regular files are ever opened.
+
+    A directory `MAX_DEPTH` levels down is not entered: it is a unit of its own (`deep`), so a
+    tree made deeper than the walk goes is removed where it crossed that depth, whatever it held.
+    """
     found: dict[str, Entry] = {}
+    frames: list[tuple[int, str, list[tuple[str, bool]]]] = []
     fd = os.open(top, DIR_OPEN & ~os.O_NOFOLLOW)
     try:
-        _scan_dir(fd, "", found, blobs, inside=False)
+        frames.append((fd, "", _scan_one(fd, "", False, found, blobs)))
+        while frames:
+            fd, prefix, subdirs = frames[-1]
+            if not subdirs:
+                os.close(frames.pop()[0])
+                continue
+            name, protected = subdirs.pop()
+            try:
+                sub = os.open(name, DIR_OPEN, dir_fd=fd)
+            except OSError:
+                continue  # swapped since the listing: the next scan sees what it became
+            frames.append((sub, f"{prefix}{name}/", []))
+            frames[-1][2].extend(_scan_one(sub, f"{prefix}{name}/", protected, found, blobs))
     finally:
-        os.close(fd)
+        for fd, _, _ in frames:
+            os.close(fd)
     return found
 
 
-def _scan_dir(
-    fd: int, prefix: str, found: dict[str, Entry], blobs: Path | None, *, inside: bool
-) -> None:
+def _scan_one(
+    fd: int, prefix: str, inside: bool, found: dict[str, Entry], blobs: Path | None
+) -> list[tuple[str, bool]]:
+    """Record one directory's protected entries; return its subdirectories to enter."""
     with os.scandir(fd) as listing:
         children = list(listing)
+    depth = prefix.count("/") + 1  # of the children
+    subdirs = []
     for child in children:
         name = child.name
         if not prefix and name == ".git":
@@ -151,18 +180,15 @@ def _scan_dir(
         rel = f"{prefix}{name}"
         protected = inside or permissions.protected_name(name)
         if child.is_dir(follow_symlinks=False):
+            if depth >= MAX_DEPTH:
+                found[rel] = _entry(child.stat(follow_symlinks=False), "deep")
+                continue
             if protected:
                 found[rel] = _entry(child.stat(follow_symlinks=False), "dir")
-            try:
-                sub = os.open(name, DIR_OPEN, dir_fd=fd)
-            except OSError:
-                continue  # swapped since the listing: the next scan sees what it became
-            try:
-                _scan_dir(sub, f"{rel}/", found, blobs, inside=protected)
-            finally:
-                os.close(sub)
+            subdirs.append((name, protected))
         elif protected:
             found[rel] = _record(fd, child, blobs)
+    return subdirs
 
 
 def _entry(info: os.stat_result, kind: str) -> Entry:
@@ -299,15 +325,40 @@ def _remove(parent: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=parent)
+        _remove_tree(parent, name)
     else:
         os.unlink(name, dir_fd=parent)
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """`rm -rf` on descriptors, never following a link, without recursion (a tree may be far
+    deeper than Python's stack): one descriptor per level of the current branch."""
+    frames = [(parent, name, os.open(name, DIR_OPEN, dir_fd=parent))]
+    try:
+        while frames:
+            _, _, fd = frames[-1]
+            deeper = None
+            with os.scandir(fd) as listing:
+                for entry in listing:
+                    if entry.is_dir(follow_symlinks=False):
+                        deeper = entry.name
+                        break
+                    os.unlink(entry.name, dir_fd=fd)
+            if deeper is not None:
+                frames.append((fd, deeper, os.open(deeper, DIR_OPEN, dir_fd=fd)))
+                continue
+            up, here, fd = frames.pop()
+            os.close(fd)
+            os.rmdir(here, dir_fd=up)
+    finally:
+        for _, _, fd in frames:
+            os.close(fd)
 
 
 def _make(parent: int, name: str, entry: Entry, blobs: Path) -> list[tuple[int, int]]:
     """Make one recorded entry; a directory's descriptor and mode are returned, to be set last."""
     kind = entry["type"]
-    if kind == "dir":
+    if kind in ("dir", "deep"):  # a deep one inside a protected unit: made again, empty
         os.mkdir(name, 0o700, dir_fd=parent)
         fd = os.open(name, DIR_OPEN, dir_fd=parent)
         _own(fd, entry["uid"], entry["gid"])

@@ -177,3 +177,22 @@ def test_snapshots_live_where_only_the_host_reaches(hostile: AgentRun) -> None:
     home = snapshots.snapshots_dir()
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert home.stat().st_uid == os.geteuid()
+
+
+def test_a_tree_deeper_than_the_walk_goes_is_removed_where_it_was_made(hostile: AgentRun) -> None:
+    # 1500 levels: more than Python's recursion limit, more than the walk follows.
+    deep = "cd /workspace/keep && for i in $(seq 1500); do mkdir d && cd d; done && touch .envrc"
+    run = hostile([calls(("shell", {"command": f"mkdir keep && {deep}"})), FINISH])
+    (shell,) = outputs(run, "shell")
+    assert "[exit code 0]" in shell["output"], shell
+    told = shell["output"].splitlines()[-1]
+    assert told.startswith("[protected paths restored: keep/d/d/d/")
+    assert told.endswith(" (created)]")
+    assert len(told) < 400  # a long path is shortened in the note
+    worktree = Path(run.workspace)
+    assert (worktree / "keep").is_dir()
+    depth = 0
+    here = worktree / "keep"
+    while (here / "d").is_dir():
+        here, depth = here / "d", depth + 1
+    assert depth == snapshots.MAX_DEPTH - 2  # "keep" is level 1: its d's from 2 on, up to the cap
