@@ -172,6 +172,9 @@ def _refuse_protected(rel: str, shown: str) -> None:
     if why:
         via = "" if rel == workspace.relative(shown) else f" ({shown} leads to {rel})"
         raise ToolError(f"Refused: {why}{via}.")
+    why = permissions.protected(shown)  # a link named like a protected path is one too
+    if why:
+        raise ToolError(f"Refused: {why}.")
 
 
 def _write_atomically(env: ToolEnv, found: safefs.Located, data: bytes, mode: int) -> None:
@@ -261,7 +264,7 @@ def _edit(env: ToolEnv, arguments: dict[str, Any]) -> str:
                 " unique, or set replace_all."
             )
         info = found.lstat()
-        mode = stat.S_IMODE(info.st_mode) if info is not None else 0o644
+        mode = info.st_mode & 0o777 if info is not None else 0o644
         _write_atomically(env, found, text.replace(old, new).encode(), mode)
     return f"Edited {rel} ({found_count} replacement{'s' if found_count > 1 else ''})."
 
@@ -282,7 +285,7 @@ def _write(env: ToolEnv, arguments: dict[str, Any]) -> str:
             if not stat.S_ISREG(info.st_mode):
                 raise ToolError(f"{rel}: {safefs.kind(info.st_mode)}, not a regular file; refused.")
             _fresh(env, rel, safefs.read_regular(found, rel, MAX_READ_BYTES))
-            mode = stat.S_IMODE(info.st_mode)
+            mode = info.st_mode & 0o777  # no set-id bit on what the harness writes
         _write_atomically(env, found, data, mode)
     return f"Wrote {rel} ({len(data)} bytes)."
 
