@@ -15,7 +15,7 @@ from kernel.context import StepCall
 from kernel.journal import Fence
 from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
-from tests.tools.test_hostile_files import commit
+from tests.tools.worktrees import commit
 from tools import snapshots
 from tools.base import ToolEnv
 from tools.shell import SHELL

@@ -15,7 +15,7 @@ from kernel.models import Effect, Run
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.tools.conftest import calls
-from tests.tools.test_hostile_files import DEADLINE, commit, within
+from tests.tools.worktrees import DEADLINE, commit, within
 from tools import registry
 from tools.base import Risk, Tool, ToolEnv
 from tools.builtin import CODING_TOOLS
