@@ -220,3 +220,21 @@ def test_a_listing_answers_a_stop_and_its_deadline(
     monkeypatch.setattr(files, "LIST_SECONDS", 0.0)
     answer = LIST_FILES.run(list_env(tmp_path, threading.Event()), {"path": "."})
     assert answer.endswith("[listing cut after 0 s: list a smaller directory]")
+
+
+def test_search_runs_in_the_sandbox_and_answers_as_before(hostile: AgentRun) -> None:
+    run = hostile(
+        [
+            calls(
+                ("search", {"pattern": "def average"}),
+                ("search", {"pattern": "no such text anywhere", "path": "calc.py"}),
+                ("search", {"pattern": "(unclosed"}),
+            ),
+            FINISH,
+        ]
+    )
+    found, nothing, bad = outputs(run, "search")
+    assert found == {"output": "./calc.py:1:def average(values):\n", "is_error": False}
+    assert nothing == {"output": "No match.", "is_error": False}
+    assert bad["is_error"]
+    assert bad["output"].startswith("search failed: regex parse error")
