@@ -92,27 +92,60 @@ class DiskWatch:
 
 
 def allocated_bytes(top: Path, stop_above: int | None = None) -> int:
-    """The bytes allocated to the tree at `top`, never following a symlink (fwalk works on
-    directory fds, so a directory swapped for a link mid-walk is not entered). Stops counting once
-    past `stop_above`."""
+    """The bytes allocated to the tree at `top`, never following a symlink: each directory is
+    opened from its parent's descriptor with O_NOFOLLOW, so a directory swapped for a link
+    mid-walk is not entered. Iterative (a tree thousands of levels deep is counted, not a
+    RecursionError); a directory that cannot be opened (descriptors exhausted...) is counted
+    for itself only. Stops counting once past `stop_above`."""
     seen: set[tuple[int, int]] = set()
     total = 0
-    with contextlib.suppress(OSError):
-        total = os.lstat(top).st_blocks * 512
-    for _path, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
-        for name in (*dirnames, *filenames):
-            try:
-                info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-            except OSError:
-                continue  # gone meanwhile
-            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                key = (info.st_dev, info.st_ino)
-                if key in seen:
-                    continue
-                seen.add(key)
-            total += info.st_blocks * 512
-        if stop_above is not None and total > stop_above:
-            break
+    try:
+        root = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    total = os.fstat(root).st_blocks * 512
+    # Depth first: one open descriptor per level, with the subdirectories still to enter.
+    stack: list[tuple[int, list[str]]] = []
+    pending: tuple[int, list[str]] | None = (root, [])
+    try:
+        while pending is not None or stack:
+            if pending is not None:
+                fd, _ = pending
+                subdirectories: list[str] = []
+                with contextlib.suppress(OSError), os.scandir(fd) as entries:
+                    for entry in entries:
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue  # gone meanwhile
+                        if stat.S_ISDIR(info.st_mode):
+                            subdirectories.append(entry.name)
+                        elif info.st_nlink > 1:
+                            key = (info.st_dev, info.st_ino)
+                            if key in seen:
+                                continue
+                            seen.add(key)
+                        total += info.st_blocks * 512
+                stack.append((fd, subdirectories))
+                pending = None
+                if stop_above is not None and total > stop_above:
+                    break
+            fd, subdirectories = stack[-1]
+            if not subdirectories:
+                os.close(fd)
+                stack.pop()
+                continue
+            name = subdirectories.pop()
+            with contextlib.suppress(OSError):
+                child = os.open(
+                    name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                )
+                pending = (child, [])
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+        if pending is not None:
+            os.close(pending[0])
     return total
 
 

@@ -344,21 +344,3 @@ def relative(path: str) -> str:
     if normal == ".." or normal.startswith("../"):
         raise ToolError(f"{path}: the path leaves the workspace.")
     return normal
-
-
-def resolve(workspace: Path, path: str) -> Path:
-    """The real path of `path` inside `workspace`, refusing any escape (`..`, absolute paths,
-    symlinks pointing out). The file itself need not exist; its directory must resolve inside.
-    """
-    rel = relative(path)
-    top = workspace.resolve()
-    target = top / rel
-    if target.is_symlink():
-        real = target.resolve()
-        if real != top and top not in real.parents:
-            raise ToolError(f"{path}: a symbolic link out of the workspace; refused.")
-        return real
-    parent = target.parent.resolve()
-    if parent != top and top not in parent.parents:
-        raise ToolError(f"{path}: the path leaves the workspace through a symbolic link.")
-    return parent / target.name if rel != "." else top

@@ -271,6 +271,25 @@ def test_it_counts_allocated_blocks_once_per_inode(workdir: Path) -> None:
     assert MB <= allocated_bytes(workdir) < 2 * MB
 
 
+def test_it_counts_a_tree_deeper_than_python_recursion_goes(workdir: Path) -> None:
+    fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1500):  # by descriptors: the path would pass PATH_MAX long before
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with os.fdopen(os.open("data", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "wb") as f:
+            f.write(b"x" * MB)
+    finally:
+        os.close(fd)
+
+    try:
+        assert allocated_bytes(workdir) > MB
+    finally:
+        subprocess.run(["rm", "-rf", str(workdir / "d")], check=True)  # rmtree recurses
+
+
 # --- Cgroups left behind -------------------------------------------------------------------------
 
 
