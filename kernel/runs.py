@@ -93,7 +93,7 @@ def spawn_child(*, parent: Run, seq: int, program: str, input: Any, caps: dict[s
         return Run.objects.get(parent=parent, spawned_by_seq=seq)
 
 
-def _trust(by: str) -> str:
+def _trust(by: str) -> Trust:
     """The owner acts from the console ("owner") or through one of their API tokens
     ("token:<name>"); anything else acting is the system."""
     return Trust.OWNER if by == "owner" or by.startswith("token:") else Trust.SYSTEM
