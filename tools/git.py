@@ -21,11 +21,14 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel.models import Effect
 from tools import remotes, workspace
 from tools.base import Risk, Tool, ToolEnv, ToolError
+
+if TYPE_CHECKING:
+    from cluster.sandbox import Result
 
 TRAILER = "Agentos-Step"
 MAX_PREVIEW = 60_000  # characters of diff shown inline; the whole diff is an artifact
@@ -49,13 +52,14 @@ INSIDE = (
 )
 
 
-def sandbox_git(env: ToolEnv, *args: str, writable: bool = False, stdin: bytes = b"") -> str:
-    """Run git inside the run's sandbox on its worktree; its stdout, or a ToolError."""
+def _sandboxed(env: ToolEnv, argv: list[str], *, writable: bool, stdin: bytes = b"") -> Result:
+    """Run `argv` in the run's sandbox on its worktree, with stderr apart; cancelled or timed
+    out is a ToolError."""
     from cluster.sandbox import Limits, SandboxUnavailable, for_level
 
     try:
         done = for_level(1).run(
-            ["git", *INSIDE, *args],
+            argv,
             workdir=env.need_workspace(),
             run_id=env.run_id,
             git_writable=writable,
@@ -67,20 +71,23 @@ def sandbox_git(env: ToolEnv, *args: str, writable: bool = False, stdin: bytes =
     except SandboxUnavailable as error:
         raise ToolError(f"No sandbox on this node: {error}") from None
     if done.cancelled:
-        raise ToolError(f"git {args[0]}: cancelled.")
+        raise ToolError("git: cancelled.")
     if done.timed_out:
-        raise ToolError(f"git {args[0]}: took longer than {workspace.GIT_TIMEOUT} s; stopped.")
+        raise ToolError(f"git: took longer than {workspace.GIT_TIMEOUT} s; stopped.")
+    return done
+
+
+def sandbox_git(env: ToolEnv, *args: str, writable: bool = False) -> str:
+    """Run git inside the run's sandbox on its worktree; its stdout, or `GitFailed`."""
+    done = _sandboxed(env, ["git", *INSIDE, *args], writable=writable)
     if done.exit_code != 0:
-        raise GitFailed(args[0], done.exit_code, (done.errors or done.output).strip())
+        message = (done.errors or done.output).strip()
+        raise GitFailed(f"git {args[0]} failed: {message}" if message else f"git {args[0]} failed.")
     return done.output
 
 
 class GitFailed(ToolError):
-    def __init__(self, command: str, code: int | None, message: str) -> None:
-        super().__init__(
-            f"git {command} failed: {message}" if message else f"git {command} failed."
-        )
-        self.code = code
+    """git exited with an error (its message is the tool's answer)."""
 
 
 def _status(env: ToolEnv, arguments: dict[str, Any]) -> str:
@@ -143,27 +150,17 @@ NOTHING_TO_COMMIT = 3
 
 
 def _commit(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
-    git = "git " + " ".join(INSIDE)
-    script = COMMIT_SCRIPT.replace("git ", git + " ")
-    try:
-        done = for_level(1).run(
-            ["/bin/sh", "-c", script, "sh", _mark(env)],
-            workdir=env.need_workspace(),
-            run_id=env.run_id,
-            git_writable=True,
-            stderr_apart=True,
-            stopping=env.call.stopping,
-            stdin=arguments["message"].encode(),
-            limits=Limits(wall_seconds=workspace.GIT_TIMEOUT),
-        )
-    except SandboxUnavailable as error:
-        raise ToolError(f"No sandbox on this node: {error}") from None
+    script = COMMIT_SCRIPT.replace("git ", "git " + " ".join(INSIDE) + " ")
+    done = _sandboxed(
+        env,
+        ["/bin/sh", "-c", script, "sh", _mark(env)],
+        writable=True,
+        stdin=arguments["message"].encode(),
+    )
     if done.exit_code == NOTHING_TO_COMMIT:
         raise ToolError("Nothing to commit: the worktree has no changes.")
     if done.exit_code != 0:
-        raise ToolError(f"git commit failed: {(done.errors or done.summary()).strip()}")
+        raise ToolError(f"git commit failed: {(done.errors or done.output).strip()}")
     return _committed(env) or "Committed."
 
 
@@ -249,7 +246,13 @@ def _copied_bundle(source: Path) -> Iterator[Path]:
     """A host-owned copy of the bundle the sandbox wrote: opened without following links, only
     if it is a regular file of bounded size, so nothing can be swapped in while git reads it."""
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        folder = os.open(source.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(source.name, flags, dir_fd=folder)
+            os.unlink(source.name, dir_fd=folder)  # read once, never left lying around
+        finally:
+            os.close(folder)
     except OSError as error:
         raise ToolError(f"No bundle from the sandbox: {error.strerror}.") from None
     with os.fdopen(fd, "rb") as handle:
