@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from kernel.models import Artifact, Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
-from tests.tools.git_http import bare_remote, git_http_server
+from tests.tools.git_http import GitServer, bare_remote, git_http_server
 from tools import remotes, workspace
 from tools.git import MAX_PREVIEW
 from tools.models import CredentialKind, RemoteCredential
@@ -126,44 +127,49 @@ def test_the_approval_page_lists_files_and_says_when_the_diff_is_cut(
     assert f"/artifacts/{approval.request['preview']['full_diff']}" in html
 
 
+@pytest.fixture
+def served(demo_base: Path) -> Iterator[GitServer]:
+    """The demo's remote as a smart-HTTP server that demands the token."""
+    root = demo_base / "served"
+    root.mkdir()
+    bare_remote(root / "calc.git")
+    with git_http_server(root, user="x-access-token", token=TOKEN) as server:
+        yield server
+
+
 def test_no_credential_is_readable_inside_and_the_push_uses_it(
-    hostile_mission: tuple[Mission, Path], hostile: AgentRun, demo_base: Path
+    hostile_mission: tuple[Mission, Path], hostile: AgentRun, served: GitServer
 ) -> None:
     mission, repo = hostile_mission
-    served = demo_base / "served"
-    served.mkdir()
-    bare_remote(served / "calc.git")
-    with git_http_server(served, user="x-access-token", token=TOKEN) as server:
-        url = f"{server.url}calc.git"
-        workspace.host_git(repo, "remote", "set-url", "origin", url)
-        workspace.host_git(repo, "config", "http.extraHeader", f"X-Token: {TOKEN}")
-        assert mission.project_id is not None
-        remotes.put(
-            project_id=mission.project_id, remote="origin", kind=CredentialKind.TOKEN, secret=TOKEN
-        )
-        look = (
-            "cat .git/config; git config --list --show-origin; env; ls -a / /tmp ..;"
-            " grep -rs ghp_ / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; echo done"
-        )
-        run = hostile(
-            [
-                calls(("shell", {"command": look})),
-                calls(("write_file", {"path": "new.txt", "content": "new\n"})),
-                calls(("git_commit", {"message": "new"})),
-                calls(("git_push", {"remote": "origin", "branch": "main"})),
-                FINISH,
-            ]
-        )
-        seen = outputs(run, "shell")[0]["output"]
-        assert seen.rstrip().endswith("[exit code 0]"), seen
-        assert TOKEN not in seen
-        assert "127.0.0.1" not in seen  # not even the remote's address
-        assert "[remote" not in seen
-        approve(run)
-        assert run.status == "done", run.error
-        assert outputs(run, "git_push")[0]["output"].startswith("Pushed ")
-        pushed = workspace.host_git(served / "calc.git", "log", "--format=%s", "-n1", "main")
-        assert pushed.stdout.strip() == "new"
+    workspace.host_git(repo, "remote", "set-url", "origin", f"{served.url}calc.git")
+    workspace.host_git(repo, "config", "http.extraHeader", f"X-Token: {TOKEN}")
+    assert mission.project_id is not None
+    remotes.put(
+        project_id=mission.project_id, remote="origin", kind=CredentialKind.TOKEN, secret=TOKEN
+    )
+    look = (
+        "cat .git/config; git config --list --show-origin; env; ls -a / /tmp ..;"
+        " grep -rs ghp_ / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; echo done"
+    )
+    run = hostile(
+        [
+            calls(("shell", {"command": look})),
+            calls(("write_file", {"path": "new.txt", "content": "new\n"})),
+            calls(("git_commit", {"message": "new"})),
+            calls(("git_push", {"remote": "origin", "branch": "main"})),
+            FINISH,
+        ]
+    )
+    seen = outputs(run, "shell")[0]["output"]
+    assert seen.rstrip().endswith("[exit code 0]"), seen
+    assert TOKEN not in seen
+    assert "127.0.0.1" not in seen  # not even the remote's address
+    assert "[remote" not in seen
+    approve(run)
+    assert run.status == "done", run.error
+    assert outputs(run, "git_push")[0]["output"].startswith("Pushed ")
+    pushed = workspace.host_git(served.root / "calc.git", "log", "--format=%s", "-n1", "main")
+    assert pushed.stdout.strip() == "new"
     # Nowhere in the journal, nor at rest in the clear.
     journal = json.dumps(list(Step.objects.filter(run=run).values("request", "result")))
     assert TOKEN not in journal
@@ -173,18 +179,13 @@ def test_no_credential_is_readable_inside_and_the_push_uses_it(
 
 
 def test_a_push_without_the_credential_is_refused_without_showing_it(
-    hostile_mission: tuple[Mission, Path], hostile: AgentRun, demo_base: Path
+    hostile_mission: tuple[Mission, Path], hostile: AgentRun, served: GitServer
 ) -> None:
     _, repo = hostile_mission
-    served = demo_base / "served"
-    served.mkdir()
-    bare_remote(served / "calc.git")
-    with git_http_server(served, user="x-access-token", token=TOKEN) as server:
-        workspace.host_git(
-            repo, "remote", "set-url", "origin", server.url.replace("://", "://u:pw@") + "calc.git"
-        )
-        run = hostile([calls(("git_push", {"remote": "origin", "branch": "main"})), FINISH])
-        assert server.refused
+    url = served.url.replace("://", "://u:pw@") + "calc.git"
+    workspace.host_git(repo, "remote", "set-url", "origin", url)
+    run = hostile([calls(("git_push", {"remote": "origin", "branch": "main"})), FINISH])
+    assert served.refused
     (refused,) = outputs(run, "git_push")
     assert refused["is_error"]
     assert "could not be prepared: Cannot reach origin" in refused["output"]
