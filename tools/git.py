@@ -200,7 +200,13 @@ def _remote_sha(env: ToolEnv, stage: Path, arguments: dict[str, Any]) -> str:
     remote, branch = _remote(stage, arguments), arguments["branch"]
     with remotes.credentials(env.project_id, remote, workspace.remote_url(stage, remote)) as auth:
         listed = workspace.host_git(
-            stage, "ls-remote", remote, f"refs/heads/{branch}", check=False, env=auth.env
+            stage,
+            "ls-remote",
+            remote,
+            f"refs/heads/{branch}",
+            check=False,
+            env=auth.env,
+            stopping=env.call.stopping,
         )
     if listed.returncode != 0:
         raise ToolError(f"Cannot reach {remote}: {auth.scrub(listed.stderr.strip())}")
@@ -365,6 +371,7 @@ def _fetch_remote_branch(env: ToolEnv, stage: Path, arguments: dict[str, Any]) -
             f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}",
             check=False,
             env=auth.env,
+            stopping=env.call.stopping,
         )
 
 
@@ -394,6 +401,7 @@ def _push(env: ToolEnv, arguments: dict[str, Any]) -> str:
             f"{commit}:refs/heads/{branch}",
             check=False,
             env=auth.env,
+            stopping=env.call.stopping,
         )
     if pushed.returncode != 0:
         message = auth.scrub((pushed.stderr or pushed.stdout).strip())

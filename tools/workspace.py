@@ -23,8 +23,11 @@ import json
 import os
 import posixpath
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from tools.base import ToolError
 
 SANDBOX_MOUNT = "/workspace"  # where the sandbox sees the worktree
 GIT_TIMEOUT = 120
+STOP_POLL_SECONDS = 0.2
 READY = ".ready"  # beside a worktree: written once it is complete (host-owned, outside it)
 BASE_REF = "refs/agentos/base"  # in a run's repository: the commit it started from
 MAX_BUNDLE_BYTES = 2 << 30
@@ -102,12 +106,14 @@ def host_git(
     check: bool = True,
     env: Mapping[str, str] | None = None,
     stdin: str | None = None,
+    stopping: threading.Event | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run git on the host, on a repository the agent never wrote: the project's own, a staging
     repository, a fresh run repository before it is handed over, a remote. Never on a worktree.
 
     `env` adds to the minimal environment (credentials for a push, passed this way so that no
-    argv shows them to other users of the machine).
+    argv shows them to other users of the machine). `stopping` (the step's) kills it within
+    `STOP_POLL_SECONDS`; so does the deadline.
     """
     full_env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -122,20 +128,37 @@ def host_git(
         **(env or {}),
     }
     argv = ["git", *HARDENED, *args]
-    try:
-        done = subprocess.run(  # noqa: S603  # an argv list, no shell
-            argv,
-            cwd=cwd,
-            env=full_env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=GIT_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"git {args[0]} took longer than {GIT_TIMEOUT} s; stopped.") from None
+    process = subprocess.Popen(  # noqa: S603  # an argv list, no shell
+        argv,
+        cwd=cwd,
+        env=full_env,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + GIT_TIMEOUT
+    pending = stdin
+    while True:
+        # A remote that hangs must not hold a cancelled run: look at `stopping` every tick.
+        try:
+            out, err = process.communicate(pending, timeout=STOP_POLL_SECONDS)
+            break
+        except subprocess.TimeoutExpired:
+            pending = None  # communicate() keeps feeding what it started
+            why = None
+            if stopping is not None and stopping.is_set():
+                why = "cancelled"
+            elif time.monotonic() > deadline:
+                why = f"took longer than {GIT_TIMEOUT} s; stopped"
+            if why:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+                raise ToolError(f"git {args[0]}: {why}.") from None
+    done = subprocess.CompletedProcess(argv, process.returncode, out, err)
     if check and done.returncode != 0:
         raise ToolError(f"git {args[0]} failed: {(done.stderr or done.stdout).strip()}")
     return done

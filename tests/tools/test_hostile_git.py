@@ -4,6 +4,10 @@ host, never hides a change from the owner, and never reaches the remote's creden
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,13 +17,14 @@ import pytest
 from agentos import vault
 from approvals import service
 from approvals.models import Approval
-from kernel import artifacts
+from kernel import artifacts, runs
 from kernel.models import Artifact, Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.git_http import GitServer, bare_remote, git_http_server
 from tools import remotes, workspace
+from tools.builtin import CODING_TOOLS
 from tools.git import MAX_PREVIEW
 from tools.models import CredentialKind, RemoteCredential
 
@@ -204,3 +209,47 @@ def test_a_run_cannot_see_another_run_s_worktree(hostile: AgentRun) -> None:
     assert "first's" not in seen
     assert "run-" not in seen.replace(str(other), "")
     assert "end" in seen
+
+
+def test_a_remote_that_hangs_does_not_hold_a_cancelled_run(
+    hostile_mission: tuple[Mission, Path],
+) -> None:
+    mission, repo = hostile_mission
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/calc.git"
+        workspace.host_git(repo, "remote", "set-url", "origin", url)
+        run = runs.start_run(
+            mission=mission,
+            program="agent",
+            input={
+                "goal": "Push.",
+                "provider": "scripted",
+                "model": "scripted",
+                "tools": CODING_TOOLS,
+                "script": {"turns": [calls(("git_push", {"branch": "main"})), FINISH]},
+                "repository": str(repo),
+            },
+        )
+        worker = threading.Thread(target=Worker(lease_seconds=2).run_until_idle)
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not Step.objects.filter(run=run, name="approval-request:git_push").exists():
+            assert time.monotonic() < deadline, "the push was never prepared"
+            time.sleep(0.05)
+        connected, _ = silent.accept()  # git waits for an answer that never comes
+        asked = time.monotonic()
+        runs.request_stop(run.pk)
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+        while git_processes(url):  # the worker may return before its tool thread does
+            assert time.monotonic() - asked < 5, git_processes(url)
+            time.sleep(0.05)
+        connected.close()
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+
+
+def git_processes(url: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-af", url], capture_output=True, text=True, check=False)
+    return found.stdout.splitlines()
