@@ -16,9 +16,11 @@ from missions.routing import route_for
 from tools.builtin import CODING_TOOLS
 
 CODING_INSTRUCTIONS = """\
-You work in a git worktree of the project, mounted at /workspace in the sandbox where the shell
-tool runs commands (no network there). Read before you edit; run the tests with the shell tool;
-commit your work with git_commit; git_push asks the owner to approve the exact commit."""
+You work in a git repository of your own, on the project's code, mounted at /workspace in the
+sandbox where the shell tool runs commands (no network there, .git read-only; use the git tools).
+Protected paths (agent configuration, hooks, rc files, .github/...) cannot be changed. Read before
+you edit; run the tests with the shell tool; commit your work with git_commit; git_push asks the
+owner to approve the exact commit."""
 
 
 def start_mission(
