@@ -54,6 +54,7 @@ def start_mission(
         "constraints": constraints,
         "instructions": CODING_INSTRUCTIONS if repository else "",
         "repository": repository,
+        "checkpoints": bool(repository),
         "max_turns": max_turns,
     }
     if route.provider == "scripted":

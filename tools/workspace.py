@@ -273,14 +273,14 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
     path = root() / "worktrees" / f"run-{run_id}"
     marker = path.with_name(path.name + READY)
     identity = json.dumps({"repository": repository, "base": sha, "run": _run_identity(run_id)})
-    if path.is_dir() and _read(marker) == identity:
+    if path.is_dir() and read_marker(marker) == identity:
         return path
     marker.unlink(missing_ok=True)
     make_dirs(path.parent, 0o711 if os.geteuid() == 0 else 0o700)
     building = path.with_name(path.name + ".new")
     for leftover in (path, building):
         if leftover.exists() or leftover.is_symlink():
-            _remove(leftover)
+            remove(leftover)
     building.mkdir(mode=0o700)
     host_git(building, "init", "--quiet", "--initial-branch", f"agentos/run-{run_id}")
     host_git(building, "fetch", "--quiet", "--no-tags", str(stage), sha)
@@ -289,8 +289,17 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
     give(building, run_id)  # 0700: other runs' uids cannot even look in
     _checkout(building, run_id)
     building.rename(path)
-    _write(marker, identity)
+    write_marker(marker, identity)
     return path
+
+
+def adopt_base(repository: str, source_run: int, run_id: int) -> None:
+    """A fork starts from its source's base: the staging repository keeps it under the fork's
+    name too (a push's bundle and preview are relative to it)."""
+    stage = staging(repository)
+    with _locked(stage):
+        base = host_git(stage, "rev-parse", f"refs/agentos/run-{source_run}/base").stdout.strip()
+        host_git(stage, "update-ref", f"refs/agentos/run-{run_id}/base", base)
 
 
 def _resolve_base(project: Path, base: str) -> str:
@@ -326,21 +335,21 @@ def _checkout(path: Path, run_id: int) -> None:
         raise ToolError(f"Could not check out the run's workspace: {done.summary()}")
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
     if path.is_symlink() or not path.is_dir():
         path.unlink()
     else:
         shutil.rmtree(path)
 
 
-def _read(path: Path) -> str | None:
+def read_marker(path: Path) -> str | None:
     try:
         return path.read_text()
     except OSError:
         return None
 
 
-def _write(path: Path, text: str) -> None:
+def write_marker(path: Path, text: str) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".marker-")
     with os.fdopen(fd, "w") as handle:
         handle.write(text)

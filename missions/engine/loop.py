@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
+
 from approvals import service as approvals
 from kernel import journal
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
-from kernel.models import Effect, Run, RunStatus, StepKind
+from kernel.models import Effect, Run, RunStatus, Step, StepKind
 from kernel.programs import Outcome
 from missions import pricing, steering
 from missions.engine import deltas, relief
@@ -44,7 +46,7 @@ from missions.providers.base import (
     ToolCall,
     ToolResult,
 )
-from tools import permissions, workspace
+from tools import checkpoints, permissions, workspace
 from tools import registry as tool_registry
 from tools.base import Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
 from tools.models import Decision
@@ -92,6 +94,9 @@ class Spec:
     script: dict[str, Any] | None = None
     repository: str = ""  # a local git repository: the run works in its own worktree of it
     base: str = "HEAD"  # what the worktree starts from
+    # A checkpoint before each workspace write (`tools.checkpoints`). Off for runs started before
+    # it was recorded: a new step in the middle of their journal would not match on resume.
+    checkpoints: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
@@ -236,7 +241,9 @@ def agent(ctx: RunContext) -> Outcome:
             size += relief.estimate_tokens(refusal)
             continue
         verdicts = response.get("permissions") or _judge(by_name, bench, calls)
-        results = _run_tools(ctx, calls, verdicts, by_name, bench, response["text"])
+        results = _run_tools(
+            ctx, calls, verdicts, by_name, bench, response["text"], checkpointing=spec.checkpoints
+        )
         answers = provider.tool_results(results)
         conversation.items.extend(answers)
         size += relief.estimate_tokens(answers)
@@ -548,8 +555,57 @@ def _workbench(ctx: RunContext, spec: Spec) -> Workbench:
         request={"repository": spec.repository, "base": spec.base},
         execute=prepare,
     )
+    forked = ctx.run.contract.get("forked_from") if isinstance(ctx.run.contract, dict) else None
+    if forked and Path(path).name != f"run-{ctx.run_id}":
+        # The copied workspace step names the source's worktree: a fork works in its own, made
+        # (once, not as a step: the steps up to the fork point are the source's) from the
+        # checkpoint of the fork point.
+        path = str(_fork_workspace(ctx, spec, forked))
+        Run.objects.filter(pk=ctx.run_id).update(workspace=path)
     ctx.run.workspace = path
     return Workbench(ctx.run_id, project_id, Path(path))
+
+
+def _fork_workspace(ctx: RunContext, spec: Spec, forked: dict[str, Any]) -> Path:
+    """The fork's own worktree: the source's files as they were after the fork's step.
+
+    Every workspace write is preceded by a checkpoint step, so the first checkpoint the source
+    recorded after the fork's step holds exactly the state after it. Without one, the source
+    wrote nothing since: its worktree now is that state — if no step of it is executing."""
+    source_id, at_seq = int(forked["run"]), int(forked["seq"])
+    source = Run.objects.filter(pk=source_id).values("workspace", "lease_expires_at").first()
+    if source is None or not source["workspace"]:
+        raise StepFailed(f"The source run {source_id} has no workspace to fork from.")
+    later = (
+        Step.objects.filter(run_id=source_id, name=checkpoints.NAME, seq__gt=at_seq)
+        .exclude(finished_at=None)
+        .order_by("seq")
+        .values_list("result", flat=True)
+        .first()
+    )
+    try:
+        if later:
+            checkpoint = later
+        elif source["lease_expires_at"] is not None and source["lease_expires_at"] > timezone.now():
+            raise StepFailed(
+                f"Run {source_id} was executing when this fork started and has written nothing"
+                " since the fork's step: fork it again once it waits, pauses or ends."
+            )
+        else:
+            checkpoint = checkpoints.take(
+                Path(source["workspace"]), run_id=source_id, label=f"fork-{ctx.run_id}"
+            )
+        workspace.adopt_base(spec.repository, source_id, ctx.run_id)
+        path = checkpoints.fork_worktree(
+            ctx.run_id,
+            source_run=source_id,
+            source_worktree=Path(source["workspace"]),
+            checkpoint=checkpoint,
+        )
+    except ToolError as error:
+        raise StepFailed(f"No workspace for this fork: {error}") from error
+    relief.record_baseline(ctx.run_id, path)
+    return path
 
 
 def _judge(
@@ -578,6 +634,8 @@ def _run_tools(
     tools: dict[str, Tool],
     bench: Workbench,
     justification: str,
+    *,
+    checkpointing: bool = False,
 ) -> list[ToolResult]:
     """Reads of a turn run in parallel, writes one at a time, in the model's order. Denied calls
     are answered with the reason; calls that need the owner wait for an approval first."""
@@ -623,6 +681,16 @@ def _run_tools(
         if batch:
             flush()
         runs_tool = tool is not None and decision != Decision.DENY
+        if (
+            runs_tool
+            and tool is not None
+            and tool.risk == Risk.WORKSPACE_WRITE
+            and bench.workspace is not None
+            and checkpointing
+            and _valid(tool, call)
+        ):
+            checkpoint = _checkpoint(ctx, bench.workspace, call["call_id"])
+            execute = _restoring(execute, bench.workspace, ctx.run_id, checkpoint)
         out = ctx.step(
             StepKind.TOOL_CALL,
             effect=tool.effect if runs_tool and tool else Effect.READ,
@@ -637,6 +705,49 @@ def _run_tools(
     if batch:
         flush()
     return results
+
+
+def _checkpoint(ctx: RunContext, top: Path, call_id: str) -> dict[str, str]:
+    """The worktree's state before a write, as a journaled step (its replay returns the same)."""
+
+    def take(step: StepCall) -> Done:
+        try:
+            label = str(step.seq)
+            return Done(
+                checkpoints.take(top, run_id=ctx.run_id, label=label, stopping=step.stopping)
+            )
+        except ToolError as error:
+            raise StepFailed(str(error)) from error
+
+    result: dict[str, str] = ctx.step(
+        StepKind.CHECKPOINT,
+        effect=Effect.IDEMPOTENT_WRITE,
+        name=checkpoints.NAME,
+        request={"before": call_id},
+        execute=take,
+    )
+    return result
+
+
+def _restoring(execute: Any, top: Path, run_id: int, checkpoint: dict[str, str]) -> Any:
+    """`execute`, which first puts the worktree back to `checkpoint` when its step is replayed
+    (an earlier attempt may have written before it died): the write then applies once."""
+
+    def run(step: StepCall) -> Done:
+        if step.replay:
+            try:
+                checkpoints.restore(
+                    top,
+                    run_id=run_id,
+                    checkpoint=checkpoint,
+                    stopping=step.stopping,
+                )
+            except ToolError as error:
+                return Done({"output": f"Refused: {error}", "is_error": True})
+        done: Done = execute(step)
+        return done
+
+    return run
 
 
 def _valid(tool: Tool, call: dict[str, Any]) -> bool:

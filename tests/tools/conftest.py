@@ -53,6 +53,7 @@ def hostile(hostile_mission: tuple[Mission, Path]) -> AgentRun:
                 "tools": tools or CODING_TOOLS,
                 "script": {"turns": turns},
                 "repository": str(repo),
+                "checkpoints": True,
             },
         )
         Worker(lease_seconds=30).run_until_idle()

@@ -158,9 +158,10 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     run = demo.ensure_demo(demo_base)
     assert run is not None
     # Steps, as the script plays them: 1 window, 2 workspace, 3 model, 4-6 reads, 7 model,
-    # 8 shell, 9 model, 10 edit, 11 model, 12 shell, 13 model, 14 commit, 15 model,
-    # 16 approval request, 17 the wait, 18 push, 19 model.
-    commit, wait, push = 14, 17, 18
+    # 8 checkpoint, 9 shell, 10 model, 11 checkpoint, 12 edit, 13 model, 14 checkpoint, 15 shell,
+    # 16 model, 17 checkpoint, 18 commit, 19 model, 20 approval request, 21 the wait, 22 push,
+    # 23 model.
+    commit, wait, push = 18, 21, 22
     plan = tmp_path / "plan.json"
     (tmp_path / "fired").mkdir()
     plan.write_text(
