@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 APPEND = "echo appended >> log.txt; wc -l < log.txt"
 
 
-def agent_input(repo: Path, turns: list[dict[str, object]]) -> dict[str, object]:
+def agent_input(repo: Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "goal": "Do as told.",
         "provider": "scripted",
