@@ -149,6 +149,9 @@ OTEL_EXPORTER = env_str("AGENTOS_OTEL_EXPORTER", "none").strip().lower()
 
 # An approval or owner question not answered within this many hours is a refusal.
 APPROVAL_TTL_HOURS = env_int("AGENTOS_APPROVAL_TTL_HOURS", 168, minimum=1)
+# A finished run's worktree is removed this many days after the run ended (sooner once all it
+# committed is pushed: `tools.retention`).
+WORKTREE_DAYS = env_int("AGENTOS_WORKTREE_DAYS", 14, minimum=1)
 
 # --- Authentication -----------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

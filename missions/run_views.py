@@ -25,6 +25,7 @@ from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Run
 from missions import overview, steering, timeline
 from missions.forms import ForkForm, MessageForm
+from tools import retention
 
 
 def _run(run_id: int) -> Run:
@@ -65,6 +66,9 @@ def _live(run: Run) -> dict[str, Any]:
         "tokens": overview.tokens_of(run),
         "trigger": str(contract.get("trigger") or ""),
         "forked_from": forked if isinstance(forked, dict) else None,
+        "worktree": retention.keeping(run)
+        if isinstance(run.input, dict) and run.input.get("repository")
+        else None,
         "stand_in": contract.get("scripted_stand_in") is True,
         "answer": answer if isinstance(answer, str) else None,
         "output": None

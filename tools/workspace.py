@@ -302,6 +302,32 @@ def adopt_base(repository: str, source_run: int, run_id: int) -> None:
         host_git(stage, "update-ref", f"refs/agentos/run-{run_id}/base", base)
 
 
+def remove_worktree(run_id: int, repository: str) -> None:
+    """Everything kept for a run's workspace, gone: the repository (with its marker and any
+    half-made one), and its refs in the staging repository. Idempotent."""
+    folder = root() / "worktrees"
+    for path in (
+        folder / f"run-{run_id}",
+        folder / f"run-{run_id}.new",
+        folder / f"run-{run_id}{READY}",
+    ):
+        if path.is_dir() and not path.is_symlink():
+            # rm, not shutil.rmtree: a tree nested deeper than Python's stack is removed too.
+            subprocess.run(  # noqa: S603  # fixed program, a path of ours
+                ["/bin/rm", "-rf", "--one-file-system", "--", str(path)], check=True
+            )
+        else:
+            path.unlink(missing_ok=True)
+    if repository and Path(repository).exists():
+        stage = staging(repository)
+        with _locked(stage):
+            listed = host_git(
+                stage, "for-each-ref", "--format=%(refname)", f"refs/agentos/run-{run_id}/"
+            ).stdout.split()
+            for ref in listed:
+                host_git(stage, "update-ref", "-d", ref)
+
+
 def _resolve_base(project: Path, base: str) -> str:
     if base.startswith("-"):
         raise ToolError(f"{base!r} is not a commit of the project.")
