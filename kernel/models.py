@@ -77,6 +77,10 @@ class Run(models.Model):
     model = models.CharField(max_length=100, blank=True)
     workspace = models.CharField(max_length=500, blank=True)
     engine_version = models.CharField(max_length=40, blank=True)
+    # Recorded by an earlier engine version that no program here resumes: parked, claimed only to
+    # end it if asked to stop, until the owner restarts, forks or stops it (`kernel.versions`).
+    # A database default too: a worker of the previous version still inserts runs without it.
+    needs_migration = models.BooleanField(default=False, db_default=False)
     prompt_hash = models.CharField(max_length=64, blank=True)
     tools_hash = models.CharField(max_length=64, blank=True)
 

@@ -7,7 +7,7 @@ recorded result returns that result without executing. The agent engine register
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -27,9 +27,11 @@ class Outcome:
 
 Program = Callable[["RunContext"], Outcome]
 
-# Recorded on every run; workers only claim runs of their own version, so a long run resumes
-# with the engine that started it (or is migrated explicitly). Bump it when a program's steps
-# change in a way that would not replay.
+# Recorded on every run. Bump it (a whole number: versions are ordered) when a program's steps
+# change in a way that would not replay. A worker claims runs recorded by its own version, and
+# runs recorded by an earlier one whose program declares it `compatible`; a run that came up
+# here recorded by an earlier version no program accepts is parked as "needs migration" for the
+# owner (`kernel.versions`). Runs recorded by a later version are left to that version's workers.
 ENGINE_VERSION = "1"
 
 # name -> "module:function", imported on first use.
@@ -40,12 +42,27 @@ _PROGRAMS: dict[str, str] = {
     "chaos.busy": "kernel.chaos:busy",
     "agent": "missions.engine.loop:agent",
 }
+# name -> the earlier engine versions whose journals the program still replays.
+_COMPATIBLE: dict[str, frozenset[str]] = {}
 _loaded: dict[str, Program] = {}
 
 
-def register(name: str, target: str) -> None:
+def register(name: str, target: str, *, compatible: Iterable[str] = ()) -> None:
+    """Name a program ("module:function"). `compatible`: the earlier engine versions whose
+    recorded runs it resumes as they are (declare one only when its steps replay unchanged)."""
     _PROGRAMS[name] = target
+    _COMPATIBLE[name] = frozenset(compatible)
     _loaded.pop(name, None)
+
+
+def compatible() -> dict[str, frozenset[str]]:
+    """Each program's declared earlier versions (programs declaring none are left out)."""
+    return {name: versions for name, versions in _COMPATIBLE.items() if versions}
+
+
+def resumes(name: str, version: str) -> bool:
+    """Whether this code resumes a run of program `name` recorded by engine `version`."""
+    return version == ENGINE_VERSION or version in _COMPATIBLE.get(name, frozenset())
 
 
 def get(name: str) -> Program:

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kernel import crashpoints, journal, programs
+from kernel import crashpoints, journal, programs, versions
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
 from kernel.models import TERMINAL, GlobalBudget
@@ -33,15 +33,16 @@ class Claim:
     lease_seconds: float
 
 
-_CANDIDATES = """
-SELECT r.id, r.mission_id FROM kernel_run r
+# The version filter is a constant fragment of `kernel.versions`: no input is interpolated.
+_CANDIDATES = f"""
+SELECT r.id, r.mission_id, r.program, r.engine_version, r.cancel_requested FROM kernel_run r
 WHERE r.status IN ('queued', 'running', 'waiting') AND r.runnable_at <= %(now)s
-    AND r.engine_version = %(engine)s AND NOT r.paused
+    AND {versions.CLAIMABLE_SQL} AND NOT r.paused
     AND (r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s)
 ORDER BY r.runnable_at, r.id
 LIMIT %(limit)s
 FOR UPDATE OF r SKIP LOCKED
-"""
+"""  # noqa: S608
 
 _ACTIVE_PER_MISSION = """
 SELECT m.id, m.max_concurrent_runs,
@@ -70,29 +71,42 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
         if limit <= 0:
             return []
         # Over-fetch a little: some candidates may belong to missions at their cap.
-        cursor.execute(
-            _CANDIDATES, {"now": now, "limit": limit * 4, "engine": programs.ENGINE_VERSION}
-        )
-        candidates = cursor.fetchall()
+        cursor.execute(_CANDIDATES, {"now": now, "limit": limit * 4, **versions.claim_params()})
+        found = [versions.Candidate(*row) for row in cursor.fetchall()]
+        # Recorded by an earlier version nothing here resumes: parked for the owner, now.
+        versions.park(cursor, [c for c in found if not c.claimable])
+        candidates = [c for c in found if c.claimable]
         if not candidates:
             return []
-        cursor.execute(_ACTIVE_PER_MISSION, [now, list({m for _, m in candidates})])
+        cursor.execute(_ACTIVE_PER_MISSION, [now, list({c.mission_id for c in candidates})])
         room = {mission: cap - active for mission, cap, active in cursor.fetchall()}
-        chosen: list[int] = []
-        for run_id, mission_id in candidates:
-            if len(chosen) < limit and room[mission_id] > 0:
-                room[mission_id] -= 1
-                chosen.append(run_id)
+        chosen: list[versions.Candidate] = []
+        for candidate in candidates:
+            if len(chosen) < limit and room[candidate.mission_id] > 0:
+                room[candidate.mission_id] -= 1
+                chosen.append(candidate)
         if not chosen:
             return []
+        upgraded = versions.upgrades(chosen)
         cursor.execute(
             "UPDATE kernel_run SET fence = fence + 1, lease_owner = %s,"
             " lease_expires_at = %s, status = 'running',"
             " wake_pending = false, interrupt_requested = false,"
-            " started_at = COALESCE(started_at, %s)"
+            " started_at = COALESCE(started_at, %s),"
+            " engine_version = CASE WHEN id = ANY(%s) THEN %s ELSE engine_version END,"
+            " needs_migration = needs_migration AND NOT id = ANY(%s)"
             " WHERE id = ANY(%s) RETURNING id, fence",
-            [worker[:200], now + timedelta(seconds=lease_seconds), now, chosen],
+            [
+                worker[:200],
+                now + timedelta(seconds=lease_seconds),
+                now,
+                [c.run_id for c in upgraded],
+                programs.ENGINE_VERSION,
+                [c.run_id for c in upgraded],
+                [c.run_id for c in chosen],
+            ],
         )
+        versions.announce_upgrades(upgraded)
         claims = [
             Claim(fence=Fence(run_id=run_id, token=token), lease_seconds=lease_seconds)
             for run_id, token in cursor.fetchall()
