@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from agentos import database
-from kernel import runs
+from kernel import holders, runs, scheduler
 from kernel.chaos import Report, Target, check
 from kernel.context import DONE, NOT_DONE
 from kernel.exceptions import KernelError
@@ -235,3 +235,111 @@ def act_as_owner(to_cancel: set[int]) -> None:
     )
     for run in waiting:
         runs.request_stop(run.pk, by="chaos-owner")
+
+
+# --- Takeover: a killed worker's run resumes on another worker at once -----------------------
+
+TAKEOVER_LIMIT_SECONDS = 5.0
+
+
+def kernel_worker(env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
+    """A `manage.py kernel_worker` with the product's defaults (lease, poll) unless `extra`."""
+    return subprocess.Popen(
+        [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "kernel_worker", *extra],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _until[T](what: str, read: Callable[[], T | None], *, timeout: float) -> T:
+    deadline = time.monotonic() + timeout
+    while (value := read()) is None:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def _listeners() -> int:
+    """Kernel workers connected to this database and listening for the claim doorbell."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query = %s",
+            [f"LISTEN {scheduler.CHANNEL}"],
+        )
+        (count,) = cursor.fetchone() or (0,)
+    return int(count)
+
+
+@dataclass(frozen=True)
+class Takeover:
+    seconds: float  # from the SIGKILL to the run claimed again (its fence grew)
+    victim: int
+    survivor: int
+    finished_by: int | None  # the pid that recorded the step's result
+
+
+def run_takeover(*, step_seconds: float = 2.0, timeout: float = 60.0) -> Takeover:
+    """Two workers with the default lease (30 s) and poll; SIGKILL the one executing a run
+    mid-step and time how long the run takes to be claimed again by the other.
+
+    Without proof of the holder's death the run would wait for its lease to run out.
+    """
+    project, _ = Project.objects.get_or_create(name="chaos")
+    mission = Mission.objects.create(project=project, goal="chaos takeover")
+    run = runs.start_run(mission=mission, program="chaos.busy", input={"seconds": step_seconds})
+    env = {
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("AGENTOS_LEASE_SECONDS", "KERNEL_CRASHPLAN")
+        },
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(connection.settings_dict),
+        "AGENTOS_DATA_DIR": tempfile.mkdtemp(prefix="agentos-takeover-"),
+    }
+    workers = [kernel_worker(env), kernel_worker(env)]
+    try:
+        _until("both workers", lambda: _listeners() >= 2 or None, timeout=timeout)
+        owner = _until(
+            "the step under way",
+            lambda: (
+                Run.objects.filter(pk=run.pk, steps__isnull=False)
+                .values_list("lease_owner", flat=True)
+                .first()
+            ),
+            timeout=timeout,
+        )
+        holder = holders.parse(owner)
+        if holder is None:
+            raise RuntimeError(f"the lease names no provable holder: {owner!r}")
+        victim = next(p for p in workers if p.pid == holder.pid)
+        survivor = next(p for p in workers if p is not victim)
+        victim.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        _until(
+            "the takeover",
+            lambda: Run.objects.filter(pk=run.pk, fence__gte=2).exists() or None,
+            timeout=timeout,
+        )
+        seconds = time.monotonic() - killed
+        _until(
+            "the run's end",
+            lambda: Run.objects.filter(pk=run.pk, status__in=_ENDED).exists() or None,
+            timeout=timeout,
+        )
+    finally:
+        for process in workers:
+            if process.poll() is None:
+                process.terminate()
+        for process in workers:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    output = Run.objects.get(pk=run.pk).output
+    pid = output.get("pid") if isinstance(output, dict) else None
+    return Takeover(seconds, victim.pid, survivor.pid, pid)

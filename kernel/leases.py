@@ -6,18 +6,28 @@ of an effect after another worker took the run over. Where the effect's storage 
 token — our own database, or a service that accepts one — do the effect inside `fenced(...)`.
 Effects that cannot check a token rely on reconciliation (probe, owner) and on the short window
 between the last lease check and the effect.
+
+A lease whose holder process is provably gone (`kernel.holders`) is freed by the next claim
+(`free_dead_holders`): a killed worker's runs resume at once, not when their leases run out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
 
+from kernel import holders, journal
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
+
+logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -42,3 +52,49 @@ def fenced(fence: Fence, *, hold_seconds: float | None = None) -> Iterator[None]
         if cursor.fetchone() is None:
             raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale; effect refused")
         yield
+
+
+_LOCAL_HOLDERS = """
+SELECT DISTINCT lease_owner FROM kernel_run
+WHERE status = 'running' AND lease_expires_at >= %s AND lease_owner LIKE %s ESCAPE '\\'
+"""
+
+
+def local_holders(
+    cursor: CursorWrapper | None = None, *, now: datetime | None = None
+) -> list[holders.Holder]:
+    """The holders of live leases that run on this machine (whose death we could prove)."""
+    here = holders.this_process()
+    if here is None:
+        return []
+    prefix = here.host.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
+    with contextlib.ExitStack() as stack:
+        if cursor is None:
+            cursor = stack.enter_context(connection.cursor())
+        cursor.execute(_LOCAL_HOLDERS, [now or timezone.now(), prefix])
+        names = [name for (name,) in cursor.fetchall()]
+    found = [holders.parse(name) for name in names]
+    return [holder for holder in found if holder is not None and holders.is_local(holder)]
+
+
+def free_dead_holders(cursor: CursorWrapper, *, now: datetime) -> list[int]:
+    """Release the leases whose holder process is provably gone (see `kernel.holders`); return
+    the runs freed. Called under the claim lock. The fence is not bumped here: the claim that
+    takes a run over does it, and a holder judged dead by mistake would still be fenced out."""
+    dead = [holder.name for holder in local_holders(cursor, now=now) if holders.gone(holder)]
+    if not dead:
+        return []
+    cursor.execute(
+        "UPDATE kernel_run SET lease_owner = '', lease_expires_at = NULL, runnable_at = %s"
+        " WHERE status = 'running' AND lease_owner = ANY(%s) AND lease_expires_at >= %s"
+        " RETURNING id, mission_id",
+        [now, dead, now],
+    )
+    freed = cursor.fetchall()
+    for run_id, mission_id in freed:
+        journal.append_event(
+            "run.lease_freed", run_id=run_id, mission_id=mission_id, reason="holder died"
+        )
+    if freed:
+        logger.warning("freed the leases of %d run(s) of dead worker(s) %s", len(freed), dead)
+    return [run_id for run_id, _mission in freed]

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kernel import crashpoints, journal, programs, versions
+from kernel import crashpoints, journal, leases, programs, versions
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
 from kernel.models import TERMINAL, GlobalBudget
@@ -55,14 +55,17 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
     """Take up to `limit` runnable runs, oldest first.
 
     1. Serialise claims (advisory lock), so caps cannot be overshot by two claimers at once.
-    2. Respect the global cap on running runs.
-    3. Lock runnable candidates, skipping rows other transactions hold; keep those whose mission
+    2. Free the leases of holders provably dead on this machine (`leases.free_dead_holders`), so a
+       killed worker's runs are taken over now, not when their leases run out.
+    3. Respect the global cap on running runs.
+    4. Lock runnable candidates, skipping rows other transactions hold; keep those whose mission
        stays under its concurrency cap.
-    4. Bump their fences and lease them to `worker`, in the same transaction.
+    5. Bump their fences and lease them to `worker`, in the same transaction.
     """
     now = timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
+        leases.free_dead_holders(cursor, now=now)
         cap = GlobalBudget.objects.values_list("max_running_runs", flat=True).first()
         if cap is not None:
             cursor.execute("SELECT count(*) FROM kernel_run WHERE lease_expires_at >= %s", [now])

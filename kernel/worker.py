@@ -2,7 +2,8 @@
 
 Made of small steps that report whether there was work (`claim_one`), a doorbell (LISTEN on
 `agentos_kernel`, plus a slow poll), and a stop flag. Runs leave the worker when they end or wait;
-a crashed worker loses nothing: its leases expire and other workers resume from the journal.
+a crashed worker loses nothing: other workers resume its runs from the journal, at once when
+they can prove its process is gone (`kernel.holders`: same machine), else when its leases expire.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import logging
 import os
 import socket
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import psycopg
 from django.conf import settings
 from django.db import connection
 
-from kernel import execution, scheduler
+from kernel import execution, holders, leases, scheduler
 
 logger = logging.getLogger(__name__)
+
+# How often an idle worker looks (in /proc, no query) whether a lease holder on this machine died.
+WATCH_SECONDS = 0.25
 
 
 class Doorbell(threading.Thread):
@@ -60,7 +65,9 @@ class Worker:
         lease_seconds: float | None = None,
         poll_seconds: float | None = None,
     ) -> None:
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        # A name whose death other workers can prove (`kernel.holders`), where /proc tells.
+        holder = holders.this_process()
+        self.name = name or (holder.name if holder else f"{socket.gethostname()}:{os.getpid()}")
         self.max_runs = max_runs or settings.KERNEL_RUNS_PER_WORKER
         self.lease_seconds = lease_seconds or settings.KERNEL_LEASE_SECONDS
         self.poll_seconds = poll_seconds or settings.KERNEL_POLL_SECONDS
@@ -108,10 +115,34 @@ class Worker:
                             functools.partial(self._done, claim.fence.run_id, doorbell)
                         )
                     if not claims:
-                        doorbell.wait(self.poll_seconds)
+                        self.idle_one(doorbell)
         finally:
             doorbell.stopping.set()
             connection.close()
+
+    def idle_one(self, doorbell: Doorbell) -> bool:
+        """Wait for the doorbell, the slow poll, or the death of a lease holder on this machine;
+        True when a holder died (its runs are claimable now).
+
+        A worker killed outright rings no doorbell: the others watch the holders of live leases
+        here (read from the database once per idle period, then looked up in /proc only).
+        """
+        try:
+            watched = [holder for holder in leases.local_holders() if holder.name != self.name]
+        except Exception:  # the database may be restarting: plain poll
+            logger.exception("reading the lease holders failed")
+            watched = []
+        deadline = time.monotonic() + self.poll_seconds
+        while not self.stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if doorbell.rung.wait(min(left, WATCH_SECONDS) if watched else left):
+                doorbell.rung.clear()
+                return False
+            if any(holders.gone(holder) for holder in watched):
+                return True
+        return False
 
     def _claim(self, slots: int) -> list[scheduler.Claim]:
         if slots <= 0:

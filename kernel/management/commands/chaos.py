@@ -5,6 +5,8 @@
 2. Seeded random rounds until at least `--min-kills` kills: several runs per worker (so one
    crash also kills the others mid-step), random targets, workers SIGSTOPped past their leases,
    and the database stopped abruptly and restarted once per round.
+3. A takeover: two workers with the default 30 s lease, the one executing a run SIGKILLed
+   mid-step; the other must resume the run within `TAKEOVER_LIMIT_SECONDS`.
 
 Prints a report; the last line is `chaos kills=N steps=N violations=N`; exits 1 on a violation.
 """
@@ -19,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernel.chaos import QUICK_MATRIX, Report, Target, full_matrix
-from kernel.chaos_harness import run_chaos
+from kernel.chaos_harness import TAKEOVER_LIMIT_SECONDS, run_chaos, run_takeover
 
 
 class Command(BaseCommand):
@@ -77,6 +79,7 @@ class Command(BaseCommand):
                 disrupt=True,
                 restart_db=not no_database_restart,
             )
+        self._takeover(total)
         self.stdout.write(
             f"seed={seed} runs={total.runs} pauses={total.pauses}"
             f" database_restarts={total.database_restarts}"
@@ -86,6 +89,22 @@ class Command(BaseCommand):
         self.stdout.write(total.line())
         if total.violations:
             sys.exit(1)
+
+    def _takeover(self, total: Report) -> None:
+        takeover = run_takeover()
+        self.stdout.write(
+            f"takeover: run resumed {takeover.seconds:.1f} s after its worker was killed"
+            f" (limit {TAKEOVER_LIMIT_SECONDS:.0f} s)"
+        )
+        total.kills += 1
+        total.runs += 1
+        if takeover.seconds >= TAKEOVER_LIMIT_SECONDS:
+            total.violations.append(
+                f"takeover: {takeover.seconds:.1f} s after the kill (limit"
+                f" {TAKEOVER_LIMIT_SECONDS:.0f} s)"
+            )
+        if takeover.finished_by != takeover.survivor:
+            total.violations.append("takeover: the run was not finished by the surviving worker")
 
     def _round(
         self,
