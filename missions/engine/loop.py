@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -30,7 +29,7 @@ from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, RunStatus, Step, StepKind
 from kernel.programs import Outcome
 from missions import pricing, steering
-from missions.engine import deltas, relief
+from missions.engine import deltas, relief, retries
 from missions.engine.context import assemble
 from missions.engine.relief import Verbatim
 from missions.models import Mission, ModelInfo
@@ -46,7 +45,7 @@ from missions.providers.base import (
     ToolCall,
     ToolResult,
 )
-from tools import checkpoints, permissions, workspace
+from tools import checkpoints, levels, permissions, workspace
 from tools import registry as tool_registry
 from tools.base import Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
 from tools.models import Decision
@@ -378,7 +377,9 @@ def _compact(
             items=[provider.user_message(json.dumps(items, ensure_ascii=False))],
             turn=turn,
         )
-        done = _call_model(provider, transcript, [], replace(options, purpose="compaction"), spec)
+        done = _call_model(
+            provider, transcript, [], replace(options, purpose="compaction"), spec, call
+        )
         # Rehydration: the working files are re-read now and recorded with the summary, so a
         # replay rebuilds the same context even if the files changed since.
         found = relief.rehydrate(ctx.run.workspace, run_id=ctx.run_id)
@@ -436,7 +437,7 @@ def _model_step(
         asked = replace(conversation, items=items)
     # Its text and reasoning stream to open consoles as step (run, seq) while it is written.
     with deltas.streaming(call.run_id, call.seq):
-        done = _call_model(provider, asked, tools, options, spec)
+        done = _call_model(provider, asked, tools, options, spec, call)
     # The harness's permission verdicts on the calls the model asked for are recorded with
     # its answer: journaled, and the same on a replay even if the rules changed since.
     permissions = judge(done.result["tool_calls"])
@@ -468,8 +469,10 @@ def _call_model(
     tools: list[Any],
     options: Options,
     spec: Spec,
+    call: StepCall,
 ) -> Done:
-    """One model response, retried on transient errors; the recorded result is JSON."""
+    """One model response, retried on transient errors; the recorded result is JSON. A wait
+    before a retry ends at once when the step is asked to stop (`retries`)."""
     for attempt in range(RETRIES + 1):
         try:
             completed, text, reasoning, calls = _collect(provider, conversation, tools, options)
@@ -477,7 +480,7 @@ def _call_model(
         except ProviderError as error:
             if error.permanent or attempt == RETRIES:
                 raise StepFailed(f"{provider.name}: {error.code}: {error.message}") from error
-            time.sleep(min(error.retry_after or 2**attempt, 60))
+            retries.wait_before_retry(call, retries.backoff_seconds(attempt, error.retry_after))
     priced = pricing.price_of(provider=provider.name, model=spec.model, usage=completed.usage)
     cleared = (
         {
@@ -820,6 +823,7 @@ def _executor(
             # The harness's own check, whatever the loop above did: no approval, no call.
             return Done({"output": f"Refused: {tool.name} needs an approval.", "is_error": True})
         try:
+            levels.require(tool)  # below its minimum sandbox level, a tool is refused
             text = tool.run(bench.env(step, approval), arguments)
         except ToolError as error:
             return Done({"output": str(error), "is_error": True})
