@@ -108,7 +108,7 @@ def global_caps() -> dict[str, int | None]:
 def set_global_caps(changes: dict[str, Any]) -> dict[str, int | None]:
     """Change some global caps (the console's settings and the API's PATCH); all or nothing.
 
-    Readers (`kernel.scheduler`, `kernel.context`) take the row of lowest id, as written here.
+    Readers (`kernel.scheduler`, `kernel.metering`) take the row of lowest id, as written here.
     """
     from django.db import transaction
 
@@ -125,7 +125,7 @@ def set_global_caps(changes: dict[str, Any]) -> dict[str, int | None]:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise KernelError(f"Global cap {name} must be an integer.", code="invalid_budget")
-        # A daily cap of 0 reads as "no cap" (kernel.context): say null for that, not 0.
+        # A daily cap of 0 reads as "no cap" (kernel.metering): say null for that, not 0.
         low = 1 if name == "daily_usd_micros" else 0
         if not low <= value <= GLOBAL_CAPS[name]:
             raise KernelError(

@@ -1,7 +1,9 @@
 """What a program sees of its run: journaled steps, durable waits, children, stop requests.
 
 Every method is replay-safe: called again after a crash with the same arguments, in the same
-order, it returns what was recorded instead of acting again.
+order, it returns what was recorded instead of acting again. Every step kind starts through one
+intent protocol (`RunContext._begin`); waits are `kernel.waits`', budget enforcement is the
+execution's `kernel.metering.Meter`.
 """
 
 from __future__ import annotations
@@ -12,57 +14,34 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.utils import timezone
 
 from agentos import telemetry
-from kernel import bus, crashpoints, journal, runs, scheduler
-from kernel.budgets import NO_COST, Cost
-from kernel.exceptions import JournalMismatch, KernelError, Stop, Suspend
+from kernel import crashpoints, journal, runs, scheduler, waits
+from kernel.exceptions import JournalMismatch, Stop, Suspend
 from kernel.journal import Fence, Record
+from kernel.metering import Meter
 from kernel.models import Effect, Run, RunStatus, StepKind, Wait, WaitKind, WaitState
+
+# Re-exported: programs, tools and the engine import these from here.
+from kernel.steps import Done, Executor, Probe, ReadStep, StepCall
+
+__all__ = [
+    "DONE",
+    "NOT_DONE",
+    "Begun",
+    "Done",
+    "Executor",
+    "Probe",
+    "ReadStep",
+    "RunContext",
+    "StepCall",
+]
 
 # A reconciliation question answered by the owner: did the unfinished step take effect?
 DONE, NOT_DONE = "done", "not_done"
-
-
-@dataclass(frozen=True)
-class StepCall:
-    """What a step's executor gets: enough to be idempotent, to fence its effect
-    (`kernel.leases.fenced(call.fence)`), and a way to notice a stop."""
-
-    run_id: int
-    seq: int
-    idempotency_key: str
-    request: Any
-    replay: bool  # the intent was recorded before: a previous attempt may have acted
-    stopping: threading.Event
-    fence: Fence
-    # Something arrived for the run while it executes (an owner message...): worth looking.
-    # True on a replayed step, where we cannot know.
-    woken: bool = True
-
-
-@dataclass(frozen=True)
-class Done:
-    """An executor's answer: the step's result and what it cost."""
-
-    result: Any
-    cost: Cost = NO_COST
-
-
-Executor = Callable[[StepCall], Done]
-
-
-@dataclass(frozen=True)
-class ReadStep:
-    """One step of `RunContext.parallel`: a read, safe to run alongside others and again."""
-
-    kind: str
-    name: str
-    request: Any
-    execute: Executor
 
 
 def _in_thread(execute: Executor, call: StepCall) -> Done:
@@ -74,7 +53,13 @@ def _in_thread(execute: Executor, call: StepCall) -> Done:
         connection.close()  # this pool thread's own connection, if the executor opened one
 
 
-Probe = Callable[[StepCall], Done | None]  # the recorded effect if it happened, else None
+class Begun(NamedTuple):
+    """A step past the intent protocol (`RunContext._begin`)."""
+
+    seq: int
+    finished: Record | None  # its result is in the journal: return it, do nothing else
+    replay: bool  # its intent was committed by an earlier attempt, which may have acted
+    woken: bool  # a wake-up arrived since the claim (True when the intent was not written now)
 
 
 @dataclass
@@ -87,7 +72,7 @@ class RunContext:
       worker; expiry of a human wait is a refusal).
     - `spawn(program, input, caps=)`, `join(run_ids)`: child runs.
     Everything else here is bookkeeping for one execution of the program (fence, stop and
-    interrupt requests from the lease keeper, the ledger's unbilled counters).
+    interrupt requests from the lease keeper, the meter of unbilled counters and caps).
     """
 
     run: Run
@@ -99,19 +84,15 @@ class RunContext:
     stop_reason: str = ""
     interrupted: bool = False
     pausing: bool = False  # the owner paused the run: park at the next step boundary
-    over_budget: str = ""  # the first cap a debit crossed: the run stops before its next step
-    unbilled_turns: int = 0
-    unbilled_tool_calls: int = 0
-    billed_through: int = 0  # set from the run when the execution starts
     planned: set[int] = field(default_factory=set)  # intents this execution committed ahead
-    daily_cap: int | None = None  # read at the first debit of this execution
     seq: int = 0
     traced: bool = False  # telemetry on: each step's span needs its start time
     deferred: journal.Deferred | None = None  # a free read's result, written with the next intent
     started_ns: dict[int, int] = field(default_factory=dict)
+    meter: Meter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.billed_through = self.run.billed_through
+        self.meter = Meter(self.run)
         self.traced = telemetry.tracer() is not None
 
     @property
@@ -121,6 +102,91 @@ class RunContext:
     @property
     def input(self) -> Any:
         return self.run.input
+
+    # --- the intent protocol ---------------------------------------------------------------
+
+    def _begin(
+        self,
+        kind: str,
+        *,
+        effect: str,
+        name: str,
+        request: Any,
+        wait: tuple[str, Any, timedelta] | None = None,
+        ready: Callable[[], None] | None = None,
+        crash_after_intent: bool = True,
+    ) -> Begun:
+        """Start the next step: the one way every step kind goes.
+
+        1. Take the next seq; a step already in the journal must be this same step
+           (`JournalMismatch` otherwise). If its result is recorded, stop here (`finished`).
+        2. Stop if asked to or over budget (`check_stop`); then `ready()`, the step's own check
+           before anything is written (a join's children).
+        3. Without an intent yet: crash point `before_intent_commit`, commit the intent — with
+           the held-back result of the free read before it (`prior`), or, for a wait (`wait`:
+           its kind, question and time to expiry), with its `Wait` row instead — note it in
+           `records`, crash point `after_intent_commit`.
+
+        Crash points by step kind, as the chaos matrices (`kernel.chaos`) aim at them: `step`,
+        `parallel` and `spawn` hit `after_intent_commit`; waits hit `wait_recorded` instead,
+        after `_begin` and on every attempt; a join hits neither.
+        """
+        self.seq += 1
+        seq = self.seq
+        recorded = self._recorded(seq, kind, name, request)
+        if recorded is not None and recorded.finished:
+            return Begun(seq, recorded, True, True)
+        self.check_stop()
+        if ready is not None:
+            ready()
+        if recorded is not None:
+            return Begun(seq, None, True, True)
+        woken = True
+        if wait is None:
+            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
+            woken = journal.record_intent(
+                self.fence,
+                seq=seq,
+                kind=kind,
+                effect=effect,
+                name=name,
+                request=request,
+                prior=self._take_deferred(),
+            )
+        else:
+            wait_kind, question, expires_in = wait
+            due = timezone.now() + expires_in
+            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
+            # A wait's statement also inserts its row: the held-back result goes first, alone.
+            self.flush_deferred()
+            journal.record_intent(
+                self.fence,
+                seq=seq,
+                kind=kind,
+                effect=effect,
+                name=name,
+                request=request,
+                wait=(wait_kind, question, due),
+            )
+        self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
+        if crash_after_intent:
+            crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
+        return Begun(seq, None, False, woken)
+
+    def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
+        recorded = self.records.get(seq)
+        if recorded is None:
+            return None
+        if recorded.kind != kind or (
+            recorded.request_hash
+            and recorded.request_hash != journal.request_hash(kind, name, request)
+        ):
+            raise JournalMismatch(
+                f"Run {self.run_id} step {seq}: the journal holds a {recorded.kind} step"
+                f" {recorded.name!r}, the program now asks for a {kind} step {name!r}."
+                " The program is not deterministic, or changed since the run started."
+            )
+        return recorded
 
     # --- the generic step ------------------------------------------------------------------
 
@@ -146,28 +212,12 @@ class RunContext:
            name the read steps (kind, name, request) that will follow, in order: their intents
            commit in that same transaction.
         """
-        self.seq += 1
-        seq = self.seq
-        recorded = self._recorded(seq, kind, name, request)
-        if recorded is not None and recorded.finished:
-            return self._replayed(recorded)
-        self.check_stop()
-        woken = True
-        if recorded is None:
-            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
-            woken = journal.record_intent(
-                self.fence,
-                seq=seq,
-                kind=kind,
-                effect=effect,
-                name=name,
-                request=request,
-                prior=self._take_deferred(),
-            )
-            self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
-            crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
-        call = self._call(seq, request, recorded=recorded is not None, woken=woken)
-        if recorded is not None and effect == Effect.NON_IDEMPOTENT:
+        begun = self._begin(kind, effect=effect, name=name, request=request)
+        if begun.finished is not None:
+            return self._replayed(begun.finished)
+        seq = begun.seq
+        call = self._call(seq, request, recorded=begun.replay, woken=begun.woken)
+        if begun.replay and effect == Effect.NON_IDEMPOTENT:
             settled = self._reconcile(call, probe)
             if settled is not None:
                 return self._record(
@@ -200,29 +250,12 @@ class RunContext:
         results: dict[int, Any] = {}
         pending: list[tuple[StepCall, ReadStep]] = []
         for spec in steps:
-            self.seq += 1
-            seq = self.seq
-            recorded = self._recorded(seq, spec.kind, spec.name, spec.request)
-            if recorded is not None and recorded.finished:
-                results[seq] = self._replayed(recorded)
+            begun = self._begin(spec.kind, effect=Effect.READ, name=spec.name, request=spec.request)
+            if begun.finished is not None:
+                results[begun.seq] = self._replayed(begun.finished)
                 continue
-            self.check_stop()
-            if recorded is None:
-                crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
-                journal.record_intent(
-                    self.fence,
-                    seq=seq,
-                    kind=spec.kind,
-                    effect=Effect.READ,
-                    name=spec.name,
-                    request=spec.request,
-                    prior=self._take_deferred(),
-                )
-                self.records[seq] = Record(
-                    seq, spec.kind, Effect.READ, spec.name, "", None, False, ""
-                )
-                crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
-            call = self._call(seq, spec.request, recorded=recorded is not None)
+            # Not `begun.woken`: a batch of reads has no use for it (woken stays True).
+            call = self._call(begun.seq, spec.request, recorded=begun.replay)
             pending.append((call, spec))
         done: list[Done] = []
         if len(pending) == 1:  # nothing to overlap: no thread
@@ -251,20 +284,7 @@ class RunContext:
             woken=woken,
         )
 
-    def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
-        recorded = self.records.get(seq)
-        if recorded is None:
-            return None
-        if recorded.kind != kind or (
-            recorded.request_hash
-            and recorded.request_hash != journal.request_hash(kind, name, request)
-        ):
-            raise JournalMismatch(
-                f"Run {self.run_id} step {seq}: the journal holds a {recorded.kind} step"
-                f" {recorded.name!r}, the program now asks for a {kind} step {name!r}."
-                " The program is not deterministic, or changed since the run started."
-            )
-        return recorded
+    # --- results ---------------------------------------------------------------------------
 
     def _record(
         self,
@@ -280,7 +300,7 @@ class RunContext:
         """Record the result. A step that cost something carries the ledger debit, with the
         counters of the free steps before it; a free step's counters wait for that debit (or the
         end of the execution): one ledger write per costly step instead of one per step."""
-        self._count(kind)
+        self.meter.count(kind)
         # The ledger statement runs for a step that cost something, or that commits planned
         # intents; either way it moves the billing watermark, so it takes the counters along.
         costly = not done.cost.is_zero or bool(planned)
@@ -307,6 +327,7 @@ class RunContext:
         replayable: bool,
         planned: list[tuple[int, str, str, Any]] | None,
     ) -> journal.Debit | None:
+        meter = self.meter
         return journal.record_result(
             self.fence,
             seq=call.seq,
@@ -314,8 +335,8 @@ class RunContext:
             cost=done.cost,
             settled_by=settled_by,
             executions=executions,
-            turns=self.unbilled_turns if costly else 0,
-            tool_calls=self.unbilled_tool_calls if costly else 0,
+            turns=meter.unbilled_turns if costly else 0,
+            tool_calls=meter.unbilled_tool_calls if costly else 0,
             debit_ids=[*self.run.ancestors, self.run_id],
             mission_id=self.run.mission_id,
             mission_capped=self.run.mission.is_capped,
@@ -339,8 +360,7 @@ class RunContext:
             )
             self.planned.add(planned_seq)
         if costly:
-            self.unbilled_turns = self.unbilled_tool_calls = 0
-            self.billed_through = call.seq
+            self.meter.billed(call.seq)
         name = self.records[call.seq].name if call.seq in self.records else ""
         self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)
         crashpoints.hit("after_result_commit", run=self.run_id, seq=call.seq)
@@ -358,20 +378,13 @@ class RunContext:
             )
         self._after_step()
         if debit is not None:
-            self._check_debit(debit)
-        self._check_counters()
+            self.meter.check_debit(debit)
+        self.meter.check_counters()
         return done.result
-
-    def _count(self, kind: str) -> None:
-        if kind == StepKind.MODEL_CALL:
-            self.unbilled_turns += 1
-        elif kind == StepKind.TOOL_CALL:
-            self.unbilled_tool_calls += 1
 
     def _replayed(self, recorded: Record) -> Any:
         """A recorded result, counted again if the ledger has not counted it yet."""
-        if recorded.seq > self.billed_through:
-            self._count(recorded.kind)
+        self.meter.count_replayed(recorded)
         return recorded.result
 
     def _take_deferred(self) -> journal.Deferred | None:
@@ -388,27 +401,9 @@ class RunContext:
         """Put the free steps' counters in the ledger: when the execution ends or parks.
         A held-back result goes first: counters never cover a step without its result."""
         self.flush_deferred()
-        if self.unbilled_turns or self.unbilled_tool_calls:
-            last = max(seq for seq, record in self.records.items() if record.finished)
-            journal.bill_counters(
-                self.fence,
-                seq=last,
-                turns=self.unbilled_turns,
-                tool_calls=self.unbilled_tool_calls,
-                debit_ids=[*self.run.ancestors, self.run_id],
-            )
-            self.unbilled_turns = self.unbilled_tool_calls = 0
-            self.billed_through = last
+        self.meter.bill(self.fence, self.records)
 
-    def _check_counters(self) -> None:
-        """This run's own turn and tool-call caps, exactly, from what it knows it has done."""
-        for cap, spent, unbilled in (
-            ("max_turns", self.run.turns, self.unbilled_turns),
-            ("max_tool_calls", self.run.tool_calls, self.unbilled_tool_calls),
-        ):
-            limit = getattr(self.run, cap)
-            if limit is not None and spent + unbilled >= limit and not self.over_budget:
-                self.over_budget = f"run {self.run_id} reached {cap}"
+    # --- reconciliation: an unfinished step that cannot be repeated blindly ------------------
 
     @dataclass(frozen=True)
     class _Settled:
@@ -454,72 +449,19 @@ class RunContext:
             )
         raise Suspend(None, f"owner verdict needed on step {call.seq}")
 
-    # --- waits -----------------------------------------------------------------------------
+    # --- waits (kernel.waits) --------------------------------------------------------------
 
     def wait_human(self, question: Any, *, expires_in: timedelta) -> Any:
         """Ask the owner and wait (durably) for the answer; expiry answers `{"refused": ...}`."""
-        return self._wait_step(
-            StepKind.WAIT_HUMAN, WaitKind.HUMAN, "owner", question, expires_in=expires_in
-        )
+        return waits.ask(self, question, expires_in=expires_in)
 
     def sleep(self, duration: timedelta) -> Any:
         """A durable timer: the run leaves the worker and is claimed again when it is due."""
-        return self._wait_step(StepKind.TIMER, WaitKind.TIMER, "timer", {}, expires_in=duration)
-
-    def _wait_step(
-        self, kind: str, wait_kind: str, name: str, question: Any, *, expires_in: timedelta
-    ) -> Any:
-        self.seq += 1
-        seq = self.seq
-        request = {"question": question, "seconds": expires_in.total_seconds()}
-        recorded = self._recorded(seq, kind, name, request)
-        if recorded is not None and recorded.finished:
-            return recorded.result
-        self.check_stop()
-        if recorded is None:
-            due = timezone.now() + expires_in
-            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
-            self.flush_deferred()
-            journal.record_intent(
-                self.fence,
-                seq=seq,
-                kind=kind,
-                effect=Effect.READ,
-                name=name,
-                request=request,
-                wait=(wait_kind, question, due),
-            )
-            self.records[seq] = Record(seq, kind, Effect.READ, name, "", None, False, "")
-            if wait_kind == WaitKind.HUMAN:
-                bus.ring("waits")  # the owner's open pages list what waits for them
-        # After the wait row is committed (now, or by an attempt that died), before acting on it.
-        crashpoints.hit("wait_recorded", run=self.run_id, seq=seq)
-        wait = Wait.objects.get(run_id=self.run_id, seq=seq, kind=wait_kind)
-        call = self._call(seq, request, recorded=recorded is not None)
-        if wait.state == WaitState.ANSWERED:
-            return self._record(call, kind, Done({"answer": wait.answer}), "owner", executions=0)
-        if wait.due_at is not None and wait.due_at <= timezone.now():
-            Wait.objects.filter(pk=wait.pk, state=WaitState.OPEN).update(
-                state=WaitState.EXPIRED, settled_at=timezone.now()
-            )
-            result = (
-                {"fired_at": wait.due_at.isoformat()}
-                if wait_kind == WaitKind.TIMER
-                else {"refused": True, "reason": "expired"}
-            )
-            return self._record(call, kind, Done(result), "expiry", executions=0)
-        raise Suspend(wait.due_at, f"{wait_kind} wait on step {seq}")  # due_at wakes it
+        return waits.sleep(self, duration)
 
     def _open_wait(self, seq: int, kind: str, question: Any, *, due_at: datetime | None) -> Wait:
-        # Its `wait.opened` event is written by the database with the row (a trigger), as for
-        # every wait: no window where the wait exists and its event does not.
-        wait, _created = Wait.objects.get_or_create(
-            run_id=self.run_id,
-            seq=seq,
-            kind=kind,
-            defaults={"question": question, "due_at": due_at},
-        )
-        return wait
+        """The question `_reconcile` waits on (a row made once, `kernel.waits`)."""
+        return waits.open_wait(self.run_id, seq, kind, question, due_at=due_at)
 
     # --- children --------------------------------------------------------------------------
 
@@ -543,35 +485,7 @@ class RunContext:
 
     def join(self, run_ids: list[int]) -> dict[str, Any]:
         """Wait (durably) until every listed child has ended; return their status and output."""
-        self.seq += 1
-        seq = self.seq
-        request = {"runs": run_ids}
-        recorded = self._recorded(seq, StepKind.JOIN, "join", request)
-        if recorded is not None and recorded.finished:
-            return dict(recorded.result)
-        self.check_stop()
-        children = list(Run.objects.filter(pk__in=run_ids, parent_id=self.run_id))
-        if len(children) != len(set(run_ids)):
-            raise KernelError(f"Run {self.run_id} can only join its own children.")
-        if recorded is None:
-            crashpoints.hit("before_intent_commit", run=self.run_id, seq=seq)
-            journal.record_intent(
-                self.fence,
-                prior=self._take_deferred(),
-                seq=seq,
-                kind=StepKind.JOIN,
-                effect=Effect.READ,
-                name="join",
-                request=request,
-            )
-            self.records[seq] = Record(seq, StepKind.JOIN, Effect.READ, "join", "", None, False, "")
-        if any(not child.is_terminal for child in children):
-            raise Suspend(None, f"joining {len(children)} child run(s) on step {seq}")
-        result = {
-            str(child.pk): {"status": child.status, "output": child.output} for child in children
-        }
-        call = self._call(seq, request, recorded=False)
-        return dict(self._record(call, StepKind.JOIN, Done(result), "executed", executions=1))
+        return waits.join(self, run_ids)
 
     # --- stops -----------------------------------------------------------------------------
 
@@ -592,6 +506,8 @@ class RunContext:
             scheduler.clear_interrupt(self.fence)
 
     def check_stop(self) -> None:
+        """Before each step: park for a draining worker or a pause, stop when asked to, then
+        the budget's own stops (time, caps crossed: the meter's)."""
         if self.draining.is_set():
             raise Suspend(timezone.now(), "worker shutting down")
         if self.pausing and not self.stop_reason:
@@ -599,40 +515,4 @@ class RunContext:
         if self.stop_reason:
             crashpoints.hit("cancel_seen", run=self.run_id)
             raise Stop(self.stop_reason or RunStatus.CANCELLED, "stop requested")
-        limit = self.run.max_seconds
-        started = self.run.started_at
-        if limit is not None and started and timezone.now() - started >= timedelta(seconds=limit):
-            raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
-        if self.over_budget:
-            raise Stop(RunStatus.BUDGET_EXHAUSTED, self.over_budget)
-
-    def _check_debit(self, debit: journal.Debit) -> None:
-        """After a debit, note the first cap crossed (own, ancestor, mission or day)."""
-        mine = debit.runs.get(self.run_id)
-        if mine is not None and (cap := mine.crossed()):
-            self.over_budget = f"run {self.run_id} reached {cap}"
-            return
-        for ancestor in self.run.ancestors:
-            ledger = debit.runs.get(ancestor)
-            if ledger is not None and (cap := ledger.crossed()):
-                # The whole subtree of that ancestor stops, this run included.
-                runs.request_stop(ancestor, reason=RunStatus.BUDGET_EXHAUSTED, by="kernel")
-                self.over_budget = f"ancestor run {ancestor} reached {cap}"
-                return
-        if debit.mission is not None and (cap := debit.mission.crossed()):
-            runs.stop_mission(self.run.mission_id, reason=RunStatus.BUDGET_EXHAUSTED)
-            self.over_budget = f"mission {self.run.mission_id} reached {cap}"
-            return
-        if self.daily_cap is None:
-            self.daily_cap = _daily_cap()  # once per execution: caps edits apply at next claim
-        daily_cap = self.daily_cap or None
-        spent_today = debit.day_usd_micros
-        if daily_cap is not None and spent_today is not None and spent_today >= daily_cap:
-            self.over_budget = "the global daily spend cap is reached"
-
-
-def _daily_cap() -> int:
-    """The global daily cap in micro-dollars; 0 when there is none."""
-    from kernel.models import GlobalBudget
-
-    return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first() or 0
+        self.meter.check()

@@ -1,0 +1,118 @@
+"""The meter of one execution of a run: counts its turns and tool calls, bills them to the
+ledger, and stops the run at the first budget cap crossed (its own, an ancestor's, the
+mission's, the day's).
+
+`RunContext` holds one `Meter` per execution and calls it around every step; the ledger itself
+(the debit statements) is `kernel.journal`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+
+from kernel import journal, runs
+from kernel.exceptions import Stop
+from kernel.journal import Fence, Record
+from kernel.models import GlobalBudget, Run, RunStatus, StepKind
+
+
+@dataclass
+class Meter:
+    """What this execution has counted but not billed yet, and the first cap it saw crossed.
+
+    Counters of free steps wait for the next costly step's debit (or the end of the execution):
+    one ledger write per costly step instead of one per step.
+    """
+
+    run: Run
+    over_budget: str = ""  # the first cap a debit crossed: the run stops before its next step
+    unbilled_turns: int = 0
+    unbilled_tool_calls: int = 0
+    billed_through: int = 0  # set from the run when the execution starts
+    daily_cap: int | None = None  # read at the first debit of this execution
+
+    def __post_init__(self) -> None:
+        self.billed_through = self.run.billed_through
+
+    def count(self, kind: str) -> None:
+        if kind == StepKind.MODEL_CALL:
+            self.unbilled_turns += 1
+        elif kind == StepKind.TOOL_CALL:
+            self.unbilled_tool_calls += 1
+
+    def count_replayed(self, record: Record) -> None:
+        """A recorded result, counted again if the ledger has not counted it yet."""
+        if record.seq > self.billed_through:
+            self.count(record.kind)
+
+    def billed(self, seq: int) -> None:
+        """A debit carried the counters, up to step `seq` included."""
+        self.unbilled_turns = self.unbilled_tool_calls = 0
+        self.billed_through = seq
+
+    def bill(self, fence: Fence, records: dict[int, Record]) -> None:
+        """Put the free steps' counters in the ledger, when the execution ends or parks. The
+        caller writes any held-back result first: counters never cover a step without its
+        result."""
+        if self.unbilled_turns or self.unbilled_tool_calls:
+            last = max(seq for seq, record in records.items() if record.finished)
+            journal.bill_counters(
+                fence,
+                seq=last,
+                turns=self.unbilled_turns,
+                tool_calls=self.unbilled_tool_calls,
+                debit_ids=[*self.run.ancestors, self.run.pk],
+            )
+            self.billed(last)
+
+    def check(self) -> None:
+        """Stop before the next step if the run is out of time or a cap was crossed."""
+        limit = self.run.max_seconds
+        started = self.run.started_at
+        if limit is not None and started and timezone.now() - started >= timedelta(seconds=limit):
+            raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
+        if self.over_budget:
+            raise Stop(RunStatus.BUDGET_EXHAUSTED, self.over_budget)
+
+    def check_counters(self) -> None:
+        """This run's own turn and tool-call caps, exactly, from what it knows it has done."""
+        for cap, spent, unbilled in (
+            ("max_turns", self.run.turns, self.unbilled_turns),
+            ("max_tool_calls", self.run.tool_calls, self.unbilled_tool_calls),
+        ):
+            limit = getattr(self.run, cap)
+            if limit is not None and spent + unbilled >= limit and not self.over_budget:
+                self.over_budget = f"run {self.run.pk} reached {cap}"
+
+    def check_debit(self, debit: journal.Debit) -> None:
+        """After a debit, note the first cap crossed (own, ancestor, mission or day)."""
+        run_id = self.run.pk
+        mine = debit.runs.get(run_id)
+        if mine is not None and (cap := mine.crossed()):
+            self.over_budget = f"run {run_id} reached {cap}"
+            return
+        for ancestor in self.run.ancestors:
+            ledger = debit.runs.get(ancestor)
+            if ledger is not None and (cap := ledger.crossed()):
+                # The whole subtree of that ancestor stops, this run included.
+                runs.request_stop(ancestor, reason=RunStatus.BUDGET_EXHAUSTED, by="kernel")
+                self.over_budget = f"ancestor run {ancestor} reached {cap}"
+                return
+        if debit.mission is not None and (cap := debit.mission.crossed()):
+            runs.stop_mission(self.run.mission_id, reason=RunStatus.BUDGET_EXHAUSTED)
+            self.over_budget = f"mission {self.run.mission_id} reached {cap}"
+            return
+        if self.daily_cap is None:
+            self.daily_cap = _daily_cap()  # once per execution: caps edits apply at next claim
+        daily_cap = self.daily_cap or None
+        spent_today = debit.day_usd_micros
+        if daily_cap is not None and spent_today is not None and spent_today >= daily_cap:
+            self.over_budget = "the global daily spend cap is reached"
+
+
+def _daily_cap() -> int:
+    """The global daily cap in micro-dollars; 0 when there is none."""
+    return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first() or 0
