@@ -96,6 +96,7 @@ class AuditEvent(models.Model):
         OWNER_RESET = "owner.reset", _("owner credentials reset")
         APPROVAL_DECIDED = "approval.decided", _("approval decided")
         QUESTION_ANSWERED = "question.answered", _("owner question answered")
+        RECONCILIATION_SETTLED = "reconciliation.settled", _("unknown outcome settled")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

@@ -1,4 +1,4 @@
-"""Approvals and owner questions over /api/v1: list, read, decide, answer.
+"""Approvals, owner questions and unknown outcomes over /api/v1: list, read, decide, answer.
 
 Decisions and answers go through `approvals.service`, as the console's do; its `KernelError`s
 (unknown id, stale hash, already settled, expired) become the API's error shape in `agentos.api`.
@@ -18,7 +18,7 @@ from agentos.errors import DomainError
 from agentos.models import Scope
 from agentos.schemas import Text
 from approvals import inbox, service
-from approvals.models import Approval, Question
+from approvals.models import Approval, Question, Reconciliation
 
 router = Router(tags=["approvals"])
 
@@ -59,6 +59,38 @@ class QuestionOut(Schema):
     due_at: datetime | None
     answered_at: datetime | None
     answer: str | None
+
+
+class CallOut(Schema):
+    tool: str = Field(description="The tool (or step) the interrupted call made")
+    arguments: dict[str, Any]
+
+
+class ReconciliationOut(Schema):
+    type: Literal["reconciliation"] = "reconciliation"
+    id: int
+    status: Literal["pending", "answered"]
+    mission_id: int
+    run_id: int
+    seq: int = Field(description="The interrupted step")
+    call: CallOut
+    effect: str
+    started_at: datetime | None = Field(description="When the step's intent was recorded")
+    probe: str | None = Field(description="What a check of the call found; null: it has none")
+    verdict: Literal["happened", "not_happened", "stop"] | None
+    result: str | None = Field(description="The result the owner gave with 'happened'")
+    created_at: datetime
+    answered_at: datetime | None
+
+
+class VerdictIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Literal["happened", "not_happened", "stop"] = Field(
+        description="happened: record the step as done with `result`; not_happened: run it"
+        " again, once; stop: stop the run"
+    )
+    result: Text = Field("", max_length=10000, description="With 'happened' only")
 
 
 class DecisionIn(Schema):
@@ -121,6 +153,29 @@ def question_out(question: Question) -> dict[str, Any]:
         "due_at": question.due_at,
         "answered_at": question.settled_at,
         "answer": None if answer is None else str(answer),
+    }
+
+
+def reconciliation_out(wait: Reconciliation) -> dict[str, Any]:
+    step = inbox.steps_of([wait]).get((wait.run_id, wait.seq))
+    question = wait.question if isinstance(wait.question, dict) else {}
+    answer = wait.answer if isinstance(wait.answer, dict) else {}
+    result = answer.get("result") if wait.verdict == "happened" else None
+    probe = question.get("probe")
+    return {
+        "id": wait.pk,
+        "status": wait.status,
+        "mission_id": wait.run.mission_id,
+        "run_id": wait.run_id,
+        "seq": wait.seq,
+        "call": inbox.call_of(step),
+        "effect": step.effect if step is not None else "",
+        "started_at": step.started_at if step is not None else None,
+        "probe": None if probe is None else str(probe),
+        "verdict": wait.verdict,
+        "result": str(result.get("output", "")) if isinstance(result, dict) else None,
+        "created_at": wait.created_at,
+        "answered_at": wait.settled_at,
     }
 
 
@@ -192,3 +247,45 @@ def answer(request: HttpRequest, question_id: int, payload: AnswerIn) -> dict[st
         address=audit.client_address(request),
     )
     return question_out(Question.objects.select_related("run").get(pk=question_id))
+
+
+@router.get(
+    "/reconciliations",
+    response=list[ReconciliationOut],
+    summary="Unknown outcomes: interrupted calls that cannot be repeated safely (pending)",
+)
+def list_reconciliations(request: HttpRequest, filters: Query[ListFilter]) -> list[dict[str, Any]]:
+    found = inbox.reconciliations(pending_only=filters.status == "pending")[: filters.limit]
+    return [reconciliation_out(wait) for wait in found]
+
+
+@router.get(
+    "/reconciliations/{reconciliation_id}",
+    response=ReconciliationOut,
+    summary="One unknown outcome",
+)
+def get_reconciliation(request: HttpRequest, reconciliation_id: int) -> dict[str, Any]:
+    found = Reconciliation.objects.select_related("run").filter(pk=reconciliation_id).first()
+    if found is None:
+        raise DomainError(f"No unknown outcome {reconciliation_id}.", code="not_found", status=404)
+    return reconciliation_out(found)
+
+
+@router.post(
+    "/reconciliations/{reconciliation_id}/verdict",
+    response=ReconciliationOut,
+    summary="Say whether the interrupted call happened, to run it again, or to stop; wakes the run",
+)
+def settle(request: HttpRequest, reconciliation_id: int, payload: VerdictIn) -> dict[str, Any]:
+    tokens.require_scope(request, Scope.APPROVE)
+    service.settle(
+        reconciliation_id,
+        verdict=payload.verdict,
+        result=payload.result,
+        by=tokens.actor(request),
+        username=_username(request),
+        address=audit.client_address(request),
+    )
+    return reconciliation_out(
+        Reconciliation.objects.select_related("run").get(pk=reconciliation_id)
+    )

@@ -3,6 +3,8 @@ from __future__ import annotations
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from approvals.models import Verdict
+
 
 class DecisionForm(forms.Form):
     # The hash of the call the page showed: a decision never applies to a call the owner did
@@ -23,4 +25,17 @@ class DecisionForm(forms.Form):
 class AnswerForm(forms.Form):
     text = forms.CharField(
         label=_("Your answer"), max_length=10000, widget=forms.Textarea(attrs={"rows": 4})
+    )
+
+
+class VerdictForm(forms.Form):
+    verdict = forms.ChoiceField(choices=Verdict.choices)
+    result = forms.CharField(
+        label=_("What it returned (optional)"),
+        required=False,
+        max_length=10000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_(
+            "With “it happened”: recorded as the step's result, which the run goes on with."
+        ),
     )

@@ -14,9 +14,11 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import Truncator
+from django.utils.translation import gettext as _
 
-from approvals.models import Approval, Question, Status
-from kernel.models import WaitState
+from approvals.models import Approval, Question, Reconciliation, Status, Verdict
+from kernel import programs
+from kernel.models import TERMINAL, Run, Step, WaitState
 from tools import registry
 
 SUBJECT_CHARS = 120
@@ -39,6 +41,41 @@ def questions(*, pending_only: bool) -> QuerySet[Question]:
     return found.filter(pending()) if pending_only else found
 
 
+def reconciliations(*, pending_only: bool) -> QuerySet[Reconciliation]:
+    found = Reconciliation.objects.select_related("run__mission").order_by("-created_at", "-id")
+    return found.filter(state=WaitState.OPEN) if pending_only else found
+
+
+def needing_migration() -> QuerySet[Run]:
+    """Unfinished runs parked because no program here resumes their engine version."""
+    return (
+        Run.objects.filter(needs_migration=True)
+        .exclude(status__in=TERMINAL)
+        .exclude(cancel_requested=True)
+        .select_related("mission")
+        .order_by("-created_at", "-id")
+    )
+
+
+def steps_of(waits: list[Reconciliation]) -> dict[tuple[int, int], Step]:
+    """The interrupted steps of these reconciliations, in one query."""
+    if not waits:
+        return {}
+    wanted = Q()
+    for wait in waits:
+        wanted |= Q(run_id=wait.run_id, seq=wait.seq)
+    return {(step.run_id, step.seq): step for step in Step.objects.filter(wanted)}
+
+
+def call_of(step: Step | None) -> dict[str, Any]:
+    """The exact call of an interrupted step: its tool (or step name) and arguments."""
+    if step is None:
+        return {"tool": "", "arguments": {}}
+    request = step.request if isinstance(step.request, dict) else {}
+    arguments = request.get("arguments", request)
+    return {"tool": step.name, "arguments": arguments if isinstance(arguments, dict) else {}}
+
+
 def subject(request: dict[str, Any]) -> str:
     """One line saying what an approval is about: the tool's own subject (the command, the
     path, the remote and branch), else its arguments."""
@@ -59,7 +96,7 @@ def one_line(text: str, chars: int) -> str:
 class Item:
     """A row of a console list: an approval or a question, in the owner's terms."""
 
-    kind: Literal["approval", "question"]
+    kind: Literal["approval", "question", "reconciliation", "migration"]
     pk: int
     status: str
     status_label: str
@@ -108,6 +145,54 @@ def question_item(question: Question) -> Item:
     )
 
 
+def reconciliation_item(wait: Reconciliation, step: Step | None) -> Item:
+    verdict = wait.verdict
+    return Item(
+        kind="reconciliation",
+        pk=wait.pk,
+        status=wait.status,
+        status_label=str(Verdict(verdict).label) if verdict else str(Status(wait.status).label),
+        title=step.name if step is not None else "",
+        subject=subject(call_of(step)),
+        mission=one_line(wait.run.mission.goal, MISSION_CHARS),
+        mission_id=wait.run.mission_id,
+        created_at=wait.created_at,
+        due_at=None,
+        settled_at=wait.settled_at,
+        url=reverse("console:reconciliation", args=[wait.pk]),
+    )
+
+
+def migration_item(run: Run) -> Item:
+    return Item(
+        kind="migration",
+        pk=run.pk,
+        status="needs_migration",
+        status_label=_("needs migration"),
+        title=run.program,
+        subject=_(
+            "Run %(run)s was recorded by engine version %(recorded)s; no program of version"
+            " %(current)s resumes it."
+        )
+        % {
+            "run": run.pk,
+            "recorded": run.engine_version or "?",
+            "current": programs.ENGINE_VERSION,
+        },
+        mission=one_line(run.mission.goal, MISSION_CHARS),
+        mission_id=run.mission_id,
+        created_at=run.created_at,
+        due_at=None,
+        settled_at=None,
+        url=reverse("console:run", args=[run.pk]),
+    )
+
+
+def _reconciliation_items(found: list[Reconciliation]) -> list[Item]:
+    steps = steps_of(found)
+    return [reconciliation_item(wait, steps.get((wait.run_id, wait.seq))) for wait in found]
+
+
 @dataclass(frozen=True)
 class Collected:
     items: list[Item]
@@ -116,19 +201,28 @@ class Collected:
 
 
 def waiting(*, limit: int = 20) -> Collected:
-    """Pending approvals and questions together, newest first (Home's "Waiting for you")."""
+    """Pending approvals, questions, unknown outcomes and runs needing a migration together,
+    newest first (Home's "Waiting for you")."""
     collected_at = timezone.now()
     found = [approval_item(a) for a in approvals(pending_only=True)[: limit + 1]]
     found += [question_item(q) for q in questions(pending_only=True)[: limit + 1]]
+    found += _reconciliation_items(list(reconciliations(pending_only=True)[: limit + 1]))
+    found += [migration_item(run) for run in needing_migration()[: limit + 1]]
     found.sort(key=lambda item: (item.created_at, item.pk), reverse=True)
     total = len(found)
     if total > limit:
-        total = approvals(pending_only=True).count() + questions(pending_only=True).count()
+        total = (
+            approvals(pending_only=True).count()
+            + questions(pending_only=True).count()
+            + reconciliations(pending_only=True).count()
+            + needing_migration().count()
+        )
     return Collected(found[:limit], max(0, total - limit), collected_at)
 
 
 def settled(*, limit: int = 20) -> Collected:
-    """Recently decided, answered or expired approvals and questions, latest first."""
+    """Recently decided, answered or expired approvals, questions and unknown outcomes, latest
+    first."""
     collected_at = timezone.now()
     # When it was settled; one that expired unseen (still open, past due) at its due time.
     latest = Coalesce("settled_at", "due_at", "created_at").desc()
@@ -140,5 +234,12 @@ def settled(*, limit: int = 20) -> Collected:
         question_item(q)
         for q in questions(pending_only=False).exclude(pending()).order_by(latest, "-id")[:limit]
     ]
+    found += _reconciliation_items(
+        list(
+            reconciliations(pending_only=False)
+            .exclude(state=WaitState.OPEN)
+            .order_by(latest, "-id")[:limit]
+        )
+    )
     found.sort(key=lambda item: item.settled_at or item.due_at or item.created_at, reverse=True)
     return Collected(found[:limit], 0, collected_at)

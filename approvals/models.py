@@ -82,3 +82,39 @@ class Question(_PastDue, Wait):
         if self.state == WaitState.OPEN:
             return Status.PENDING
         return Status.EXPIRED if self.state == WaitState.EXPIRED else Status.ANSWERED
+
+
+class ReconciliationManager(models.Manager["Reconciliation"]):
+    def get_queryset(self) -> models.QuerySet[Reconciliation]:
+        return super().get_queryset().filter(kind=WaitKind.RECONCILE)
+
+
+class Verdict(models.TextChoices):
+    """The owner's answers to an unknown outcome (`approvals.service.settle`)."""
+
+    HAPPENED = "happened", _("it happened")
+    NOT_HAPPENED = "not_happened", _("it did not: run it again")
+    STOP = "stop", _("stop the run")
+
+
+class Reconciliation(Wait):
+    """A step that cannot safely be repeated was interrupted and nothing could check whether it
+    took effect: the run waits for the owner's verdict (the kernel opens it, never expiring)."""
+
+    objects: ClassVar[ReconciliationManager] = ReconciliationManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = _("unknown outcome")
+
+    @property
+    def status(self) -> str:
+        return Status.PENDING if self.state == WaitState.OPEN else Status.ANSWERED
+
+    @property
+    def verdict(self) -> str | None:
+        """The owner's verdict, once given."""
+        if self.state == WaitState.OPEN or not isinstance(self.answer, dict):
+            return None
+        verdict = self.answer.get("owner_verdict")
+        return str(verdict) if verdict in Verdict.values else None

@@ -15,11 +15,11 @@ from django.db import transaction
 
 from agentos import audit
 from agentos.models import AuditEvent
-from approvals.models import Approval, Question
+from approvals.models import Approval, Question, Reconciliation, Verdict
 from kernel import runs
-from kernel.context import Done, RunContext, StepCall
+from kernel.context import DONE, NOT_DONE, Done, RunContext, StepCall
 from kernel.exceptions import KernelError
-from kernel.models import Effect, StepKind
+from kernel.models import Effect, RunStatus, StepKind
 from tools import permissions
 from tools.base import Tool, ToolError, Workbench, arguments_hash
 from tools.models import Decision, PermissionRule
@@ -177,6 +177,61 @@ def answer(
             by=by,
         )
     return Question.objects.get(pk=question_id)
+
+
+def settle(
+    reconciliation_id: int,
+    *,
+    verdict: str,
+    result: str = "",
+    by: str = "owner",
+    username: str = "",
+    address: str | None = None,
+) -> Reconciliation:
+    """The owner's verdict on an unknown outcome, and its run woken.
+
+    - happened: the step is recorded as done with `result` (settled by the owner), as a tool's
+      result is shaped (`{"output": text, "is_error": false}`);
+    - not_happened: the step runs again, once (the kernel asks again if that attempt is cut
+      short too);
+    - stop: the run is stopped through the kernel's stop path.
+    The security log keeps who decided what, from where, in the same transaction.
+    """
+    if verdict not in Verdict.values:
+        raise KernelError(
+            f"A verdict is one of {', '.join(Verdict.values)}, not {verdict!r}.",
+            code="invalid_input",
+        )
+    if result and verdict != Verdict.HAPPENED:
+        raise KernelError("Only 'happened' takes a result.", code="invalid_input")
+    with transaction.atomic():
+        found = Reconciliation.objects.filter(pk=reconciliation_id).first()
+        if found is None:
+            raise KernelError(
+                f"No unknown outcome {reconciliation_id}.", code="not_found", status=404
+            )
+        # What `kernel.context.RunContext._reconcile` reads, and the verdict as the owner gave it.
+        kernel_verdict: dict[str, Any]
+        if verdict == Verdict.HAPPENED:
+            kernel_verdict = {"verdict": DONE, "result": {"output": result, "is_error": False}}
+        elif verdict == Verdict.NOT_HAPPENED:
+            kernel_verdict = {"verdict": NOT_DONE}
+        else:  # the run is stopped below; its step is never settled
+            kernel_verdict = {"verdict": "stop"}
+        runs.answer_wait(found.pk, answer={**kernel_verdict, "owner_verdict": verdict}, by=by)
+        if verdict == Verdict.STOP:
+            runs.request_stop(found.run_id, reason=RunStatus.CANCELLED, by=by)
+        audit.record(
+            AuditEvent.Kind.RECONCILIATION_SETTLED,
+            username=username,
+            address=address,
+            by=by,
+            reconciliation=found.pk,
+            run=found.run_id,
+            step=found.seq,
+            verdict=verdict,
+        )
+    return Reconciliation.objects.get(pk=found.pk)
 
 
 def _always_allow(approval: Approval) -> None:

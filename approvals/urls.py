@@ -10,4 +10,5 @@ urlpatterns: list[URLPattern] = [
     path("approvals/", views.queue, name="approvals"),
     path("approvals/<int:approval_id>/", views.approval, name="approval"),
     path("questions/<int:question_id>/", views.question, name="question"),
+    path("reconciliations/<int:reconciliation_id>/", views.reconciliation, name="reconciliation"),
 ]

@@ -19,8 +19,8 @@ from agentos import audit
 from agentos.errors import DomainError
 from agentos.views import SCREENS_BY_SLUG, owner_required
 from approvals import inbox, service
-from approvals.forms import AnswerForm, DecisionForm
-from approvals.models import Approval, Question, Status
+from approvals.forms import AnswerForm, DecisionForm, VerdictForm
+from approvals.models import Approval, Question, Reconciliation, Status, Verdict
 from missions.models import Project
 from tools import registry
 
@@ -109,6 +109,66 @@ def question(request: HttpRequest, question_id: int) -> HttpResponse:
         "is_pending": found.status == Status.PENDING,
     }
     return render(request, "approvals/question.html", context, status=status)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def reconciliation(request: HttpRequest, reconciliation_id: int) -> HttpResponse:
+    """An unknown outcome: what is known of the interrupted call, and the three answers."""
+    found = _reconciliation(reconciliation_id)
+    form = VerdictForm(request.POST or None)
+    error, status = None, 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                service.settle(
+                    found.pk,
+                    verdict=form.cleaned_data["verdict"],
+                    result=form.cleaned_data["result"]
+                    if form.cleaned_data["verdict"] == Verdict.HAPPENED
+                    else "",
+                    username=request.user.get_username(),
+                    address=audit.client_address(request),
+                )
+            except DomainError as refused:
+                error, status = _decision_error(refused), refused.status
+                found = _reconciliation(reconciliation_id)
+            else:
+                return redirect("console:reconciliation", reconciliation_id=found.pk)
+        else:
+            error, status = _("The verdict was not understood; answer again."), 400
+    step = inbox.steps_of([found]).get((found.run_id, found.seq))
+    call = inbox.call_of(step)
+    question = found.question if isinstance(found.question, dict) else {}
+    answer = found.answer if isinstance(found.answer, dict) else {}
+    result = answer.get("result")
+    context = {
+        "screen": SCREENS_BY_SLUG["approvals"],
+        "wait": found,
+        "step": step,
+        "tool": call["tool"],
+        "subject": inbox.subject(call),
+        "call": json.dumps(call, indent=2, ensure_ascii=False, sort_keys=True),
+        # A probe that ran and found nothing is reported by the kernel in the question.
+        "probe": question.get("probe"),
+        "verdict": found.verdict,
+        "verdict_label": Verdict(found.verdict).label if found.verdict else "",
+        "result": result.get("output") if isinstance(result, dict) else None,
+        "status_label": Status(found.status).label,
+        "is_pending": found.status == Status.PENDING,
+        "form": form,
+        "error": error,
+    }
+    return render(request, "approvals/reconciliation.html", context, status=status)
+
+
+def _reconciliation(reconciliation_id: int) -> Reconciliation:
+    found = (
+        Reconciliation.objects.select_related("run__mission").filter(pk=reconciliation_id).first()
+    )
+    if found is None:
+        raise Http404(_("No such unknown outcome."))
+    return found
 
 
 def _approval(approval_id: int) -> Approval:
