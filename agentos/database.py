@@ -165,3 +165,17 @@ def crash_and_restart_embedded() -> None:
         user=user,
         capture_output=True,
     )
+    _adopt_restarted(pgdata)
+
+
+def _adopt_restarted(pgdata: Path) -> None:
+    """Hand the restarted server to pgserver's handle of this process, so the handle stops it
+    when the process exits, as it would have stopped the first one. The handle remembers the
+    postmaster it started, which the crash killed: left alone, it would see no server to stop
+    and `make chaos` would leave the new one running."""
+    from pgserver.postgres_server import PostgresServer
+    from pgserver.utils import PostmasterInfo
+
+    server = PostgresServer._instances.get(pgdata.resolve())
+    if server is not None:
+        server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)

@@ -20,6 +20,7 @@ from django.db import transaction
 
 OWNER_GROUP = "owner"
 LAYER_TIMEOUT_SECONDS = 60.0
+EXIT_TIMEOUT_SECONDS = 2.0  # a send made while the interpreter exits
 logger = logging.getLogger(__name__)
 
 
@@ -40,7 +41,21 @@ def layer_call[T](function: Callable[..., Awaitable[T]], *args: Any) -> T:
     if _running_loop() is loop:
         raise RuntimeError("layer_call would wait on its own event loop: await the layer instead")
     future = asyncio.run_coroutine_threadsafe(_awaited(function, *args), loop)
-    return future.result(LAYER_TIMEOUT_SECONDS)
+    # While the interpreter exits, a stuck layer must not hold the process for a minute.
+    return future.result(EXIT_TIMEOUT_SECONDS if shutting_down() else LAYER_TIMEOUT_SECONDS)
+
+
+class ShuttingDown(RuntimeError):
+    """The interpreter is exiting: no thread can start, so no loop for the channel layer."""
+
+
+def shutting_down() -> bool:
+    """True once the interpreter has begun to exit (it joins threads; none can start now).
+
+    CPython's own flag, set by `threading._shutdown` before it joins the threads that could
+    still be sending (the pools of `concurrent.futures` rely on the same step).
+    """
+    return bool(getattr(threading, "_SHUTTING_DOWN", False))
 
 
 async def _awaited[T](function: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -48,6 +63,7 @@ async def _awaited[T](function: Callable[..., Awaitable[T]], *args: Any) -> T:
 
 
 _loop: asyncio.AbstractEventLoop | None = None
+_loop_thread: threading.Thread | None = None  # None while the loop is the ASGI server's
 _loop_lock = threading.Lock()
 
 
@@ -62,11 +78,26 @@ def adopt_running_loop() -> None:
 
 
 def _process_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    """The process's loop, started on a thread of ours if none runs yet.
+
+    A loop is published only once its thread has started: a loop nobody runs would make every
+    later call wait its whole timeout (at interpreter exit no thread can start, and one minute
+    per doorbell or delta kept a finished script alive).
+    """
+    global _loop, _loop_thread
     with _loop_lock:
-        if _loop is None or _loop.is_closed():
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="channel-layer", daemon=True).start()
+        ours_died = _loop_thread is not None and not _loop_thread.is_alive()
+        if _loop is None or _loop.is_closed() or ours_died:
+            if shutting_down():
+                raise ShuttingDown("the interpreter is exiting: channel layer call skipped")
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="channel-layer", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as error:  # "can't create new thread at interpreter shutdown"
+                loop.close()
+                raise ShuttingDown(str(error)) from error
+            _loop, _loop_thread = loop, thread
         return _loop
 
 
@@ -104,6 +135,8 @@ def _send(kind: str, data: dict[str, Any]) -> None:
         return
     try:
         layer_call(layer.group_send, OWNER_GROUP, {"type": "doorbell", "kind": kind, **data})
+    except ShuttingDown:
+        logger.debug("doorbell %s not sent: the process is exiting", kind)
     except Exception as error:
         # A lost doorbell costs a page a refresh, never state: note it and go on.
         logger.warning("doorbell %s not sent: %s: %s", kind, error.__class__.__name__, error)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
-from kernel.bus import OWNER_GROUP, layer_call
+from kernel.bus import OWNER_GROUP, layer_call, shutting_down
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +165,8 @@ submit: Callable[[Callable[[list[Message]], None], list[Message]], Any] = _sende
 
 def _send(messages: list[Message]) -> None:
     try:
+        if shutting_down():
+            return  # ephemeral: nobody will read them once this process is gone
         layer = get_channel_layer()
         if layer is None or not _presence.check(layer):
             return

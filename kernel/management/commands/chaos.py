@@ -14,6 +14,7 @@ Prints a report; the last line is `chaos kills=N steps=N violations=N`; exits 1 
 from __future__ import annotations
 
 import random
+import signal
 import sys
 from typing import Any
 
@@ -46,6 +47,10 @@ class Command(BaseCommand):
     ) -> None:
         if workers < 1 or min_kills < 0:
             raise CommandError("--workers must be at least 1 and --min-kills at least 0.")
+        # SIGTERM ends the command as Ctrl-C does: the harness stops its workers and the
+        # embedded database it restarted is stopped at exit (without a handler, Python would
+        # die at once and skip both).
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         # The chaos workload runs on its own data dir (see `make chaos`): bring its schema up.
         call_command("migrate", interactive=False, verbosity=0)
         seed = seed if seed is not None else random.SystemRandom().randrange(1_000_000)
