@@ -198,8 +198,9 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
     """A new root run of the same program and input whose first `at_seq` steps are the source's
     recorded ones: replay returns them (no model is asked again), and it goes its own way after.
 
-    The copied steps cost nothing here: the source run paid for them. Children spawned in the
-    copied steps stay the source's; a worktree recorded there is shared (see the closing notes).
+    The copied steps cost and count nothing here: the source run paid for them. Children
+    spawned in the copied steps stay the source's; a program that keeps a workspace makes the
+    fork its own (the agent engine does, from its checkpoints).
     """
     source = Run.objects.select_related("mission").filter(pk=run_id).first()
     if source is None:
@@ -231,6 +232,9 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
                 if getattr(source, name) is not None
             },
         )
+        # The copied steps are the source's, paid and counted there: this run's counters
+        # (turns, tool calls, hence its caps and its mission's totals) start after them.
+        Run.objects.filter(pk=fork.pk).update(billed_through=at_seq)
         Step.objects.bulk_create(
             Step(
                 run=fork,

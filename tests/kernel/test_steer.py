@@ -171,6 +171,10 @@ def test_a_fork_replays_the_first_steps_without_asking_the_model_again(
     ]
     assert {s.settled_by for s in copied} == {"forked"}
     assert fork.contract["forked_from"] == {"run": source.pk, "seq": 5}
+    # The copied steps count toward nothing here: only the fork's own model step.
+    source.refresh_from_db()
+    assert (source.turns, source.tool_calls) == (3, 2)
+    assert (fork.turns, fork.tool_calls) == (1, 0)
 
 
 def test_a_fork_from_a_missing_or_unfinished_step_is_refused(seeded_catalog: None) -> None:
