@@ -25,6 +25,7 @@ from django.db import transaction
 from kernel import journal, programs, runs
 from kernel.budgets import CAP_FIELDS
 from kernel.exceptions import KernelError
+from kernel.journal import Fence
 from kernel.models import Run, RunStatus, Step
 
 # The claim query's version filter (see the module docstring); its parameters come from
@@ -176,3 +177,11 @@ def restart(run_id: int, *, by: str = "owner") -> Run:
         )
         runs.request_stop(run_id, reason=RunStatus.CANCELLED, by=by)
     return fresh
+
+
+def record_fingerprint(fence: Fence, *, prompt_hash: str, tools_hash: str) -> None:
+    """What the run's program was started with (its prompt and tool list, hashed), recorded once
+    and fenced: a replay or a zombie never rewrites it."""
+    Run.objects.filter(pk=fence.run_id, fence=fence.token, prompt_hash="").update(
+        prompt_hash=prompt_hash, tools_hash=tools_hash
+    )

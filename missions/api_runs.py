@@ -16,11 +16,13 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool, StrictInt
 
+from agentos import tokens
 from agentos.errors import DomainError
 from agentos.schemas import Text
-from kernel import artifacts, runs
+from approvals import inbox
+from kernel import artifacts, runs, versions
 from kernel.budgets import CAP_FIELDS
-from kernel.models import Artifact, Run, Step
+from kernel.models import TERMINAL, Artifact, Run, Step
 from missions import steering
 from missions.api import INT32, not_found
 from missions.models import Mission, OwnerMessage
@@ -53,7 +55,12 @@ class RunOut(Schema):
     status: str
     paused: bool
     stop_requested: bool
+    needs_migration: bool = Field(
+        description="Recorded by an earlier engine version no program here resumes: nothing runs"
+        " until the owner restarts (`/restart`), forks or stops it"
+    )
     program: str
+    engine_version: str
     model: str
     trigger: str | None
     spent: RunSpentOut
@@ -72,6 +79,8 @@ class RunCapsOut(Schema):
 
 class RunDetailOut(RunOut):
     caps: RunCapsOut
+    prompt_hash: str = Field(description="SHA-256 of the frozen system prompt; empty: not an agent")
+    tools_hash: str = Field(description="SHA-256 of the tool list the run was given")
     input: Any
     output: Any
     error: str
@@ -156,7 +165,9 @@ def run_out(run: Run) -> dict[str, Any]:
         "status": run.status,
         "paused": run.paused,
         "stop_requested": run.cancel_requested,
+        "needs_migration": run.needs_migration,
         "program": run.program,
+        "engine_version": run.engine_version,
         "model": run.model,
         "trigger": trigger if isinstance(trigger, str) else None,
         "spent": {name: getattr(run, name) for name in SPENT_FIELDS},
@@ -170,6 +181,8 @@ def run_detail_out(run: Run) -> dict[str, Any]:
     return {
         **run_out(run),
         "caps": {name: getattr(run, name) for name in (*CAP_FIELDS, "max_seconds")},
+        "prompt_hash": run.prompt_hash,
+        "tools_hash": run.tools_hash,
         "input": run.input,
         "output": run.output,
         "error": run.error,
@@ -208,6 +221,23 @@ def list_runs(request: HttpRequest, mission_id: int) -> list[dict[str, Any]]:
     if not Mission.objects.filter(pk=mission_id).exists():
         raise not_found("mission", mission_id)
     return [run_out(run) for run in Run.objects.filter(mission_id=mission_id).order_by("pk")]
+
+
+class RunFilter(Schema):
+    needs_migration: bool = Field(
+        False, description="Only the runs parked as needs-migration (what waits for the owner)"
+    )
+    limit: int = Field(100, ge=1, le=500)
+
+
+@router.get("/runs", response=list[RunOut], summary="Unfinished runs, newest first")
+def list_unfinished_runs(request: HttpRequest, filters: Query[RunFilter]) -> list[dict[str, Any]]:
+    found = (
+        inbox.needing_migration()
+        if filters.needs_migration
+        else Run.objects.exclude(status__in=TERMINAL).order_by("-created_at", "-id")
+    )
+    return [run_out(run) for run in found[: filters.limit]]
 
 
 @router.get("/runs/{run_id}", response=RunDetailOut, summary="A run: input, output, caps, spend")
@@ -323,6 +353,16 @@ def interrupt(request: HttpRequest, run_id: int) -> dict[str, Any]:
     unfinished_run(run_id)
     runs.request_interrupt(run_id, by="owner")
     return run_out(run_or_404(run_id))
+
+
+@router.post(
+    "/runs/{run_id}/restart",
+    response={201: RunDetailOut},
+    summary="A run parked as needs-migration: carry on from its last recorded step on this"
+    " engine (a fork), and stop it",
+)
+def restart(request: HttpRequest, run_id: int) -> Status[dict[str, Any]]:
+    return Status(201, run_detail_out(versions.restart(run_id, by=tokens.actor(request))))
 
 
 @router.post(

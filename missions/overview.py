@@ -45,6 +45,8 @@ def state_of(run: Run) -> RunState:
         return RunState("stopping", _("stopping"), "stale")
     if not run.is_terminal and run.paused:
         return RunState("paused", _("paused"), "pending")
+    if not run.is_terminal and run.needs_migration:
+        return RunState("needs_migration", _("needs migration"), "down")
     return RunState(run.status, str(RunStatus(run.status).label), _CSS.get(run.status, "unknown"))
 
 

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST, require_safe
 
 from agentos.views import SCREENS_BY_SLUG, owner_required
-from kernel import runs
+from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Run
 from missions import overview, steering, timeline
@@ -75,6 +75,8 @@ def _live(run: Run) -> dict[str, Any]:
         if isinstance(answer, str) or run.output is None
         else json.dumps(run.output, indent=2, ensure_ascii=False, sort_keys=True),
         "children": list(run.children.order_by("created_at", "id")),
+        "engine_version": programs.ENGINE_VERSION,
+        "restart_seq": versions.last_recorded_seq(run.pk) if run.needs_migration else 0,
         "messages_sent": timeline.messages(run),
         "timeline": timeline.timeline(run),
         "collected_at": timezone.now(),
@@ -193,3 +195,21 @@ def run_fork(request: HttpRequest, run_id: int) -> HttpResponse:
         % {"fork": fork.pk, "seq": seq, "run": run.pk},
     )
     return redirect("console:run", run_id=fork.pk)
+
+
+@require_POST
+@owner_required
+def run_restart(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A run parked as "needs migration": start it again on this engine from its last recorded
+    step (a fork), and stop the parked one."""
+    run = _run(run_id)
+    try:
+        fresh = versions.restart(run.pk, by="owner")
+    except KernelError as refused:
+        return _page(request, run, status=refused.status, error=refused.message)
+    messages.success(
+        request,
+        _("Run %(fresh)s carries on from run %(run)s on this engine; run %(run)s is stopped.")
+        % {"fresh": fresh.pk, "run": run.pk},
+    )
+    return redirect("console:run", run_id=fresh.pk)

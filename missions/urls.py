@@ -17,6 +17,7 @@ urlpatterns: list[URLPattern] = [
     path("runs/<int:run_id>/resume/", run_views.run_resume, name="run-resume"),
     path("runs/<int:run_id>/stop/", run_views.run_stop, name="run-stop"),
     path("runs/<int:run_id>/fork/", run_views.run_fork, name="run-fork"),
+    path("runs/<int:run_id>/restart/", run_views.run_restart, name="run-restart"),
     re_path(r"^artifacts/(?P<sha256>[0-9a-f]{64})$", views.artifact, name="artifact"),
     path("costs/", views.cost_report, name="costs"),
 ]

@@ -29,7 +29,7 @@ from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, RunStatus, Step, StepKind
 from kernel.programs import Outcome
 from missions import pricing, steering
-from missions.engine import deltas, relief, retries
+from missions.engine import deltas, fingerprint, relief, retries
 from missions.engine.context import assemble
 from missions.engine.relief import Verbatim
 from missions.models import Mission, ModelInfo
@@ -117,6 +117,7 @@ def agent(ctx: RunContext) -> Outcome:
     prefix = assemble(
         role=spec.role, instructions=spec.instructions, memory_index=spec.memory_index, tools=tools
     )
+    fingerprint.record(ctx, prefix)
     provider = registry.build(spec.provider, script=spec.script)
     options = Options(
         model=spec.model,

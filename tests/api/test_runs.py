@@ -37,7 +37,9 @@ def test_it_shows_the_run_tree_of_a_mission(api: Api) -> None:
         "status": "queued",
         "paused": False,
         "stop_requested": False,
+        "needs_migration": False,
         "program": "agent",
+        "engine_version": "1",
         "model": "scripted",
         "trigger": "test",
         "spent": {
