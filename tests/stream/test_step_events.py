@@ -47,7 +47,7 @@ def test_it_records_when_steps_start_and_complete_reads_when_they_complete() -> 
         "cache_write_tokens": 0,
         "usd_micros": 40,
     }
-    assert tool["trust"] == "system"
+    assert tool["trust"] == "tool"  # a tool's output is data, never the system's word
     assert tool["data"]["is_error"] is True
     assert tool["data"]["name"] == "read_file"
     assert "text" not in tool["data"]
