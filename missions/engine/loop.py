@@ -17,22 +17,18 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from django.utils import timezone
-
-from approvals import service as approvals
 from kernel import journal
-from kernel.context import Done, ReadStep, RunContext, StepCall
+from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import StepFailed
-from kernel.models import Effect, Run, RunStatus, Step, StepKind
+from kernel.models import Effect, RunStatus, StepKind
 from kernel.programs import Outcome
 from missions import pricing, steering
-from missions.engine import deltas, fingerprint, relief, retries
+from missions.engine import deltas, fingerprint, harness, relief, retries
 from missions.engine.context import assemble
 from missions.engine.relief import Verbatim
-from missions.models import Mission, ModelInfo
+from missions.models import ModelInfo
 from missions.providers import registry
 from missions.providers.base import (
     Completed,
@@ -43,11 +39,9 @@ from missions.providers.base import (
     ReasoningDelta,
     TextDelta,
     ToolCall,
-    ToolResult,
 )
-from tools import checkpoints, levels, permissions, workspace
 from tools import registry as tool_registry
-from tools.base import Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
+from tools.base import Risk, Tool
 from tools.models import Decision
 
 NO_TOOL = Tool(
@@ -130,7 +124,7 @@ def agent(ctx: RunContext) -> Outcome:
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]
     )
     by_name = {tool.name: tool for tool in tools}
-    bench = _workbench(ctx, spec)
+    bench = harness.workbench(ctx, spec.repository, spec.base)
     # Recorded once: a window edited in the catalog mid-run must not move the compaction points
     # of a replay (the journal would no longer match the program).
     window, server_clearing = _model_facts(
@@ -210,7 +204,7 @@ def agent(ctx: RunContext) -> Outcome:
                 options,
                 spec,
                 look,
-                functools.partial(_judge, by_name, bench),
+                functools.partial(harness.judge, by_name, bench),
             ),
             then=functools.partial(_planned_reads, by_name),
         )
@@ -240,8 +234,8 @@ def agent(ctx: RunContext) -> Outcome:
             _append_user_text(provider, conversation.items, STOP_HOOK_PREFIX + refusal)
             size += relief.estimate_tokens(refusal)
             continue
-        verdicts = response.get("permissions") or _judge(by_name, bench, calls)
-        results = _run_tools(
+        verdicts = response.get("permissions") or harness.judge(by_name, bench, calls)
+        results = harness.run_tools(
             ctx, calls, verdicts, by_name, bench, response["text"], checkpointing=spec.checkpoints
         )
         answers = provider.tool_results(results)
@@ -271,7 +265,7 @@ def _stop_hook(ctx: RunContext, spec: Spec, answer: str) -> str | None:
 def _planned_reads(tools: dict[str, Tool], response: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """The intents of the read tool calls the model just asked for, committed with its answer.
 
-    `_run_tools` gives call i the step right after call i-1, so the planned steps are the
+    `harness.run_tools` gives call i the step right after call i-1, so the planned steps are the
     leading reads (a write breaks the run: its intent must be its own).
     """
     planned: list[tuple[str, str, Any]] = []
@@ -536,310 +530,3 @@ def _collect(
         if relay is not None:
             relay.flush()
     raise StepFailed(f"{provider.name}: the stream ended without a completed response")
-
-
-def _workbench(ctx: RunContext, spec: Spec) -> Workbench:
-    project_id = Mission.objects.values_list("project_id", flat=True).get(pk=ctx.run.mission_id)
-    if not spec.repository:
-        return Workbench(ctx.run_id, project_id, None)
-
-    def prepare(call: StepCall) -> Done:
-        try:
-            path = workspace.ensure_worktree(ctx.run_id, spec.repository, spec.base)
-        except ToolError as error:
-            raise StepFailed(f"No workspace for this run: {error}") from error
-        relief.record_baseline(ctx.run_id, path)  # before any tool step can change it
-        Run.objects.filter(pk=ctx.run_id).update(workspace=str(path))
-        return Done(str(path))
-
-    path = ctx.step(
-        StepKind.CHECKPOINT,
-        effect=Effect.IDEMPOTENT_WRITE,
-        name="workspace",
-        request={"repository": spec.repository, "base": spec.base},
-        execute=prepare,
-    )
-    forked = ctx.run.contract.get("forked_from") if isinstance(ctx.run.contract, dict) else None
-    if forked and Path(path).name != f"run-{ctx.run_id}":
-        # The copied workspace step names the source's worktree: a fork works in its own, made
-        # (once, not as a step: the steps up to the fork point are the source's) from the
-        # checkpoint of the fork point.
-        path = str(_fork_workspace(ctx, spec, forked))
-        Run.objects.filter(pk=ctx.run_id).update(workspace=path)
-    ctx.run.workspace = path
-    return Workbench(ctx.run_id, project_id, Path(path))
-
-
-def _fork_workspace(ctx: RunContext, spec: Spec, forked: dict[str, Any]) -> Path:
-    """The fork's own worktree: the source's files as they were after the fork's step.
-
-    Every workspace write is preceded by a checkpoint step, so the first checkpoint the source
-    recorded after the fork's step holds exactly the state after it. Without one, the source
-    wrote nothing since: its worktree now is that state — if no step of it is executing."""
-    source_id, at_seq = int(forked["run"]), int(forked["seq"])
-    source = Run.objects.filter(pk=source_id).values("workspace", "lease_expires_at").first()
-    if source is None or not source["workspace"]:
-        raise StepFailed(f"The source run {source_id} has no workspace to fork from.")
-    later = (
-        Step.objects.filter(run_id=source_id, name=checkpoints.NAME, seq__gt=at_seq)
-        .exclude(finished_at=None)
-        .order_by("seq")
-        .values_list("result", flat=True)
-        .first()
-    )
-    try:
-        if later:
-            checkpoint = later
-        elif source["lease_expires_at"] is not None and source["lease_expires_at"] > timezone.now():
-            raise StepFailed(
-                f"Run {source_id} was executing when this fork started and has written nothing"
-                " since the fork's step: fork it again once it waits, pauses or ends."
-            )
-        else:
-            checkpoint = checkpoints.take(
-                Path(source["workspace"]), run_id=source_id, label=f"fork-{ctx.run_id}"
-            )
-        workspace.adopt_base(spec.repository, source_id, ctx.run_id)
-        path = checkpoints.fork_worktree(
-            ctx.run_id,
-            source_run=source_id,
-            source_worktree=Path(source["workspace"]),
-            checkpoint=checkpoint,
-        )
-    except ToolError as error:
-        raise StepFailed(f"No workspace for this fork: {error}") from error
-    relief.record_baseline(ctx.run_id, path)
-    return path
-
-
-def _judge(
-    tools: dict[str, Tool], bench: Workbench, calls: list[dict[str, Any]]
-) -> list[dict[str, Any] | None]:
-    """deny / ask / allow for each call (None for a call the executor will refuse anyway); paths
-    are judged as they resolve in the worktree now (the tools judge again when they write)."""
-    verdicts: list[dict[str, Any] | None] = []
-    for call in calls:
-        tool = tools.get(call["name"])
-        arguments = call.get("arguments")
-        if tool is None or not isinstance(arguments, dict):
-            verdicts.append(None)
-            continue
-        verdict = permissions.evaluate(
-            tool, arguments, project_id=bench.project_id, workspace=bench.workspace
-        )
-        verdicts.append(verdict.as_dict())
-    return verdicts
-
-
-def _run_tools(
-    ctx: RunContext,
-    calls: list[dict[str, Any]],
-    verdicts: list[dict[str, Any] | None],
-    tools: dict[str, Tool],
-    bench: Workbench,
-    justification: str,
-    *,
-    checkpointing: bool = False,
-) -> list[ToolResult]:
-    """Reads of a turn run in parallel, writes one at a time, in the model's order. Denied calls
-    are answered with the reason; calls that need the owner wait for an approval first."""
-    results: list[ToolResult] = []
-    batch: list[tuple[dict[str, Any], ReadStep]] = []
-
-    def flush() -> None:
-        outputs = ctx.parallel([step for _, step in batch])
-        results.extend(
-            ToolResult(call["call_id"], out["output"], out["is_error"])
-            for (call, _), out in zip(batch, outputs, strict=True)
-        )
-        batch.clear()
-
-    for call, verdict in zip(calls, verdicts, strict=True):
-        tool = tools.get(call["name"])
-        request = {"call_id": call["call_id"], "arguments": call["arguments"]}
-        decision = verdict["decision"] if verdict else Decision.ALLOW
-        approval: dict[str, Any] | None = None
-        if tool is not None and decision == Decision.ASK and _valid(tool, call):
-            if batch:
-                flush()
-            approval = approvals.ask_approval(
-                ctx, bench, tool, call["arguments"], justification=justification
-            )
-            if "refused" in approval:
-                verdict = {"decision": Decision.DENY, "reason": approval["refused"]}
-                decision, approval = Decision.DENY, None
-        execute = _executor(call, tool, tools, ctx.run, bench, verdict, approval)
-        if tool is not None and tool.interact is not None and decision != Decision.DENY:
-            if batch:
-                flush()
-            results.append(_interact(ctx, tool, call, bench, execute))
-            continue
-        if (
-            tool is not None
-            and tool.effect == Effect.READ
-            and tool.parallel_safe
-            and decision == Decision.ALLOW
-        ):
-            batch.append((call, ReadStep(StepKind.TOOL_CALL, call["name"], request, execute)))
-            continue
-        if batch:
-            flush()
-        runs_tool = tool is not None and decision != Decision.DENY
-        if (
-            runs_tool
-            and tool is not None
-            and tool.risk == Risk.WORKSPACE_WRITE
-            and bench.workspace is not None
-            and checkpointing
-            and _valid(tool, call)
-        ):
-            checkpoint = _checkpoint(ctx, bench.workspace, call["call_id"])
-            execute = _restoring(execute, bench.workspace, ctx.run_id, checkpoint)
-        out = ctx.step(
-            StepKind.TOOL_CALL,
-            effect=tool.effect if runs_tool and tool else Effect.READ,
-            name=call["name"],
-            request=request,
-            execute=execute,
-            probe=_probe(tool, call, bench, approval)
-            if runs_tool and tool and tool.probe
-            else None,
-        )
-        results.append(ToolResult(call["call_id"], out["output"], out["is_error"]))
-    if batch:
-        flush()
-    return results
-
-
-def _checkpoint(ctx: RunContext, top: Path, call_id: str) -> dict[str, str]:
-    """The worktree's state before a write, as a journaled step (its replay returns the same)."""
-
-    def take(step: StepCall) -> Done:
-        try:
-            label = str(step.seq)
-            return Done(
-                checkpoints.take(top, run_id=ctx.run_id, label=label, stopping=step.stopping)
-            )
-        except ToolError as error:
-            raise StepFailed(str(error)) from error
-
-    result: dict[str, str] = ctx.step(
-        StepKind.CHECKPOINT,
-        effect=Effect.IDEMPOTENT_WRITE,
-        name=checkpoints.NAME,
-        request={"before": call_id},
-        execute=take,
-    )
-    return result
-
-
-def _restoring(execute: Any, top: Path, run_id: int, checkpoint: dict[str, str]) -> Any:
-    """`execute`, which first puts the worktree back to `checkpoint` when its step is replayed
-    (an earlier attempt may have written before it died): the write then applies once."""
-
-    def run(step: StepCall) -> Done:
-        if step.replay:
-            try:
-                checkpoints.restore(
-                    top,
-                    run_id=run_id,
-                    checkpoint=checkpoint,
-                    stopping=step.stopping,
-                )
-            except ToolError as error:
-                return Done({"output": f"Refused: {error}", "is_error": True})
-        done: Done = execute(step)
-        return done
-
-    return run
-
-
-def _valid(tool: Tool, call: dict[str, Any]) -> bool:
-    try:
-        tool.validate(call["arguments"])
-    except ToolInputError:
-        return False
-    return True
-
-
-def _interact(
-    ctx: RunContext, tool: Tool, call: dict[str, Any], bench: Workbench, execute: Any
-) -> ToolResult:
-    """A tool that talks to the owner: its own journaled steps and waits, after validation."""
-    if not _valid(tool, call):
-        out = ctx.step(
-            StepKind.TOOL_CALL,
-            effect=Effect.READ,
-            name=call["name"],
-            request={"call_id": call["call_id"], "arguments": call["arguments"]},
-            execute=execute,
-        )
-        return ToolResult(call["call_id"], out["output"], out["is_error"])
-    interact = tool.interact
-    if interact is None:  # the caller only sends tools that have one
-        raise TypeError(f"{tool.name} does not talk to the owner")
-    return ToolResult(call["call_id"], interact(ctx, bench, call["arguments"]))
-
-
-def _executor(
-    call: dict[str, Any],
-    tool: Tool | None,
-    tools: dict[str, Tool],
-    run: Run,
-    bench: Workbench,
-    verdict: dict[str, Any] | None,
-    approval: dict[str, Any] | None,
-) -> Any:
-    def execute(step: StepCall) -> Done:
-        # Refusals are journaled like any result: the model is told precisely, nothing runs.
-        if tool is None:
-            known = ", ".join(sorted(tools)) or "none"
-            return Done(
-                {"output": f"Unknown tool {call['name']!r}; tools: {known}.", "is_error": True}
-            )
-        if call["arguments"] is None:
-            return Done(
-                {"output": f"Invalid arguments for {tool.name}: {call['error']}", "is_error": True}
-            )
-        try:
-            arguments = tool.validate(call["arguments"])
-        except ToolInputError as error:
-            return Done({"output": str(error), "is_error": True})
-        if verdict is not None and verdict["decision"] == Decision.DENY:
-            return Done(
-                {
-                    "output": f"Refused: {tool.name} {verdict['reason']}.",
-                    "is_error": True,
-                    "permission": verdict,
-                }
-            )
-        if (
-            verdict is not None
-            and verdict["decision"] == Decision.ASK
-            and (
-                approval is None
-                or approval.get("args_hash") != arguments_hash(tool.name, arguments)
-            )
-        ):
-            # The harness's own check, whatever the loop above did: no approval, no call.
-            return Done({"output": f"Refused: {tool.name} needs an approval.", "is_error": True})
-        try:
-            levels.require(tool)  # below its minimum sandbox level, a tool is refused
-            text = tool.run(bench.env(step, approval), arguments)
-        except ToolError as error:
-            return Done({"output": str(error), "is_error": True})
-        # A big output goes to an artifact; the journal and the context keep a preview.
-        return Done({"output": relief.offload(text, tool=tool.name, run=run), "is_error": False})
-
-    return execute
-
-
-def _probe(
-    tool: Tool, call: dict[str, Any], bench: Workbench, approval: dict[str, Any] | None
-) -> Any:
-    def probe(step: StepCall) -> Done | None:
-        arguments = call["arguments"] or {}
-        found = tool.probe(bench.env(step, approval), arguments) if tool.probe else None
-        return Done({"output": found, "is_error": False}) if found is not None else None
-
-    return probe
