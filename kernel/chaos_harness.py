@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 
 from agentos import database
 from kernel import holders, runs, scheduler
@@ -178,7 +178,12 @@ def run_chaos(
                 database.crash_and_restart_embedded()
                 report_restarts += 1
             try:
-                act_as_owner(to_cancel)
+                # A worker paused mid-transaction holds its row locks until it is resumed, and
+                # resuming it is this loop's job: never wait on its locks, try again next tick.
+                with transaction.atomic():
+                    with connection.cursor() as cursor:
+                        cursor.execute("SET LOCAL lock_timeout = '500ms'")
+                    act_as_owner(to_cancel)
             except DatabaseError:
                 connection.close()  # the database restarted under us: reconnect next time
                 continue
