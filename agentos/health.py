@@ -12,7 +12,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import DatabaseError
 from django.utils import timezone
 
-from kernel import workers
+from kernel import heartbeats
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _migrations() -> Component:
 
 def _workers() -> Component:
     try:
-        status = workers.pool_status()
+        status = heartbeats.pool_status()
     except DatabaseError as error:
         logger.warning("health: cannot read worker beats: %s", error)
         return Component("unknown", "worker beats unreadable")

@@ -12,7 +12,7 @@ import threading
 from huey import crontab
 from huey.contrib.djhuey import HUEY, db_periodic_task
 
-from kernel import events, workers
+from kernel import events, heartbeats
 from kernel.worker import Worker
 
 _kernel_loop: Worker | None = None
@@ -25,7 +25,7 @@ def start_worker() -> None:
     from django.db import close_old_connections
 
     close_old_connections()
-    workers.record_beat(started=True)
+    heartbeats.record_beat(started=True)
     _kernel_loop = Worker()
     threading.Thread(target=_kernel_loop.run_forever, name="kernel-loop", daemon=True).start()
 
@@ -39,8 +39,8 @@ def stop_worker() -> None:
 @db_periodic_task(crontab(minute="*"))  # type: ignore[untyped-decorator]  # huey ships no hints
 def heartbeat() -> None:
     """Runs through the queue, so a beat proves both the scheduler and a worker are alive."""
-    workers.record_beat()
-    workers.prune_beats()
+    heartbeats.record_beat()
+    heartbeats.prune_beats()
 
 
 @db_periodic_task(crontab(minute="7", hour="*"))  # type: ignore[untyped-decorator]

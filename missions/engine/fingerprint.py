@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from kernel import versions
 from kernel.context import RunContext
-from missions.engine.context import Prefix
+from missions.engine.prompt import Prefix
 
 
 def prompt_hash(prefix: Prefix) -> str:

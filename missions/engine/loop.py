@@ -26,7 +26,7 @@ from kernel.models import Effect, RunStatus, StepKind
 from kernel.programs import Outcome
 from missions import pricing, steering
 from missions.engine import deltas, fingerprint, harness, relief, retries
-from missions.engine.context import assemble
+from missions.engine.prompt import assemble
 from missions.engine.relief import Verbatim
 from missions.models import ModelInfo
 from missions.providers import registry

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agentos import tokens
 from agentos.models import ApiToken, AuditEvent
-from kernel import workers
+from kernel import heartbeats
 from tests.factories import Owner
 
 
@@ -36,7 +36,7 @@ def test_it_serves_the_openapi_schema(client: Client) -> None:
 
 
 def test_it_reports_health_without_authentication(client: Client, db: None) -> None:
-    workers.record_beat(worker="test:1", started=True)
+    heartbeats.record_beat(worker="test:1", started=True)
 
     response = client.get("/api/v1/health")
 
@@ -62,7 +62,7 @@ def test_it_reports_workers_unknown_before_any_beat(client: Client, db: None) ->
 
 
 def test_it_reports_workers_stale_when_beats_stop(client: Client, db: None) -> None:
-    workers.record_beat(worker="test:1")
+    heartbeats.record_beat(worker="test:1")
 
     with time_machine.travel(timezone.now() + timedelta(minutes=10)):
         response = client.get("/api/v1/health")

@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from agentos import tokens
-from kernel import runs, workers
+from kernel import heartbeats, runs
 from missions import schedules
 from tests.api.factories import add_steps, end_run, make_artifact, make_mission, make_project
 from tests.approvals.factories import make_approval, make_question
@@ -73,7 +73,7 @@ def target(
     owner: Owner, wsgi_app: WSGIHandler, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
 ) -> Target:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # missions are created, never executed
-    workers.record_beat(worker="fuzz:1", started=True)  # a healthy stack: /health answers 200
+    heartbeats.record_beat(worker="fuzz:1", started=True)  # a healthy stack: /health answers 200
     project = make_project()
     mission, run = make_mission(project=project)
     add_steps(run, 3, unfinished=1)

@@ -10,7 +10,7 @@ from channels_postgres.core import PostgresChannelLayer
 from django.db import connection
 from playwright.sync_api import Page, expect
 
-from kernel import workers
+from kernel import heartbeats
 from kernel.bus import OWNER_GROUP
 from tests.browser.conftest import screenshot
 from tests.factories import Owner
@@ -73,7 +73,7 @@ def test_it_updates_home_live_when_the_doorbell_rings(
     # A second worker appears; the change is announced over the real PostgreSQL channel layer,
     # from this process to daphne's, as a worker's heartbeat would.
     def announce() -> None:  # off the browser's thread, where an event loop is running
-        workers.record_beat(worker="browser-test:1")
+        heartbeats.record_beat(worker="browser-test:1")
         layer = PostgresChannelLayer(**{**connection.settings_dict, "TIME_ZONE": None})
         async_to_sync(layer.group_send)(OWNER_GROUP, {"type": "doorbell", "kind": "health"})
         connection.close()

@@ -9,7 +9,7 @@ from django.test import Client
 
 from kernel.models import Run
 from missions.engine import fingerprint
-from missions.engine.context import assemble
+from missions.engine.prompt import assemble
 from tests.missions.test_loop import agent_run, work
 from tools import registry
 

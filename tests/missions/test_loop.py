@@ -151,7 +151,7 @@ def test_it_fails_a_run_whose_input_has_no_goal() -> None:
 
 def test_it_assembles_the_same_prefix_with_tools_in_name_order() -> None:
     # The byte-identical prefix across real requests is checked in test_resume.py.
-    from missions.engine.context import assemble
+    from missions.engine.prompt import assemble
 
     tools = registry.frozen(["note", "noop"])
     first = assemble(role="executor", instructions="x", memory_index="m", tools=tools)
