@@ -307,7 +307,8 @@ def test_it_removes_the_cgroups_a_killed_worker_left(workdir: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 30
-        while not (left := leftovers(worker.pid)):
+        # One directory per hierarchy, made one after the other: wait for all of them.
+        while len(left := leftovers(worker.pid)) < len(cgroups.directories()):
             assert time.monotonic() < deadline, "the worker's sandbox never started"
             time.sleep(0.05)
     finally:
