@@ -36,12 +36,12 @@ class Screen:
     slug: str
     title: Any
     summary: Any
-    arrives_with: Any = None  # None: built
+    built: bool = True
 
     @property
     def url(self) -> str:
         """A built screen's own page (its URL is named after its slug), else the placeholder."""
-        if self.arrives_with is None:
+        if self.built:
             return reverse(f"console:{self.slug}")
         return reverse("console:screen", args=[self.slug])
 
@@ -63,31 +63,31 @@ SCREENS = [
         "projects",
         gettext_lazy("Projects"),
         gettext_lazy("Repositories and their missions."),
-        gettext_lazy("the kernel issue"),
+        built=False,
     ),
     Screen(
         "memory",
         gettext_lazy("Memory"),
         gettext_lazy("Notes, proposals, history and invalidations."),
-        gettext_lazy("the memory phase"),
+        built=False,
     ),
     Screen(
         "agents",
         gettext_lazy("Agents & policies"),
         gettext_lazy("Roles, routing and permission policies."),
-        gettext_lazy("the agent engine issue"),
+        built=False,
     ),
     Screen(
         "tools",
         gettext_lazy("Tools"),
         gettext_lazy("Tool registry, MCP servers and skills."),
-        gettext_lazy("the tools issue"),
+        built=False,
     ),
     Screen(
         "cluster",
         gettext_lazy("Cluster"),
         gettext_lazy("Nodes, runners and active sandboxes."),
-        gettext_lazy("the execution-plane issue"),
+        built=False,
     ),
     Screen("costs", gettext_lazy("Costs"), gettext_lazy("Spend per mission, model and day.")),
     Screen("settings", gettext_lazy("Settings"), gettext_lazy("Security and API tokens.")),
@@ -215,7 +215,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @owner_required
 def screen(request: HttpRequest, slug: str) -> HttpResponse:
     found = SCREENS_BY_SLUG.get(slug)
-    if found is None or found.arrives_with is None:
+    if found is None or found.built:
         raise Http404(_("No such screen."))
     return render(request, "console/unbuilt.html", {"screen": found})
 

@@ -29,7 +29,7 @@ OWNER_PAGES = [
     "/more/",
     "/settings/",
     "/admin/",
-    *[f"/{screen.slug}/" for screen in SCREENS if screen.arrives_with],
+    *[f"/{screen.slug}/" for screen in SCREENS if not screen.built],
 ]
 
 
