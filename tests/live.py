@@ -116,3 +116,19 @@ def running_stack(data_dir: Path, *, workers: int = 1, demo: bool = False) -> It
                 process.kill()
                 process.wait()
                 raise RuntimeError(f"the stack did not stop on SIGINT:\n{stack.log()}") from None
+
+
+def crash_env(tmp_path: Path, targets: list[dict[str, Any]], **extra: str) -> dict[str, str]:
+    """The environment of a worker process that SIGKILLs itself at `targets` (`run`, `point`,
+    `seq`: see `kernel.crashpoints`), on this test's database, with `extra` variables."""
+    plan = tmp_path / "plan.json"
+    (tmp_path / "fired").mkdir(exist_ok=True)
+    plan.write_text(json.dumps({"targets": targets, "fired_dir": str(tmp_path / "fired")}))
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(connection.settings_dict),
+        "AGENTOS_DATA_DIR": str(tmp_path),
+        "KERNEL_CRASHPLAN": str(plan),
+        **extra,
+    }

@@ -4,8 +4,6 @@ the three answers ends the run as it should."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
@@ -15,11 +13,10 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from agentos import database, tokens
+from agentos import tokens
 from agentos.models import AuditEvent
 from approvals.models import Reconciliation
 from kernel import runs
@@ -28,6 +25,7 @@ from kernel.worker import Worker
 from tests.agentos.test_api import bearer, error_of
 from tests.factories import Owner
 from tests.kernel.factories import start
+from tests.live import crash_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,23 +43,7 @@ def killed_mid_payment(tmp_path: Path) -> Run:
     """A real worker process SIGKILLed after the payment took effect, before its result was
     recorded; then resumed here, where the run stops to ask the owner."""
     run = start("chaos.workflow", {"n": 1, "timer_seconds": 0})
-    plan = tmp_path / "plan.json"
-    (tmp_path / "fired").mkdir()
-    plan.write_text(
-        json.dumps(
-            {
-                "targets": [{"run": run.pk, "point": "after_effect_before_result", "seq": PAY}],
-                "fired_dir": str(tmp_path / "fired"),
-            }
-        )
-    )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "agentos.settings",
-        "DATABASE_URL": database.build_url(connection.settings_dict),
-        "AGENTOS_DATA_DIR": str(tmp_path),
-        "KERNEL_CRASHPLAN": str(plan),
-    }
+    env = crash_env(tmp_path, [{"run": run.pk, "point": "after_effect_before_result", "seq": PAY}])
     worker = subprocess.Popen(
         [
             sys.executable,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,12 +13,11 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
-from agentos import database
 from kernel import runs
 from kernel.models import Run, Step
 from tests.kernel.factories import make_mission
+from tests.live import crash_env
 from tests.providers.anthropic_wire import reply, text, tool_use
 from tests.providers.wire import Failure, Stream, wire_server
 
@@ -78,25 +76,12 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
             },
         )
         # Steps: window checkpoint 1, model 2, tool 3, model 4, tool 5, model 6 (the third) ...
-        plan = tmp_path / "plan.json"
-        (tmp_path / "fired").mkdir()
-        plan.write_text(
-            json.dumps(
-                {
-                    "targets": [{"run": run.pk, "point": "after_result_commit", "seq": 6}],
-                    "fired_dir": str(tmp_path / "fired"),
-                }
-            )
+        env = crash_env(
+            tmp_path,
+            [{"run": run.pk, "point": "after_result_commit", "seq": 6}],
+            ANTHROPIC_API_KEY="test-key",
+            ANTHROPIC_BASE_URL=server.url,
         )
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "agentos.settings",
-            "DATABASE_URL": database.build_url(connection.settings_dict),
-            "AGENTOS_DATA_DIR": str(tmp_path),
-            "KERNEL_CRASHPLAN": str(plan),
-            "ANTHROPIC_API_KEY": "test-key",
-            "ANTHROPIC_BASE_URL": server.url,
-        }
         first = worker(env)
         assert first.wait(timeout=60) == -9  # it killed itself at the crash point
         assert len(server.received) == 3

@@ -4,19 +4,16 @@ fork's step, and leaves the source's untouched."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
-from agentos import database
 from kernel import runs
 from kernel.models import Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
+from tests.live import crash_env
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.test_demo_mission import in_worktree, start_worker, wait_for
 from tools import checkpoints, workspace
@@ -49,24 +46,8 @@ def test_a_shell_append_killed_before_its_result_applies_once(
         input=agent_input(repo, [calls(("shell", {"command": APPEND})), FINISH]),
     )
     # Steps: 1 window, 2 workspace, 3 model, 4 checkpoint, 5 shell, 6 model.
-    plan = tmp_path / "plan.json"
-    (tmp_path / "fired").mkdir()
-    plan.write_text(
-        json.dumps(
-            {
-                "targets": [{"run": run.pk, "point": "after_effect_before_result", "seq": 5}],
-                "fired_dir": str(tmp_path / "fired"),
-            }
-        )
-    )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "agentos.settings",
-        "DATABASE_URL": database.build_url(connection.settings_dict),
-        "AGENTOS_DATA_DIR": str(tmp_path),
-        "AGENTOS_WORKSPACES_DIR": str(workspace.root()),
-        "KERNEL_CRASHPLAN": str(plan),
-    }
+    target = {"run": run.pk, "point": "after_effect_before_result", "seq": 5}
+    env = crash_env(tmp_path, [target], AGENTOS_WORKSPACES_DIR=str(workspace.root()))
     killed = start_worker(env)  # appended, killed before recording it
     assert killed.wait(timeout=90) == -9
     assert Step.objects.get(run=run, name="shell").result is None

@@ -5,8 +5,6 @@ after the push): exactly one commit, exactly one push, mission done."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,10 +14,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 
-from agentos import database
 from agentos.tokens import create_token
 from approvals.models import Approval
 from cluster.sandbox import for_level
@@ -28,7 +24,7 @@ from kernel.worker import Worker
 from missions import demo
 from missions.models import Project
 from tests.factories import Owner, make_owner, verified_client
-from tests.live import running_stack
+from tests.live import crash_env, running_stack
 from tools import workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,28 +158,12 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     # 16 model, 17 checkpoint, 18 commit, 19 model, 20 approval request, 21 the wait, 22 push,
     # 23 model.
     commit, wait, push = 18, 21, 22
-    plan = tmp_path / "plan.json"
-    (tmp_path / "fired").mkdir()
-    plan.write_text(
-        json.dumps(
-            {
-                "targets": [
-                    {"run": run.pk, "point": "after_effect_before_result", "seq": commit},
-                    {"run": run.pk, "point": "wait_recorded", "seq": wait},
-                    {"run": run.pk, "point": "after_effect_before_result", "seq": push},
-                ],
-                "fired_dir": str(tmp_path / "fired"),
-            }
-        )
-    )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "agentos.settings",
-        "DATABASE_URL": database.build_url(connection.settings_dict),
-        "AGENTOS_DATA_DIR": str(tmp_path),
-        "AGENTOS_WORKSPACES_DIR": str(workspace.root()),
-        "KERNEL_CRASHPLAN": str(plan),
-    }
+    targets = [
+        {"run": run.pk, "point": "after_effect_before_result", "seq": commit},
+        {"run": run.pk, "point": "wait_recorded", "seq": wait},
+        {"run": run.pk, "point": "after_effect_before_result", "seq": push},
+    ]
+    env = crash_env(tmp_path, targets, AGENTOS_WORKSPACES_DIR=str(workspace.root()))
     killed = start_worker(env)  # dies after committing, before recording it
     assert killed.wait(timeout=90) == -9
     assert seq_of(run, "git_commit") == commit
