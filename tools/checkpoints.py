@@ -29,11 +29,12 @@ from typing import Any
 
 from tools import workspace
 from tools.base import ToolError
+from tools.git import INSIDE
 
 INDEX = ".git/agentos-checkpoint.index"
 REF = "refs/agentos/checkpoints"
 NAME = "workspace-checkpoint"  # the journaled step that takes one
-GIT = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c protocol.allow=never"
+GIT = "git " + " ".join(INSIDE)  # the git tools' own hardening
 
 # Every path of the worktree but `.git` itself, ignored files included; prints commit tree head.
 TAKE = f"""\

@@ -285,18 +285,9 @@ def _push_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
 
     head, stage = export_commit(env)
     remote = _remote_sha(env, stage, arguments)
-    known = bool(remote) and (
-        workspace.host_git(stage, "cat-file", "-e", f"{remote}^{{commit}}", check=False).returncode
-        == 0
-    )
-    if remote and not known:
-        _fetch_remote_branch(env, stage, arguments)
-        known = (
-            workspace.host_git(
-                stage, "cat-file", "-e", f"{remote}^{{commit}}", check=False
-            ).returncode
-            == 0
-        )
+    if remote and not _has_commit(stage, remote):
+        _fetch_remote_branch(env, stage, arguments)  # the remote moved on since: learn how
+    known = bool(remote) and _has_commit(stage, remote)
     # A branch the remote does not have yet: what the run added to the commit it started from.
     base = workspace.host_git(stage, "rev-parse", f"refs/agentos/run-{env.run_id}/base").stdout
     since = remote if known else base.strip()
@@ -330,6 +321,13 @@ def _push_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
         "diff_truncated": len(shown) < len(diff),
         "full_diff": full.sha256,
     }
+
+
+def _has_commit(stage: Path, sha: str) -> bool:
+    return (
+        workspace.host_git(stage, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode
+        == 0
+    )
 
 
 def changed_files(stage: Path, since: str, head: str) -> list[dict[str, Any]]:

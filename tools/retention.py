@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -62,8 +63,9 @@ def _remove(run: Run) -> None:
     workspace.remove_worktree(run.pk, str(spec.get("repository") or ""))
     # After the files: a crash in between leaves a path that names nothing, removed again next
     # time (removing is idempotent).
-    Run.objects.filter(pk=run.pk).update(workspace="")
-    journal.append_event("run.workspace_removed", run_id=run.pk, mission_id=run.mission_id)
+    with transaction.atomic():
+        Run.objects.filter(pk=run.pk).update(workspace="")
+        journal.append_event("run.workspace_removed", run_id=run.pk, mission_id=run.mission_id)
 
 
 def _pushed_last(run_id: int) -> bool:
