@@ -248,3 +248,9 @@ KERNEL_LEASE_SECONDS = float(env_int("AGENTOS_LEASE_SECONDS", 30, minimum=1))
 KERNEL_POLL_SECONDS = float(env_int("AGENTOS_KERNEL_POLL_SECONDS", 5, minimum=1))
 # Runs one worker process executes at once (threads, one database connection each).
 KERNEL_RUNS_PER_WORKER = env_int("AGENTOS_RUNS_PER_WORKER", 16, minimum=1)
+# `manage.py chaos`'s cases from the apps above the kernel, which it must not import by name.
+CHAOS_CASES = [
+    "missions.chaos.shell_append_case",
+    "missions.chaos.fork_case",
+    "missions.chaos.engine_bump_case",
+]

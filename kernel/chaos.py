@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
+from django.conf import settings
 from django.db.models import Count
+from django.utils.module_loading import import_string
 
 from kernel import leases
 from kernel.budgets import Cost
@@ -218,6 +221,29 @@ class Report:
 
     def line(self) -> str:
         return f"chaos kills={self.kills} steps={self.steps} violations={len(self.violations)}"
+
+    def add(self, other: Report, name: str) -> None:
+        """Count `other` (a round, a case) in this report; its violations named `name`."""
+        self.runs += other.runs
+        self.steps += other.steps
+        self.kills += other.kills
+        self.targets_fired += other.targets_fired
+        self.pauses += other.pauses
+        self.database_restarts += other.database_restarts
+        self.violations.extend(f"{name}: {violation}" for violation in other.violations)
+
+
+class Case(Protocol):
+    """A chaos case of an app above the kernel: it drives its own worker processes, kills them,
+    checks what it is about, and reports its kills and violations."""
+
+    def __call__(self, *, say: Callable[[str], None]) -> Report: ...
+
+
+def cases() -> list[tuple[str, Case]]:
+    """The cases listed in `settings.CHAOS_CASES` (dotted paths), imported now: the kernel runs
+    them without importing the apps above it by name (their worktrees, missions, tools)."""
+    return [(path.rpartition(".")[2], import_string(path)) for path in settings.CHAOS_CASES]
 
 
 def check(run_ids: list[int], *, expected: dict[int, tuple[str, Any]], report: Report) -> None:

@@ -7,6 +7,9 @@
    and the database stopped abruptly and restarted once per round.
 3. A takeover: two workers with the default 30 s lease, the one executing a run SIGKILLed
    mid-step; the other must resume the run within `TAKEOVER_LIMIT_SECONDS`.
+4. The cases of the apps above the kernel (`settings.CHAOS_CASES`: a shell append killed
+   before its result, a fork's own worktree, an engine version bumped mid-run), each with its
+   own workers, kills and checks.
 
 Prints a report; the last line is `chaos kills=N steps=N violations=N`; exits 1 on a violation.
 """
@@ -21,7 +24,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernel.chaos import QUICK_MATRIX, Report, Target, full_matrix
+from kernel.chaos import QUICK_MATRIX, Report, Target, cases, full_matrix
 from kernel.chaos_harness import TAKEOVER_LIMIT_SECONDS, run_chaos, run_takeover
 
 
@@ -34,6 +37,9 @@ class Command(BaseCommand):
         parser.add_argument("--min-kills", type=int, default=200)
         parser.add_argument("--workers", type=int, default=3)
         parser.add_argument("--no-database-restart", action="store_true")
+        parser.add_argument(
+            "--no-cases", action="store_true", help="Skip the cases of settings.CHAOS_CASES."
+        )
 
     def handle(
         self,
@@ -43,6 +49,7 @@ class Command(BaseCommand):
         min_kills: int,
         workers: int,
         no_database_restart: bool,
+        no_cases: bool,
         **options: Any,
     ) -> None:
         if workers < 1 or min_kills < 0:
@@ -85,6 +92,8 @@ class Command(BaseCommand):
                 restart_db=not no_database_restart,
             )
         self._takeover(total)
+        for name, case in () if no_cases else cases():
+            total.add(case(say=self.stdout.write), name)
         self.stdout.write(
             f"seed={seed} runs={total.runs} pauses={total.pauses}"
             f" database_restarts={total.database_restarts}"
@@ -136,10 +145,4 @@ class Command(BaseCommand):
             say=self.stdout.write,
         )
         self.stdout.write(f"{name}: {report.line()} (targets fired {report.targets_fired})")
-        total.runs += report.runs
-        total.steps += report.steps
-        total.kills += report.kills
-        total.targets_fired += report.targets_fired
-        total.pauses += report.pauses
-        total.database_restarts += report.database_restarts
-        total.violations.extend(f"{name}: {v}" for v in report.violations)
+        total.add(report, name)

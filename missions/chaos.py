@@ -1,0 +1,420 @@
+"""The workspace chaos cases: coding runs (the agent program, the scripted model, a real git
+worktree in the sandbox) whose worker processes SIGKILL themselves at crash points.
+
+- `shell_append_case`: a shell append killed after its effect and before its result leaves one
+  line after the resume (the worktree is put back to its checkpoint before the replay);
+- `fork_case`: a fork from step N works in a worktree of its own equal to the checkpoint after
+  step N (its worker killed right after making it, then mid-write), and the source's worktree
+  is untouched;
+- `engine_bump_case`: the engine version bumped while a coding run is in flight (its worker
+  killed mid-step): the new deployment parks it as "needs migration", a later one declaring the
+  old journal compatible resumes it; never is it left unclaimed.
+
+They live above the kernel (they start missions and read worktrees, which the kernel must not
+import); `manage.py chaos` finds them through `settings.CHAOS_CASES` and adds their kills and
+violations to its report; tests/chaos/test_workspace_cases.py runs each on its own.
+
+Each crash target is aimed by seq, and seqs depend on the engine's step layout: each case learns
+them from a crash-free twin of its run (the program is deterministic), never from a constant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from agentos import database
+from kernel import programs, runs
+from kernel.chaos import Report
+from kernel.models import Event, Run, RunStatus, Step
+from missions import demo, launch, projects
+from tools import checkpoints, workspace
+
+APPEND = "echo appended >> log.txt; wc -l < log.txt"
+FINISH = {"text": "Finished."}
+SCRIPTED = {"executor": {"provider": "scripted", "model": "scripted"}}
+# The crash workers' lease: short, though a killed worker's runs are taken at once anyway (its
+# death is proven, `kernel.holders`).
+WORKER_OPTIONS = ("--lease", "2", "--poll", "0.2")
+RUN_SECONDS = 90.0  # a coding run of a few scripted turns, from claim to end
+PARK_SECONDS = 15.0  # a deployment's first claim cycles, from its start
+
+
+class CaseFailed(Exception):
+    """The case cannot go on (a deadline passed, a worker died unasked): one violation."""
+
+
+def calls(*pairs: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """One model turn calling these tools in order."""
+    return {"tool_calls": [{"name": name, "arguments": args} for name, args in pairs]}
+
+
+def shell(command: str) -> dict[str, Any]:
+    return calls(("shell", {"command": command}))
+
+
+@dataclass
+class Lab:
+    """One case's world: a fresh demo repository, the worker processes it started (stopped at
+    the end, whatever happened), the runs it made, its report."""
+
+    name: str
+    report: Report
+    say: Callable[[str], None]
+    base: Path  # the demo repositories, where the sandbox users can reach them
+    data: Path  # the workers' data dir: crash plans, fired markers, logs
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    run_ids: list[int] = field(default_factory=list)
+    repo: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.repo = demo.create_repositories(self.base)
+
+    def start(self, turns: list[dict[str, Any]]) -> Run:
+        """A coding mission on the repository, its run playing `turns` (queued, not claimed)."""
+        project = projects.create_project(
+            name=f"chaos {self.name} {uuid.uuid4().hex[:8]}", repository=str(self.repo)
+        )
+        _, run = launch.create_mission(
+            project=project,
+            goal="Do as told.",
+            routes=SCRIPTED,
+            trigger="chaos",
+            script={"turns": turns},
+        )
+        self.run_ids.append(run.pk)
+        return run
+
+    def worker(
+        self,
+        targets: Sequence[tuple[Run, str, int]] = (),
+        *,
+        engine: str | None = None,
+        compatible: dict[str, list[str]] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """A kernel worker process that SIGKILLs itself at `targets` (run, crash point, seq);
+        with `engine`, a worker of another deployment: that engine version, and `compatible`
+        the earlier versions its programs declare they resume."""
+        number = len(self.workers) + 1
+        plan = self.data / f"plan-{number}.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "targets": [{"run": r.pk, "point": p, "seq": s} for r, p, s in targets],
+                    "fired_dir": str(self.data / "fired"),
+                }
+            )
+        )
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "AGENTOS_LEASE_SECONDS"},
+            "DJANGO_SETTINGS_MODULE": "agentos.settings",
+            "DATABASE_URL": database.build_url(connection.settings_dict),
+            "AGENTOS_DATA_DIR": str(self.data),
+            # The worktrees are this process's (the command's or the test's), not the data dir's.
+            "AGENTOS_WORKSPACES_DIR": str(workspace.root()),
+            "KERNEL_CRASHPLAN": str(plan),
+        }
+        if engine is None:
+            argv = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "kernel_worker"]
+        else:
+            declared = json.dumps({"engine": engine, "compatible": compatible or {}})
+            argv = [sys.executable, "-c", DEPLOYMENT, declared]
+        with (self.data / f"worker-{number}.log").open("wb") as log:
+            process = subprocess.Popen(  # noqa: S603  # this interpreter, our arguments
+                [*argv, *WORKER_OPTIONS],
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.workers.append(process)
+        return process
+
+    def killed(self, process: subprocess.Popen[bytes], where: str) -> None:
+        """Wait for `process` to SIGKILL itself at its crash point: one kill."""
+        try:
+            code = process.wait(timeout=RUN_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise CaseFailed(f"no worker died {where} within {RUN_SECONDS:.0f} s") from None
+        if code != -signal.SIGKILL:
+            raise CaseFailed(f"the worker meant to die {where} exited {code}{self.log(process)}")
+        self.report.kills += 1
+
+    def finish(self, run: Run, process: subprocess.Popen[bytes]) -> Run:
+        """Wait for `run` to end on `process`, then stop the worker."""
+        self.until(
+            f"run {run.pk} to end",
+            lambda: Run.objects.filter(pk=run.pk, finished_at__isnull=False).exists(),
+            process,
+            timeout=RUN_SECONDS,
+        )
+        self.stop(process)
+        run.refresh_from_db()
+        return run
+
+    def until(
+        self,
+        what: str,
+        condition: Callable[[], bool],
+        process: subprocess.Popen[bytes],
+        *,
+        timeout: float,
+    ) -> None:
+        """Poll the database (there is no event to await across processes) until `condition`,
+        while `process` lives, for at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if process.poll() is not None:
+                raise CaseFailed(
+                    f"waiting for {what}: the worker exited {process.returncode}{self.log(process)}"
+                )
+            if time.monotonic() >= deadline:
+                raise CaseFailed(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(0.05)
+
+    def stop(self, process: subprocess.Popen[bytes]) -> None:
+        if process.poll() is None:
+            process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def log(self, process: subprocess.Popen[bytes]) -> str:
+        path = self.data / f"worker-{self.workers.index(process) + 1}.log"
+        tail = path.read_text(errors="replace")[-1500:] if path.exists() else ""
+        return f"; its log ends:\n{tail}" if tail else ""
+
+    def expect(self, condition: bool, violation: str) -> None:
+        if not condition:
+            self.report.violations.append(violation)
+
+
+@contextmanager
+def lab(name: str, say: Callable[[str], None]) -> Iterator[Lab]:
+    """A case's `Lab`; a failure to go on is one violation, and every worker is stopped."""
+    report = Report()
+    data = Path(tempfile.mkdtemp(prefix=f"agentos-chaos-{name.replace(' ', '-')}-"))
+    (data / "fired").mkdir()
+    base = workspace.root() / "chaos" / uuid.uuid4().hex[:8]
+    case = Lab(name=name, report=report, say=say, base=base, data=data)
+    started = time.monotonic()
+    try:
+        yield case
+    except CaseFailed as failure:
+        report.violations.append(str(failure))
+    finally:
+        for process in case.workers:
+            case.stop(process)
+        report.runs = len(case.run_ids)
+        report.steps = Step.objects.filter(run_id__in=case.run_ids).count()
+        # Every step of a run that ended has its result: nothing was left half-recorded.
+        for step in Step.objects.filter(
+            run_id__in=case.run_ids, run__status=RunStatus.DONE, finished_at__isnull=True
+        ):
+            report.violations.append(f"run {step.run_id} step {step.seq} has no result")
+        say(f"{name}: {report.line()} ({time.monotonic() - started:.0f} s)")
+        shutil.rmtree(base, ignore_errors=True)  # the runs ended: their repository can go
+        if report.violations:
+            say(f"{name}: the workers' plans and logs are kept in {data}")
+        else:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def seqs(run: Run, name: str) -> list[int]:
+    return list(
+        Step.objects.filter(run=run, name=name).order_by("seq").values_list("seq", flat=True)
+    )
+
+
+def tool_outputs(run: Run, name: str) -> list[str]:
+    results = (
+        Step.objects.filter(run=run, name=name).order_by("seq").values_list("result", flat=True)
+    )
+    return [str(r.get("output", "")) if isinstance(r, dict) else "" for r in results]
+
+
+# --- (a) A shell append killed between its effect and its result -----------------------------
+
+
+def shell_append_case(*, say: Callable[[str], None] = print) -> Report:
+    """1. A crash-free twin finds the shell step's seq.
+    2. A worker appends a line, and SIGKILLs itself before recording the result.
+    3. Another resumes the run: the replay puts the worktree back to its checkpoint, then
+       appends again: one line, and the shell says 1."""
+    with lab("shell append", say) as case:
+        script = [shell(APPEND), FINISH]
+        twin = case.finish(case.start(script), case.worker())
+        (seq,) = seqs(twin, "shell")
+        run = case.start(script)
+        case.killed(case.worker([(run, "after_effect_before_result", seq)]), "after the append")
+        run.refresh_from_db()
+        step = Step.objects.get(run=run, seq=seq)
+        case.expect(step.finished_at is None, "the killed append's result was recorded")
+        log = Path(run.workspace) / "log.txt"
+        case.expect(log.exists(), "the append had not happened when its worker was killed")
+        run = case.finish(run, case.worker())
+        case.expect(run.status == RunStatus.DONE, f"run {run.pk} ended {run.status}: {run.error}")
+        lines = log.read_text() if log.exists() else ""
+        case.expect(lines == "appended\n", f"the resumed append left {lines!r}, not one line")
+        outputs = tool_outputs(run, "shell")
+        case.expect(bool(outputs) and outputs[-1].startswith("1\n"), f"the shell said {outputs}")
+    return case.report
+
+
+# --- (b) A fork from step N --------------------------------------------------------------------
+
+FORK_SCRIPT = [
+    shell("echo one > notes.txt"),
+    calls(("git_commit", {"message": "one"})),
+    shell("echo two >> notes.txt; echo draft > draft.txt"),
+    shell("echo three >> notes.txt; rm draft.txt"),
+    FINISH,
+]
+
+
+def fork_case(*, say: Callable[[str], None] = print) -> Report:
+    """1. A source run plays its turns to the end; the fork point N is its second shell step.
+    2. A fork from N: its worker SIGKILLs itself right after making the fork's worktree (before
+       its first step of its own): that worktree is the checkpoint after N, files and HEAD.
+    3. The next worker dies after the fork's next shell ran and before its result.
+    4. The last one ends the fork: its files are the source's, replayed once past N, in its own
+       worktree; the source's worktree (files and HEAD) is as it was before the fork."""
+    with lab("fork", say) as case:
+        source = case.finish(case.start(FORK_SCRIPT), case.worker())
+        case.expect(source.status == RunStatus.DONE, f"the source ended {source.status}")
+        shells = seqs(source, "shell")
+        at, next_shell = shells[1], shells[2]
+        after_n = (
+            Step.objects.filter(run=source, name=checkpoints.NAME, seq__gt=at)
+            .order_by("seq")
+            .values_list("result", flat=True)
+            .first()
+        )
+        if not isinstance(after_n, dict):
+            raise CaseFailed(f"the source recorded no checkpoint after step {at}")
+        theirs = Path(source.workspace)
+        before = checkpoints.take(theirs, run_id=source.pk, label="chaos-before-fork")
+
+        fork = runs.fork_run(source.pk, at_seq=at, by="chaos-owner")
+        targets = [
+            (fork, "before_intent_commit", at + 1),
+            (fork, "after_effect_before_result", next_shell),
+        ]
+        case.killed(case.worker(targets), "before the fork's first step")
+        fork.refresh_from_db()
+        mine = Path(fork.workspace)
+        case.expect(mine.name == f"run-{fork.pk}", f"the fork works in {mine}, not its own")
+        made = checkpoints.take(mine, run_id=fork.pk, label="chaos-at-fork")
+        case.expect(
+            (made["tree"], made["head"]) == (after_n["tree"], after_n["head"]),
+            f"the fork's new worktree is not step {at}'s checkpoint: {made} != {after_n}",
+        )
+        case.killed(case.worker(targets), "after the fork's shell and before its result")
+        fork = case.finish(fork, case.worker(targets))
+
+        case.expect(fork.status == RunStatus.DONE, f"the fork ended {fork.status}: {fork.error}")
+        case.expect(mine.stat().st_uid != theirs.stat().st_uid, "the fork runs as the source's uid")
+        notes = (mine / "notes.txt").read_text() if (mine / "notes.txt").exists() else ""
+        case.expect(notes == "one\ntwo\nthree\n", f"the fork's notes are {notes!r}")
+        case.expect(not (mine / "draft.txt").exists(), "the fork's shell ran on another worktree")
+        after = checkpoints.take(theirs, run_id=source.pk, label="chaos-after-fork")
+        case.expect(
+            (after["tree"], after["head"]) == (before["tree"], before["head"]),
+            "the fork changed the source's worktree",
+        )
+    return case.report
+
+
+# --- (c) The engine version bumped mid-run ----------------------------------------------------
+
+# A worker of another deployment: `python -c DEPLOYMENT '{"engine": ..., "compatible": ...}'
+# <kernel_worker options>` (the engine version is code, not configuration: only a process of its
+# own can run another one).
+DEPLOYMENT = (
+    "import sys, django; django.setup(); from missions import chaos;"
+    " chaos.deployment_worker(sys.argv[1:])"
+)
+
+
+def deployment_worker(argv: list[str]) -> None:
+    """The kernel loop of the deployment `argv[0]` declares (JSON: its engine version, and the
+    earlier versions each program resumes); `argv[1:]` are kernel_worker's options."""
+    declared = json.loads(argv[0])
+    programs.ENGINE_VERSION = str(declared["engine"])
+    for name, versions in declared["compatible"].items():
+        # What that deployment's `programs.register(..., compatible=...)` would say.
+        programs._COMPATIBLE[name] = frozenset(versions)
+    call_command("kernel_worker", *argv[1:])
+
+
+def engine_bump_case(*, say: Callable[[str], None] = print) -> Report:
+    """1. A crash-free twin (on this engine) finds the first append's seq.
+    2. A worker of this engine SIGKILLs itself mid-append: the run is in flight, its journal
+       written by this engine.
+    3. The next version is deployed, its agent program declaring no earlier version: the run
+       is parked as "needs migration" (waiting, no lease, one event) within its first claims.
+    4. That deployment is replaced by one whose agent program declares this version compatible:
+       it resumes the parked run to its end, the append applied once, the run now the new
+       version's."""
+    with lab("engine bump", say) as case:
+        current = programs.ENGINE_VERSION
+        bumped = str(int(current) + 1)  # versions are whole numbers, ordered (kernel.versions)
+        script = [shell(APPEND), shell(APPEND), FINISH]
+        twin = case.finish(case.start(script), case.worker())
+        first = seqs(twin, "shell")[0]
+        run = case.start(script)
+        case.killed(case.worker([(run, "after_effect_before_result", first)]), "mid-append")
+
+        strict = case.worker(engine=bumped)
+        case.until(
+            f"run {run.pk} resumed or parked by engine {bumped}",
+            lambda: (
+                Run.objects.filter(pk=run.pk, needs_migration=True).exists()
+                or Run.objects.filter(pk=run.pk, engine_version=bumped).exists()
+            ),
+            strict,
+            timeout=PARK_SECONDS,
+        )
+        run.refresh_from_db()
+        case.expect(
+            (run.needs_migration, run.status, run.lease_owner, run.engine_version)
+            == (True, RunStatus.WAITING, "", current),
+            f"run {run.pk} was not parked: needs_migration={run.needs_migration}"
+            f" status={run.status} lease_owner={run.lease_owner!r} engine={run.engine_version}",
+        )
+        parked = Event.objects.filter(run_id=run.pk, kind="run.needs_migration").count()
+        case.expect(parked == 1, f"run {run.pk} was announced parked {parked} times")
+        case.stop(strict)
+
+        run = case.finish(run, case.worker(engine=bumped, compatible={"agent": [current]}))
+        case.expect(run.status == RunStatus.DONE, f"run {run.pk} ended {run.status}: {run.error}")
+        case.expect(
+            (run.needs_migration, run.engine_version) == (False, bumped),
+            f"run {run.pk} resumed as engine {run.engine_version!r}, parked={run.needs_migration}",
+        )
+        case.expect(
+            Event.objects.filter(run_id=run.pk, kind="run.engine_upgraded").exists(),
+            f"run {run.pk}'s upgrade was not announced",
+        )
+        log = Path(run.workspace) / "log.txt"
+        lines = log.read_text() if log.exists() else ""
+        case.expect(lines == "appended\n" * 2, f"two appends across the bump left {lines!r}")
+    return case.report
