@@ -55,6 +55,8 @@ def start_mission(
         "instructions": CODING_INSTRUCTIONS if repository else "",
         "repository": repository,
         "checkpoints": bool(repository),
+        # What is not the owner's or the system's reaches the model as data (engine `framing`).
+        "data_framing": True,
         "max_turns": max_turns,
     }
     if route.provider == "scripted":

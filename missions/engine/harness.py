@@ -15,8 +15,8 @@ from django.utils import timezone
 from approvals import service as approvals
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
-from kernel.models import Effect, Run, Step, StepKind
-from missions.engine import relief
+from kernel.models import Effect, Run, Step, StepKind, Trust
+from missions.engine import framing, relief
 from missions.models import Mission
 from missions.providers.base import ToolResult
 from tools import checkpoints, levels, permissions, workspace
@@ -128,17 +128,26 @@ def run_tools(
     justification: str,
     *,
     checkpointing: bool = False,
+    framed: bool = False,
 ) -> list[ToolResult]:
     """Reads of a turn run in parallel, writes one at a time, in the model's order. Denied calls
-    are answered with the reason; calls that need the owner wait for an approval first."""
+    are answered with the reason; calls that need the owner wait for an approval first. With
+    `framed`, each answer is rendered by the trust recorded for the step that produced it."""
     results: list[ToolResult] = []
     batch: list[tuple[dict[str, Any], ReadStep]] = []
 
+    def answer(call: dict[str, Any], seq: int, output: str, is_error: bool = False) -> ToolResult:
+        if framed:
+            output = _render(ctx, seq, output, source=f"tool {call['name']}")
+        return ToolResult(call["call_id"], output, is_error)
+
     def flush() -> None:
         outputs = ctx.parallel([step for _, step in batch])
+        # A batch's steps took consecutive seqs, in order, ending at the context's last.
+        first = ctx.seq - len(batch) + 1
         results.extend(
-            ToolResult(call["call_id"], out["output"], out["is_error"])
-            for (call, _), out in zip(batch, outputs, strict=True)
+            answer(call, seq, out["output"], out["is_error"])
+            for seq, ((call, _), out) in enumerate(zip(batch, outputs, strict=True), start=first)
         )
         batch.clear()
 
@@ -160,7 +169,9 @@ def run_tools(
         if tool is not None and tool.interact is not None and decision != Decision.DENY:
             if batch:
                 flush()
-            results.append(_interact(ctx, tool, call, bench, execute))
+            # Its text is that of the interaction's last step: the owner's answer is theirs.
+            output, is_error = _interact(ctx, tool, call, bench, execute)
+            results.append(answer(call, ctx.seq, output, is_error))
             continue
         if (
             tool is not None
@@ -193,10 +204,18 @@ def run_tools(
             if runs_tool and tool and tool.probe
             else None,
         )
-        results.append(ToolResult(call["call_id"], out["output"], out["is_error"]))
+        results.append(answer(call, ctx.seq, out["output"], out["is_error"]))
     if batch:
         flush()
     return results
+
+
+def _render(ctx: RunContext, seq: int, output: str, *, source: str) -> str:
+    """`output` of step `seq` as the model reads it, by the trust the journal records for that
+    step (a step not known here is rendered as the least trusted it could be: a tool's)."""
+    record = ctx.records.get(seq)
+    trust = framing.trust_of(record) if record is not None else Trust.TOOL
+    return framing.render(output, trust=trust, source=source)
 
 
 def _checkpoint(ctx: RunContext, top: Path, call_id: str) -> dict[str, str]:
@@ -252,8 +271,9 @@ def _valid(tool: Tool, call: dict[str, Any]) -> bool:
 
 def _interact(
     ctx: RunContext, tool: Tool, call: dict[str, Any], bench: Workbench, execute: Any
-) -> ToolResult:
-    """A tool that talks to the owner: its own journaled steps and waits, after validation."""
+) -> tuple[str, bool]:
+    """A tool that talks to the owner: its own journaled steps and waits, after validation.
+    Its (output, is_error)."""
     if not _valid(tool, call):
         out = ctx.step(
             StepKind.TOOL_CALL,
@@ -262,11 +282,11 @@ def _interact(
             request={"call_id": call["call_id"], "arguments": call["arguments"]},
             execute=execute,
         )
-        return ToolResult(call["call_id"], out["output"], out["is_error"])
+        return out["output"], out["is_error"]
     interact = tool.interact
     if interact is None:  # the caller only sends tools that have one
         raise TypeError(f"{tool.name} does not talk to the owner")
-    return ToolResult(call["call_id"], interact(ctx, bench, call["arguments"]))
+    return interact(ctx, bench, call["arguments"]), False
 
 
 def _executor(

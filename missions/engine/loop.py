@@ -22,10 +22,10 @@ from typing import Any
 from kernel import journal
 from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import StepFailed
-from kernel.models import Effect, RunStatus, StepKind
+from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.programs import Outcome
 from missions import pricing, steering
-from missions.engine import deltas, fingerprint, harness, relief, retries
+from missions.engine import deltas, fingerprint, framing, harness, relief, retries
 from missions.engine.prompt import assemble
 from missions.engine.relief import Verbatim
 from missions.models import ModelInfo
@@ -90,6 +90,9 @@ class Spec:
     # A checkpoint before each workspace write (`tools.checkpoints`). Off for runs started before
     # it was recorded: a new step in the middle of their journal would not match on resume.
     checkpoints: bool = False
+    # Content not from the owner or the system reaches the model in data blocks (`framing`).
+    # Off for runs started before it was recorded: their prompts must stay byte-identical.
+    data_framing: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
@@ -109,7 +112,11 @@ def agent(ctx: RunContext) -> Outcome:
         names.append("load_tool_schema")
     tools = tool_registry.frozen(names)
     prefix = assemble(
-        role=spec.role, instructions=spec.instructions, memory_index=spec.memory_index, tools=tools
+        role=spec.role,
+        instructions=spec.instructions,
+        memory_index=spec.memory_index,
+        tools=tools,
+        data_framing=spec.data_framing,
     )
     fingerprint.record(ctx, prefix)
     provider = registry.build(spec.provider, script=spec.script)
@@ -209,7 +216,7 @@ def agent(ctx: RunContext) -> Outcome:
             then=functools.partial(_planned_reads, by_name),
         )
         for text in response.get("owner_messages", []):
-            _append_user_text(provider, conversation.items, OWNER_PREFIX + text)
+            _append_user_text(provider, conversation.items, _from_owner(text))
             verbatim.owner_messages.append(text)
         conversation.items.extend(response["items"])
         usage = response["usage"]
@@ -236,7 +243,14 @@ def agent(ctx: RunContext) -> Outcome:
             continue
         verdicts = response.get("permissions") or harness.judge(by_name, bench, calls)
         results = harness.run_tools(
-            ctx, calls, verdicts, by_name, bench, response["text"], checkpointing=spec.checkpoints
+            ctx,
+            calls,
+            verdicts,
+            by_name,
+            bench,
+            response["text"],
+            checkpointing=spec.checkpoints,
+            framed=spec.data_framing,
         )
         answers = provider.tool_results(results)
         conversation.items.extend(answers)
@@ -368,7 +382,8 @@ def _compact(
         relief.clear_old_tool_results(items)
         transcript = Conversation(
             provider=provider.name,
-            system=relief.COMPACTION_SYSTEM,
+            system=relief.COMPACTION_SYSTEM
+            + (f"\n{framing.DATA_RULE}" if spec.data_framing else ""),
             items=[provider.user_message(json.dumps(items, ensure_ascii=False))],
             turn=turn,
         )
@@ -397,6 +412,8 @@ def _compact(
         compactions=compactions,
         files=result.get("files", {}),
         from_repository=result.get("from_repository"),  # absent from older journals: the agent's
+        # What the compaction step holds is as trusted as the kernel records it (the model's).
+        trust=framing.trust_of(ctx.records[ctx.seq]) if spec.data_framing else None,
     )
     return Conversation(
         provider=provider.name,
@@ -428,7 +445,7 @@ def _model_step(
         # replayed alike); the request is built on a copy.
         items = [*conversation.items[:-1], copy.deepcopy(conversation.items[-1])]
         for text in delivered:
-            _append_user_text(provider, items, OWNER_PREFIX + text)
+            _append_user_text(provider, items, _from_owner(text))
         asked = replace(conversation, items=items)
     # Its text and reasoning stream to open consoles as step (run, seq) while it is written.
     with deltas.streaming(call.run_id, call.seq):
@@ -440,6 +457,11 @@ def _model_step(
 
 
 OWNER_PREFIX = "Message from the owner: "
+
+
+def _from_owner(text: str) -> str:
+    """A steering message, as the owner's: `steering` records each as the owner's."""
+    return framing.render(OWNER_PREFIX + text, trust=Trust.OWNER, source="owner")
 
 
 def _append_user_text(provider: Provider, items: list[dict[str, Any]], text: str) -> None:

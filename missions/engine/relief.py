@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel import artifacts
-from kernel.models import Artifact, Run
+from kernel.models import Artifact, Run, Trust
+from missions.engine import framing
 from missions.providers.base import ServerClearing
 from tools.base import ToolError
 
@@ -97,10 +98,19 @@ def summary_message(
     compactions: int,
     files: dict[str, str] | None = None,
     from_repository: list[str] | None = None,
+    trust: Trust | None = None,
 ) -> str:
     """The message a compacted conversation starts from: a user message, never the system
     prompt. Working files re-read from the workspace are data in fenced blocks, each saying who
-    wrote it; a file not known to be the repository's own (`from_repository`) is the agent's."""
+    wrote it; a file not known to be the repository's own (`from_repository`) is the agent's.
+
+    With `trust` (that of the compaction step, for runs that render data in blocks), the
+    model's narrative and the files are rendered by `framing` at that trust; without, as runs
+    started before it were (their bytes must not change on resume)."""
+    if trust is not None:
+        return _framed_summary(
+            verbatim, narrative, compactions, files or {}, from_repository or [], trust
+        )
     parts = [
         f"# Working summary after compaction {compactions}",
         verbatim.render(),
@@ -120,6 +130,35 @@ def summary_message(
         token = hashlib.sha256(text.encode()).hexdigest()[:16]
         end = "" if text.endswith("\n") else "\n"
         parts.append(f"## {name} ({author})\n<<<{name} {token}\n{text}{end}>>>{token}")
+    return "\n\n".join(parts)
+
+
+def _framed_summary(
+    verbatim: Verbatim,
+    narrative: str,
+    compactions: int,
+    files: dict[str, str],
+    from_repository: list[str],
+    trust: Trust,
+) -> str:
+    parts = [
+        f"# Working summary after compaction {compactions}",
+        verbatim.render(),
+        "## Progress so far (written by the model)\n"
+        + framing.render(narrative.strip(), trust=trust, source="the model's summary"),
+    ]
+    if files:
+        parts.append("# Files re-read from the workspace")
+    for name, text in files.items():
+        author = (
+            "from the repository, unchanged since this run began"
+            if name in from_repository
+            else "written by the agent"
+        )
+        parts.append(
+            f"## {name} ({author})\n"
+            + framing.render(text, trust=trust, source=f"file {name}, {author}")
+        )
     return "\n\n".join(parts)
 
 
