@@ -36,9 +36,10 @@ run: system-deps $(VENV)/.installed-run ## Run agentos on the embedded database 
 test: system-deps $(VENV)/.installed-dev ## Run the whole test suite (browser tests need Chromium: see .ci/run)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(VENV)/.installed-dev ## Check formatting and lint with ruff
+lint: $(VENV)/.installed-dev ## Check formatting and lint with ruff, and the import layers
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 fmt: $(VENV)/.installed-dev ## Format and auto-fix with ruff
 	$(BIN)/ruff format .

@@ -103,7 +103,7 @@ def step(
     spec = run.input if isinstance(run.input, dict) else {}
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": operation,
-        "agentos.mission.id": run.mission_id,
+        "agentos.mission.id": run.account_id,
         "agentos.run.id": run.pk,
         "agentos.run.parent_id": run.parent_id or 0,
         "agentos.run.root_id": run.root_id or run.pk,

@@ -42,6 +42,7 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
 from agentos import audit
+from agentos import events as events_api
 from agentos.models import AuditEvent
 from kernel import stream
 from kernel.bus import OWNER_GROUP
@@ -230,7 +231,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 logger.exception("event stream: reading events failed")
                 events = []
             for event in events:
-                await self.send_json({"type": "event", **event})
+                await self.send_json({"type": "event", **events_api.wire(event)})
                 self.cursor = event["number"]
             full = len(events) == PAGE_SIZE
             if full:

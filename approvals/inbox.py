@@ -32,17 +32,19 @@ def pending() -> Q:
 
 
 def approvals(*, pending_only: bool) -> QuerySet[Approval]:
-    found = Approval.objects.select_related("run__mission").order_by("-created_at", "-id")
+    found = Approval.objects.select_related("run__account__mission").order_by("-created_at", "-id")
     return found.filter(pending()) if pending_only else found
 
 
 def questions(*, pending_only: bool) -> QuerySet[Question]:
-    found = Question.objects.select_related("run__mission").order_by("-created_at", "-id")
+    found = Question.objects.select_related("run__account__mission").order_by("-created_at", "-id")
     return found.filter(pending()) if pending_only else found
 
 
 def reconciliations(*, pending_only: bool) -> QuerySet[Reconciliation]:
-    found = Reconciliation.objects.select_related("run__mission").order_by("-created_at", "-id")
+    found = Reconciliation.objects.select_related("run__account__mission").order_by(
+        "-created_at", "-id"
+    )
     return found.filter(state=WaitState.OPEN) if pending_only else found
 
 
@@ -52,7 +54,7 @@ def needing_migration() -> QuerySet[Run]:
         Run.objects.filter(needs_migration=True)
         .exclude(status__in=TERMINAL)
         .exclude(cancel_requested=True)
-        .select_related("mission")
+        .select_related("account__mission")
         .order_by("-created_at", "-id")
     )
 
@@ -92,6 +94,13 @@ def one_line(text: str, chars: int) -> str:
     return Truncator(" ".join(text.split())).chars(chars)
 
 
+def goal_of(run: Run) -> str:
+    """The goal of the run's mission; empty for a run charged to a kernel account that is not a
+    mission (the kernel's own workloads)."""
+    mission = getattr(run.account, "mission", None)
+    return mission.goal if mission is not None else ""
+
+
 @dataclass(frozen=True)
 class Item:
     """A row of a console list: an approval or a question, in the owner's terms."""
@@ -118,8 +127,8 @@ def approval_item(approval: Approval) -> Item:
         status_label=str(Status(approval.status).label),
         title=str(approval.request.get("tool", "")),
         subject=subject(approval.request),
-        mission=one_line(approval.run.mission.goal, MISSION_CHARS),
-        mission_id=approval.run.mission_id,
+        mission=one_line(goal_of(approval.run), MISSION_CHARS),
+        mission_id=approval.run.account_id,
         created_at=approval.created_at,
         due_at=approval.due_at,
         settled_at=approval.settled_at,
@@ -136,8 +145,8 @@ def question_item(question: Question) -> Item:
         status_label=str(Status(question.status).label),
         title="",  # the template names it: "Question"
         subject=one_line(str(request.get("text", "")), SUBJECT_CHARS),
-        mission=one_line(question.run.mission.goal, MISSION_CHARS),
-        mission_id=question.run.mission_id,
+        mission=one_line(goal_of(question.run), MISSION_CHARS),
+        mission_id=question.run.account_id,
         created_at=question.created_at,
         due_at=question.due_at,
         settled_at=question.settled_at,
@@ -154,8 +163,8 @@ def reconciliation_item(wait: Reconciliation, step: Step | None) -> Item:
         status_label=str(Verdict(verdict).label) if verdict else str(Status(wait.status).label),
         title=step.name if step is not None else "",
         subject=subject(call_of(step)),
-        mission=one_line(wait.run.mission.goal, MISSION_CHARS),
-        mission_id=wait.run.mission_id,
+        mission=one_line(goal_of(wait.run), MISSION_CHARS),
+        mission_id=wait.run.account_id,
         created_at=wait.created_at,
         due_at=None,
         settled_at=wait.settled_at,
@@ -179,8 +188,8 @@ def migration_item(run: Run) -> Item:
             "recorded": run.engine_version or "?",
             "current": programs.ENGINE_VERSION,
         },
-        mission=one_line(run.mission.goal, MISSION_CHARS),
-        mission_id=run.mission_id,
+        mission=one_line(goal_of(run), MISSION_CHARS),
+        mission_id=run.account_id,
         created_at=run.created_at,
         due_at=None,
         settled_at=None,

@@ -53,7 +53,7 @@ def ask_approval(
                 "justification": justification[:MAX_JUSTIFICATION],
                 "preview": preview,
                 "project_id": bench.project_id,
-                "mission_id": ctx.run.mission_id,
+                "mission_id": ctx.run.account_id,
             }
         )
 
@@ -86,7 +86,7 @@ def ask_question(ctx: RunContext, text: str, *, choices: list[str] | None = None
             "type": "question",
             "text": text,
             "choices": choices or [],
-            "mission_id": ctx.run.mission_id,
+            "mission_id": ctx.run.account_id,
         },
         expires_in=ttl(),
     )

@@ -164,7 +164,9 @@ def reconciliation(request: HttpRequest, reconciliation_id: int) -> HttpResponse
 
 def _reconciliation(reconciliation_id: int) -> Reconciliation:
     found = (
-        Reconciliation.objects.select_related("run__mission").filter(pk=reconciliation_id).first()
+        Reconciliation.objects.select_related("run__account__mission")
+        .filter(pk=reconciliation_id)
+        .first()
     )
     if found is None:
         raise Http404(_("No such unknown outcome."))
@@ -172,14 +174,14 @@ def _reconciliation(reconciliation_id: int) -> Reconciliation:
 
 
 def _approval(approval_id: int) -> Approval:
-    found = Approval.objects.select_related("run__mission").filter(pk=approval_id).first()
+    found = Approval.objects.select_related("run__account__mission").filter(pk=approval_id).first()
     if found is None:
         raise Http404(_("No such approval."))
     return found
 
 
 def _question(question_id: int) -> Question:
-    found = Question.objects.select_related("run__mission").filter(pk=question_id).first()
+    found = Question.objects.select_related("run__account__mission").filter(pk=question_id).first()
     if found is None:
         raise Http404(_("No such question."))
     return found

@@ -48,9 +48,9 @@ class StepInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # see StepInline
-    list_display = ["id", "program", "status", "mission", "depth", "created_at", "finished_at"]
+    list_display = ["id", "program", "status", "account", "depth", "created_at", "finished_at"]
     list_filter = ["status", "program"]
-    list_select_related = ["mission"]
+    list_select_related = ["account"]
     search_fields = ["=id"]
     inlines = [StepInline]
 

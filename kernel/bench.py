@@ -45,9 +45,8 @@ from agentos import database
 from kernel import journal, programs, runs, scheduler
 from kernel.context import RunContext
 from kernel.journal import Fence
-from kernel.models import TERMINAL, Run, RunStatus
+from kernel.models import TERMINAL, Account, Run, RunStatus
 from kernel.worker import Worker
-from missions.models import Mission, Project
 
 PROGRAM = "chaos.noop"
 RESUME_STEPS = 1000
@@ -181,11 +180,8 @@ def measure_floor_throughput(k: int, steps: int) -> float:
 # --- the kernel ---------------------------------------------------------------------------
 
 
-def make_mission() -> Mission:
-    project, _ = Project.objects.get_or_create(name="kernel benchmark")
-    return Mission.objects.create(
-        project=project, goal="benchmark the kernel", max_concurrent_runs=64
-    )
+def make_account() -> Account:
+    return Account.objects.create(max_concurrent_runs=64)
 
 
 def retire_leftovers() -> int:
@@ -195,15 +191,15 @@ def retire_leftovers() -> int:
     )
 
 
-def start_noop(mission: Mission, steps: int, *, writes: bool = False) -> Run:
+def start_noop(account: Account, steps: int, *, writes: bool = False) -> Run:
     return runs.start_run(
-        mission=mission, program=PROGRAM, input={"steps": steps, "writes": writes}
+        account=account, program=PROGRAM, input={"steps": steps, "writes": writes}
     )
 
 
-def execute_one(mission: Mission, steps: int, *, writes: bool = False) -> float:
+def execute_one(account: Account, steps: int, *, writes: bool = False) -> float:
     """Start a run, claim and execute it in this thread; return its wall time in seconds."""
-    run = start_noop(mission, steps, writes=writes)
+    run = start_noop(account, steps, writes=writes)
     started = time.perf_counter()
     outcome = Worker(lease_seconds=60).work_one()
     elapsed = time.perf_counter() - started
@@ -211,14 +207,14 @@ def execute_one(mission: Mission, steps: int, *, writes: bool = False) -> float:
     return elapsed
 
 
-def measure_kernel_step(mission: Mission, steps: int, *, writes: bool = False) -> float:
+def measure_kernel_step(account: Account, steps: int, *, writes: bool = False) -> float:
     """µs per step of one `chaos.noop` run claimed and executed in this thread."""
-    return execute_one(mission, steps, writes=writes) / steps * 1e6
+    return execute_one(account, steps, writes=writes) / steps * 1e6
 
 
-def profile_kernel_step(mission: Mission, steps: int, *, top: int = 25) -> str:
+def profile_kernel_step(account: Account, steps: int, *, top: int = 25) -> str:
     """cProfile of one in-process run: where a step's time goes, by own time."""
-    run = start_noop(mission, steps)
+    run = start_noop(account, steps)
     profiler = cProfile.Profile()
     outcome = profiler.runcall(Worker(lease_seconds=60).work_one)
     _expect_done([run.pk], outcome)
@@ -251,7 +247,7 @@ def make_resumable(run_id: int) -> None:
 
 def replay(run_id: int) -> None:
     """What a resume costs the kernel: read the run and its journal, replay every step."""
-    run = Run.objects.select_related("mission").get(pk=run_id)
+    run = Run.objects.select_related("account").get(pk=run_id)
     records = journal.load(run_id)
     context = RunContext(run=run, fence=Fence(run_id=run_id, token=run.fence), records=records)
     outcome = programs.get(run.program)(context)
@@ -266,9 +262,9 @@ class Resume:
     execution_ms: float  # the whole `work_one`: claim, lease keeper, replay, finish
 
 
-def measure_resume(mission: Mission, *, repeats: int) -> Resume:
+def measure_resume(account: Account, *, repeats: int) -> Resume:
     """Medians over `repeats` resumes of one `RESUME_STEPS`-step run (writes: only finish)."""
-    run_id = start_noop(mission, RESUME_STEPS).pk
+    run_id = start_noop(account, RESUME_STEPS).pk
     _expect_done([run_id], Worker(lease_seconds=60).work_one())
     replay(run_id)  # warm-up: imports, plans
 
@@ -363,14 +359,14 @@ class WorkerPool:
                 process.kill()
                 process.wait()
 
-    def run_batch(self, mission: Mission, k: int, steps: int) -> float:
+    def run_batch(self, account: Account, k: int, steps: int) -> float:
         """Release `k` ready runs at once and wait (polling) until all are done; seconds.
 
         Like the floor, whose threads connect and prepare before its clock starts, the runs are
         created before the clock: held back (runnable in a day), then made runnable in one
         statement, with the workers' doorbell rung.
         """
-        run_ids = [start_noop(mission, steps).pk for _ in range(k)]
+        run_ids = [start_noop(account, steps).pk for _ in range(k)]
         Run.objects.filter(pk__in=run_ids).update(runnable_at=timezone.now() + timedelta(days=1))
         started = time.perf_counter()
         Run.objects.filter(pk__in=run_ids).update(runnable_at=timezone.now())
@@ -399,9 +395,9 @@ def worker_pool(size: int, max_runs: int) -> Iterator[WorkerPool]:
         pool.stop()
 
 
-def measure_kernel_throughput(pool: WorkerPool, mission: Mission, k: int, steps: int) -> float:
+def measure_kernel_throughput(pool: WorkerPool, account: Account, k: int, steps: int) -> float:
     """Steps/s of `k` runs on the (started, warmed-up) pool, from their release to their end."""
-    return k * steps / pool.run_batch(mission, k, steps)
+    return k * steps / pool.run_batch(account, k, steps)
 
 
 # --- the whole benchmark --------------------------------------------------------------------
@@ -507,7 +503,7 @@ def run(
     retired = retire_leftovers()
     if retired:
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")
-    mission = make_mission()
+    account = make_account()
     warmup = max(100, steps // 10)
     floor_us: list[float] = []
     kernel_us: list[float] = []
@@ -517,19 +513,19 @@ def run(
     with scratch_tables():
         say(f"one step: {rounds} rounds of {steps} steps, floor then kernel …")
         measure_floor_step(warmup, warmup=warmup)
-        execute_one(mission, warmup)
+        execute_one(account, warmup)
         for _ in range(rounds):
             floor_us.append(measure_floor_step(steps, warmup=warmup))
-            kernel_us.append(measure_kernel_step(mission, steps))
-            write_us.append(measure_kernel_step(mission, steps, writes=True))
+            kernel_us.append(measure_kernel_step(account, steps))
+            write_us.append(measure_kernel_step(account, steps, writes=True))
         say(f"resume: a {RESUME_STEPS}-step run, {repeats} times …")
-        resume = measure_resume(mission, repeats=repeats)
+        resume = measure_resume(account, repeats=repeats)
         say(f"throughput: {rounds} rounds of {k} runs x {k_steps} steps, floor then kernel …")
         with worker_pool(workers, max_runs=math.ceil(k / workers)) as pool:
-            pool.run_batch(mission, k, 10)  # warm-up: each worker's code paths and plans
+            pool.run_batch(account, k, 10)  # warm-up: each worker's code paths and plans
             for _ in range(rounds):
                 floor_steps_s.append(measure_floor_throughput(k, k_steps))
-                kernel_steps_s.append(measure_kernel_throughput(pool, mission, k, k_steps))
+                kernel_steps_s.append(measure_kernel_throughput(pool, account, k, k_steps))
     return Report(
         steps=steps,
         k=k,

@@ -49,7 +49,7 @@ CAP_FIELDS = ("max_tokens", "max_usd_micros", "max_turns", "max_tool_calls")
 
 @dataclass
 class Ledger:
-    """Totals of one run's subtree (or a mission), with its caps; None means no cap."""
+    """Totals of one run's subtree (or an account), with its caps; None means no cap."""
 
     tokens: int = 0
     usd_micros: int = 0
@@ -93,7 +93,7 @@ def validate_caps(caps: dict[str, Any]) -> dict[str, int | None]:
 
 
 # The global governors (`GlobalBudget`, one row): a daily spend cap in micro-dollars (null: none)
-# and a cap on runs executing at once across every mission (0 holds every run back).
+# and a cap on runs executing at once across every account (0 holds every run back).
 GLOBAL_CAPS = {"daily_usd_micros": 2**63 - 1, "max_running_runs": 2**31 - 1}
 
 

@@ -32,8 +32,7 @@ from kernel import holders, runs, scheduler
 from kernel.chaos import Report, Target, check
 from kernel.context import DONE, NOT_DONE
 from kernel.exceptions import KernelError
-from kernel.models import ChaosEffect, Run, RunStatus, Wait, WaitKind, WaitState
-from missions.models import Mission, Project
+from kernel.models import Account, ChaosEffect, Run, RunStatus, Wait, WaitKind, WaitState
 
 # The read step outlasts a lease renewal (a third of the lease), so `lease_renew` can fire.
 WORKFLOW_INPUT = {"n": 1, "read_seconds": 1.0, "timer_seconds": 0.3}
@@ -123,14 +122,13 @@ def run_chaos(
     the database abruptly (`pg_ctl stop -m immediate`) once, `restart_database_after` seconds in.
     """
     rng = random.Random(seed)  # noqa: S311  # reproducible shuffles, not secrets
-    project, _ = Project.objects.get_or_create(name="chaos")
-    mission = Mission.objects.create(project=project, goal="chaos workload", max_concurrent_runs=64)
+    account = Account.objects.create(max_concurrent_runs=64)
     expected: dict[int, tuple[str, Any]] = {}
     report_restarts = 0
     plan: list[dict[str, Any]] = []
     baseline: list[int] = []
     for _ in range(baseline_runs):
-        run = runs.start_run(mission=mission, program="chaos.workflow", input=WORKFLOW_INPUT)
+        run = runs.start_run(account=account, program="chaos.workflow", input=WORKFLOW_INPUT)
         baseline.append(run.pk)
     shuffled = list(targets)
     rng.shuffle(shuffled)
@@ -138,7 +136,7 @@ def run_chaos(
     for target in shuffled:
         cancel = target.point == "cancel_seen"
         run = runs.start_run(
-            mission=mission,
+            account=account,
             program="chaos.workflow",
             input=CANCEL_INPUT if cancel else WORKFLOW_INPUT,
         )
@@ -292,9 +290,8 @@ def run_takeover(*, step_seconds: float = 2.0, timeout: float = 60.0) -> Takeove
 
     Without proof of the holder's death the run would wait for its lease to run out.
     """
-    project, _ = Project.objects.get_or_create(name="chaos")
-    mission = Mission.objects.create(project=project, goal="chaos takeover")
-    run = runs.start_run(mission=mission, program="chaos.busy", input={"seconds": step_seconds})
+    account = Account.objects.create()
+    run = runs.start_run(account=account, program="chaos.busy", input={"seconds": step_seconds})
     env = {
         **{
             k: v

@@ -338,8 +338,8 @@ class RunContext:
             turns=meter.unbilled_turns if costly else 0,
             tool_calls=meter.unbilled_tool_calls if costly else 0,
             debit_ids=[*self.run.ancestors, self.run_id],
-            mission_id=self.run.mission_id,
-            mission_capped=self.run.mission.is_capped,
+            account_id=self.run.account_id,
+            account_capped=self.run.account.is_capped,
             replayable=replayable,
             planned=planned,
         )
@@ -443,7 +443,7 @@ class RunContext:
             journal.append_event(
                 "wait.reopened",
                 run_id=self.run_id,
-                mission_id=self.run.mission_id,
+                account_id=self.run.account_id,
                 seq=call.seq,
                 wait=wait.pk,
             )

@@ -59,7 +59,7 @@ def execute(claim: Claim, draining: threading.Event | None = None) -> str:
     fence = claim.fence
     _reuse_or_reconnect()
     try:
-        run = Run.objects.select_related("mission").get(pk=fence.run_id)
+        run = Run.objects.select_related("account").get(pk=fence.run_id)
         records = journal.load(fence.run_id)
     except DatabaseError:
         logger.exception("cannot load run %s", fence.run_id)

@@ -9,7 +9,7 @@ Hot path (one run's steps) is two single-statement transactions per step, each f
    only if the run's fence still equals the caller's token (a claim, which bumps the fence, waits
    for it, so a zombie's intent can never land after a takeover);
 2. result: `UPDATE` the step (only if it has no result yet) and, when the step cost anything or
-   counts as a turn or tool call, debit the run, its ancestors, its mission and the day, all in
+   counts as a turn or tool call, debit the run, its ancestors, its account and the day, all in
    that same statement.
 
 Statements go straight to psycopg with server-side binding and prepared plans (see
@@ -66,10 +66,10 @@ class Record:
 
 @dataclass(frozen=True)
 class Debit:
-    """Totals after a debit: per debited run (subtree totals), the mission's, and today's spend."""
+    """Totals after a debit: per debited run (subtree totals), the account's, and today's spend."""
 
     runs: dict[int, Ledger]
-    mission: Ledger | None
+    account: Ledger | None
     day_usd_micros: int | None
 
 
@@ -317,7 +317,7 @@ _RESULT_REPLAYABLE = _RESULT.replace(
 )
 
 # The same, plus the ledger: the run and its ancestors (ascending ids, so concurrent debits of
-# one tree lock rows in one order), and, only when needed, the mission's totals (when it has
+# one tree lock rows in one order), and, only when needed, the account's totals (when it has
 # caps) and today's global spend (when the step cost something). Each part is paid per step,
 # so a statement has only the parts its step needs.
 _DEBIT_RUNS = """
@@ -342,19 +342,19 @@ runs AS (
     RETURNING id, input_tokens + output_tokens + cache_read_tokens + cache_write_tokens AS tokens,
         usd_micros, turns, tool_calls, max_tokens, max_usd_micros, max_turns, max_tool_calls)"""
 
-# A mission's totals are the sum of its root runs (whose ledgers count their subtrees); this
+# An account's totals are the sum of its root runs (whose ledgers count their subtrees); this
 # statement's own debit is not visible to that sum yet, hence the added deltas.
-_DEBIT_MISSION = """,
-mission AS (
+_DEBIT_ACCOUNT = """,
+account AS (
     SELECT sum(r.input_tokens + r.output_tokens + r.cache_read_tokens + r.cache_write_tokens)
             + %(tokens)s AS spent_tokens,
         sum(r.usd_micros) + %(usd_micros)s AS spent_usd_micros,
         sum(r.turns) + %(turns)s AS spent_turns,
         sum(r.tool_calls) + %(tool_calls)s AS spent_tool_calls,
-        m.max_tokens, m.max_usd_micros, m.max_turns, m.max_tool_calls
-    FROM missions_mission m JOIN kernel_run r ON r.mission_id = m.id AND r.parent_id IS NULL
-    WHERE m.id = %(mission)s AND EXISTS (SELECT 1 FROM step)
-    GROUP BY m.id)"""
+        a.max_tokens, a.max_usd_micros, a.max_turns, a.max_tool_calls
+    FROM kernel_account a JOIN kernel_run r ON r.account_id = a.id AND r.parent_id IS NULL
+    WHERE a.id = %(account)s AND EXISTS (SELECT 1 FROM step)
+    GROUP BY a.id)"""
 
 _DEBIT_DAY = """,
 day AS (
@@ -383,16 +383,16 @@ planned AS (
 
 
 @functools.cache
-def _debit_sql(*, mission: bool, day: bool, replayable: bool, planned: bool = False) -> str:
+def _debit_sql(*, account: bool, day: bool, replayable: bool, planned: bool = False) -> str:
     async_commit = " AND set_config('synchronous_commit', 'off', true) = 'off'"
     # Assembled from constant parts only; every value travels as a bound parameter.
     return (
         _DEBIT_RUNS.format(async_commit=async_commit if replayable else "")  # noqa: S608
-        + (_DEBIT_MISSION if mission else "")
+        + (_DEBIT_ACCOUNT if account else "")
         + (_DEBIT_DAY if day else "")
         + (_PLANNED if planned else "")
         + "\nSELECT (SELECT count(*) FROM step), (SELECT json_agg(runs) FROM runs), "
-        + ("(SELECT json_agg(mission) FROM mission), " if mission else "NULL, ")
+        + ("(SELECT json_agg(account) FROM account), " if account else "NULL, ")
         + ("(SELECT usd_micros FROM day)" if day else "NULL")
     )
 
@@ -411,8 +411,8 @@ def record_result(
     turns: int = 0,
     tool_calls: int = 0,
     debit_ids: list[int] | None = None,
-    mission_id: int | None = None,
-    mission_capped: bool = False,
+    account_id: int | None = None,
+    account_capped: bool = False,
     replayable: bool = False,
     planned: list[tuple[int, str, str, Any]] | None = None,
 ) -> Debit | None:
@@ -444,7 +444,7 @@ def record_result(
             tool_calls=tool_calls,
             tokens=cost.tokens,
             debit_ids=debit_ids or [fence.run_id],
-            mission=mission_id,
+            account=account_id,
         )
         # Counting a free read (a tool call) is as replayable as the read itself.
         if planned:
@@ -462,14 +462,14 @@ def record_result(
                 ]
             )
         sql = _debit_sql(
-            mission=mission_capped,
+            account=account_capped,
             day=cost.usd_micros > 0,
             replayable=replayable and cost.is_zero and not planned,
             planned=bool(planned),
         )
         cursor.execute(sql, params, prepare=True)
         row = cursor.fetchone()
-    written, runs, missions, day = row or (0, None, None, None)
+    written, runs, accounts, day = row or (0, None, None, None)
     if not written:
         _explain_refused_result(fence, seq)
     return Debit(
@@ -483,15 +483,15 @@ def record_result(
             )
             for r in runs or []
         },
-        mission=(
+        account=(
             Ledger(
-                tokens=missions[0]["spent_tokens"],
-                usd_micros=missions[0]["spent_usd_micros"],
-                turns=missions[0]["spent_turns"],
-                tool_calls=missions[0]["spent_tool_calls"],
-                caps={cap: missions[0][cap] for cap in _CAPS},
+                tokens=accounts[0]["spent_tokens"],
+                usd_micros=accounts[0]["spent_usd_micros"],
+                turns=accounts[0]["spent_turns"],
+                tool_calls=accounts[0]["spent_tool_calls"],
+                caps={cap: accounts[0][cap] for cap in _CAPS},
             )
-            if missions
+            if accounts
             else None
         ),
         day_usd_micros=day,
@@ -558,7 +558,7 @@ def append_event(
     kind: str,
     *,
     run_id: int | None = None,
-    mission_id: int | None = None,
+    account_id: int | None = None,
     seq: int | None = None,
     trust: Trust = Trust.SYSTEM,
     **data: Any,
@@ -568,7 +568,7 @@ def append_event(
         at=timezone.now(),
         kind=kind,
         run_id=run_id,
-        mission_id=mission_id,
+        account_id=account_id,
         seq=seq,
         trust=trust,
         data=data,

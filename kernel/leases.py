@@ -87,14 +87,14 @@ def free_dead_holders(cursor: CursorWrapper, *, now: datetime) -> list[int]:
     cursor.execute(
         "UPDATE kernel_run SET lease_owner = '', lease_expires_at = NULL, runnable_at = %s"
         " WHERE status = 'running' AND lease_owner = ANY(%s) AND lease_expires_at >= %s"
-        " RETURNING id, mission_id",
+        " RETURNING id, account_id",
         [now, dead, now],
     )
     freed = cursor.fetchall()
-    for run_id, mission_id in freed:
+    for run_id, account_id in freed:
         journal.append_event(
-            "run.lease_freed", run_id=run_id, mission_id=mission_id, reason="holder died"
+            "run.lease_freed", run_id=run_id, account_id=account_id, reason="holder died"
         )
     if freed:
         logger.warning("freed the leases of %d run(s) of dead worker(s) %s", len(freed), dead)
-    return [run_id for run_id, _mission in freed]
+    return [run_id for run_id, _account in freed]

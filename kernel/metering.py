@@ -1,6 +1,6 @@
 """The meter of one execution of a run: counts its turns and tool calls, bills them to the
-ledger, and stops the run at the first budget cap crossed (its own, an ancestor's, the
-mission's, the day's).
+ledger, and stops the run at the first budget cap crossed (its own, an ancestor's, its
+account's, the day's).
 
 `RunContext` holds one `Meter` per execution and calls it around every step; the ledger itself
 (the debit statements) is `kernel.journal`'s.
@@ -88,7 +88,7 @@ class Meter:
                 self.over_budget = f"run {self.run.pk} reached {cap}"
 
     def check_debit(self, debit: journal.Debit) -> None:
-        """After a debit, note the first cap crossed (own, ancestor, mission or day)."""
+        """After a debit, note the first cap crossed (own, ancestor, account or day)."""
         run_id = self.run.pk
         mine = debit.runs.get(run_id)
         if mine is not None and (cap := mine.crossed()):
@@ -101,9 +101,9 @@ class Meter:
                 runs.request_stop(ancestor, reason=RunStatus.BUDGET_EXHAUSTED, by="kernel")
                 self.over_budget = f"ancestor run {ancestor} reached {cap}"
                 return
-        if debit.mission is not None and (cap := debit.mission.crossed()):
-            runs.stop_mission(self.run.mission_id, reason=RunStatus.BUDGET_EXHAUSTED)
-            self.over_budget = f"mission {self.run.mission_id} reached {cap}"
+        if debit.account is not None and (cap := debit.account.crossed()):
+            runs.stop_account(self.run.account_id, reason=RunStatus.BUDGET_EXHAUSTED)
+            self.over_budget = f"account {self.run.account_id} reached {cap}"
             return
         if self.daily_cap is None:
             self.daily_cap = _daily_cap()  # once per execution: caps edits apply at next claim

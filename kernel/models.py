@@ -1,4 +1,4 @@
-"""Kernel state: runs, their journaled steps, durable waits, events, artifacts, budgets.
+"""Kernel state: accounts, runs, their journaled steps, durable waits, events, artifacts, budgets.
 
 Journal rows (steps, events) are written only by `kernel.journal`; run scheduling fields only by
 `kernel.scheduler` and `kernel.leases`. Every write made on behalf of an executing run is
@@ -56,10 +56,51 @@ class Effect(models.TextChoices):
     MODEL_CALL = "model_call"
 
 
+class Account(models.Model):
+    """What a group of run trees is charged to and held to: budget caps over all of them, their
+    spend, and how many may execute at once. The kernel enforces it; an application gives each
+    of its units of work one (the owner's missions are accounts)."""
+
+    # Caps over every run of the account; null means no cap.
+    max_tokens = models.PositiveBigIntegerField(_("max tokens"), null=True, blank=True)
+    max_usd_micros = models.PositiveBigIntegerField(
+        _("max spend (micro-dollars)"), null=True, blank=True
+    )
+    max_turns = models.PositiveIntegerField(_("max turns"), null=True, blank=True)
+    max_tool_calls = models.PositiveIntegerField(_("max tool calls"), null=True, blank=True)
+    max_concurrent_runs = models.PositiveSmallIntegerField(_("max concurrent runs"), default=12)
+
+    def __str__(self) -> str:
+        return f"account {self.pk}"
+
+    @property
+    def is_capped(self) -> bool:
+        return any(
+            cap is not None
+            for cap in (self.max_tokens, self.max_usd_micros, self.max_turns, self.max_tool_calls)
+        )
+
+    def spent(self) -> dict[str, int]:
+        """What the account's runs spent: the sum of its root runs, whose ledgers already count
+        their subtrees (one source of truth, nothing to keep in step)."""
+        totals = Run.objects.filter(account_id=self.pk, parent__isnull=True).aggregate(
+            tokens=models.Sum(
+                models.F("input_tokens")
+                + models.F("output_tokens")
+                + models.F("cache_read_tokens")
+                + models.F("cache_write_tokens")
+            ),
+            usd_micros=models.Sum("usd_micros"),
+            turns=models.Sum("turns"),
+            tool_calls=models.Sum("tool_calls"),
+        )
+        return {name: int(value or 0) for name, value in totals.items()}
+
+
 class Run(models.Model):
     """One agent instance, root or sub-agent. Runs form a tree (depth limited by the scheduler)."""
 
-    mission = models.ForeignKey("missions.Mission", on_delete=models.PROTECT, related_name="runs")
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="runs")
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
     )
@@ -137,7 +178,7 @@ class Run(models.Model):
                 name="run_claimable",
                 condition=models.Q(status__in=["queued", "running", "waiting"]),
             ),
-            models.Index(fields=["mission", "status"], name="run_mission_status"),
+            models.Index(fields=["account", "status"], name="run_account_status"),
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(depth__lte=3), name="run_depth_at_most_3"),
@@ -250,8 +291,8 @@ class Event(models.Model):
     """
 
     at = models.DateTimeField()
-    mission = models.ForeignKey(
-        "missions.Mission", null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False
+    account = models.ForeignKey(
+        Account, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False
     )
     run = models.ForeignKey(
         Run, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False

@@ -2,7 +2,8 @@
 
 A program is a plain function `(ctx: RunContext) -> Outcome`. It must be deterministic given
 the results the journal hands back: on resume it runs again from the top, and every step with a
-recorded result returns that result without executing. The agent engine registers its loop here.
+recorded result returns that result without executing. Applications register theirs from
+their `AppConfig.ready()` (the agent engine registers `agent`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ _PROGRAMS: dict[str, str] = {
     "chaos.child": "kernel.chaos:child",
     "chaos.noop": "kernel.chaos:noop",
     "chaos.busy": "kernel.chaos:busy",
-    "agent": "missions.engine.loop:agent",
 }
 # name -> the earlier engine versions whose journals the program still replays.
 _COMPATIBLE: dict[str, frozenset[str]] = {}

@@ -10,15 +10,14 @@ from django.utils import timezone
 from kernel import bus, journal, programs, scheduler
 from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.exceptions import KernelError
-from kernel.models import TERMINAL, Run, RunStatus, Step, Trust, Wait, WaitState
-from missions.models import Mission
+from kernel.models import TERMINAL, Account, Run, RunStatus, Step, Trust, Wait, WaitState
 
 MAX_DEPTH = 3
 
 
 def start_run(
     *,
-    mission: Mission,
+    account: Account,
     program: str,
     input: Any = None,  # the run's input, as the contract calls it
     caps: dict[str, Any] | None = None,
@@ -41,11 +40,11 @@ def start_run(
             f" depth {depth - 1}.",
             code="depth_exceeded",
         )
-    if parent is not None and parent.mission_id != mission.pk:
-        raise KernelError("A child run belongs to its parent's mission.", code="invalid_input")
+    if parent is not None and parent.account_id != account.pk:
+        raise KernelError("A child run belongs to its parent's account.", code="invalid_input")
     with transaction.atomic():
         run = Run.objects.create(
-            mission=mission,
+            account=account,
             parent=parent,
             depth=depth,
             ancestors=[*parent.ancestors, parent.pk] if parent else [],
@@ -67,7 +66,7 @@ def start_run(
         journal.append_event(
             "run.created",
             run_id=run.pk,
-            mission_id=mission.pk,
+            account_id=account.pk,
             program=program,
             parent=parent.pk if parent else None,
         )
@@ -82,7 +81,7 @@ def spawn_child(*, parent: Run, seq: int, program: str, input: Any, caps: dict[s
         return existing
     try:
         return start_run(
-            mission=parent.mission,
+            account=parent.account,
             program=program,
             input=input,
             caps=caps,
@@ -124,7 +123,7 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
         journal.append_event(
             "run.stop_requested",
             run_id=run_id,
-            mission_id=run.mission_id,
+            account_id=run.account_id,
             trust=_trust(by),
             reason=reason,
             runs=ids,
@@ -185,7 +184,7 @@ def _set_paused(run_id: int, *, paused: bool, by: str) -> Run:
         journal.append_event(
             "run.paused" if paused else "run.resumed",
             run_id=run_id,
-            mission_id=run.mission_id,
+            account_id=run.account_id,
             trust=_trust(by),
             by=by,
         )
@@ -202,7 +201,7 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
     spawned in the copied steps stay the source's; a program that keeps a workspace makes the
     fork its own (the agent engine does, from its checkpoints).
     """
-    source = Run.objects.select_related("mission").filter(pk=run_id).first()
+    source = Run.objects.select_related("account").filter(pk=run_id).first()
     if source is None:
         raise KernelError(f"No run {run_id}.", code="not_found", status=404)
     if at_seq < 1:
@@ -219,7 +218,7 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
         )
     with transaction.atomic():
         fork = start_run(
-            mission=source.mission,
+            account=source.account,
             program=source.program,
             input=source.input,
             model=source.model,
@@ -233,7 +232,7 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
             },
         )
         # The copied steps are the source's, paid and counted there: this run's counters
-        # (turns, tool calls, hence its caps and its mission's totals) start after them.
+        # (turns, tool calls, hence its caps and its account's totals) start after them.
         Run.objects.filter(pk=fork.pk).update(billed_through=at_seq)
         Step.objects.bulk_create(
             Step(
@@ -256,7 +255,7 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
         journal.append_event(
             "run.forked",
             run_id=fork.pk,
-            mission_id=fork.mission_id,
+            account_id=fork.account_id,
             trust=_trust(by),
             source=run_id,
             seq=at_seq,
@@ -265,9 +264,9 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
     return fork
 
 
-def stop_mission(mission_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "kernel") -> int:
-    """Stop every unfinished run tree of a mission (its budget is spent, or the owner says so)."""
-    roots = Run.objects.filter(mission_id=mission_id, parent__isnull=True).exclude(
+def stop_account(account_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "kernel") -> int:
+    """Stop every unfinished run tree of an account (its budget is spent, or its owner says so)."""
+    roots = Run.objects.filter(account_id=account_id, parent__isnull=True).exclude(
         status__in=TERMINAL
     )
     return sum(

@@ -1,7 +1,7 @@
 """Claiming runs, and the run-state transitions around an execution (fenced where it matters).
 
 A claim is the only place a fence grows. Claims are serialised by a transaction-scoped advisory
-lock so the per-mission and global caps are exact; they are rare next to steps, which take no
+lock so the per-account and global caps are exact; they are rare next to steps, which take no
 global lock. Times come from the application's clock (one host runs the control plane), so
 leases, timers and expiries all follow one clock. `LISTEN/NOTIFY` on `agentos_kernel` is a
 doorbell only: workers also poll slowly.
@@ -35,7 +35,7 @@ class Claim:
 
 # The version filter is a constant fragment of `kernel.versions`: no input is interpolated.
 _CANDIDATES = f"""
-SELECT r.id, r.mission_id, r.program, r.engine_version, r.cancel_requested FROM kernel_run r
+SELECT r.id, r.account_id, r.program, r.engine_version, r.cancel_requested FROM kernel_run r
 WHERE r.status IN ('queued', 'running', 'waiting') AND r.runnable_at <= %(now)s
     AND {versions.CLAIMABLE_SQL} AND NOT r.paused
     AND (r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s)
@@ -44,10 +44,10 @@ LIMIT %(limit)s
 FOR UPDATE OF r SKIP LOCKED
 """  # noqa: S608
 
-_ACTIVE_PER_MISSION = """
-SELECT m.id, m.max_concurrent_runs,
-    (SELECT count(*) FROM kernel_run a WHERE a.mission_id = m.id AND a.lease_expires_at >= %s)
-FROM missions_mission m WHERE m.id = ANY(%s)
+_ACTIVE_PER_ACCOUNT = """
+SELECT a.id, a.max_concurrent_runs,
+    (SELECT count(*) FROM kernel_run r WHERE r.account_id = a.id AND r.lease_expires_at >= %s)
+FROM kernel_account a WHERE a.id = ANY(%s)
 """
 
 
@@ -58,7 +58,7 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
     2. Free the leases of holders provably dead on this machine (`leases.free_dead_holders`), so a
        killed worker's runs are taken over now, not when their leases run out.
     3. Respect the global cap on running runs.
-    4. Lock runnable candidates, skipping rows other transactions hold; keep those whose mission
+    4. Lock runnable candidates, skipping rows other transactions hold; keep those whose account
        stays under its concurrency cap.
     5. Bump their fences and lease them to `worker`, in the same transaction.
     """
@@ -73,7 +73,7 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
             limit = min(limit, cap - running)
         if limit <= 0:
             return []
-        # Over-fetch a little: some candidates may belong to missions at their cap.
+        # Over-fetch a little: some candidates may belong to accounts at their cap.
         cursor.execute(_CANDIDATES, {"now": now, "limit": limit * 4, **versions.claim_params()})
         found = [versions.Candidate(*row) for row in cursor.fetchall()]
         # Recorded by an earlier version nothing here resumes: parked for the owner, now.
@@ -81,12 +81,12 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
         candidates = [c for c in found if c.claimable]
         if not candidates:
             return []
-        cursor.execute(_ACTIVE_PER_MISSION, [now, list({c.mission_id for c in candidates})])
-        room = {mission: cap - active for mission, cap, active in cursor.fetchall()}
+        cursor.execute(_ACTIVE_PER_ACCOUNT, [now, list({c.account_id for c in candidates})])
+        room = {account: cap - active for account, cap, active in cursor.fetchall()}
         chosen: list[versions.Candidate] = []
         for candidate in candidates:
-            if len(chosen) < limit and room[candidate.mission_id] > 0:
-                room[candidate.mission_id] -= 1
+            if len(chosen) < limit and room[candidate.account_id] > 0:
+                room[candidate.account_id] -= 1
                 chosen.append(candidate)
         if not chosen:
             return []
@@ -172,7 +172,7 @@ def suspend(fence: Fence, *, runnable_at: datetime | None, reason: str) -> None:
         cursor.execute(
             "UPDATE kernel_run SET status = 'waiting', lease_owner = '', lease_expires_at = NULL,"
             " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %s ELSE %s END,"
-            " wake_pending = false WHERE id = %s AND fence = %s RETURNING mission_id",
+            " wake_pending = false WHERE id = %s AND fence = %s RETURNING account_id",
             [timezone.now(), runnable_at, fence.run_id, fence.token],
         )
         row = cursor.fetchone()
@@ -181,7 +181,7 @@ def suspend(fence: Fence, *, runnable_at: datetime | None, reason: str) -> None:
         journal.append_event(
             "run.waiting",
             run_id=fence.run_id,
-            mission_id=row[0],
+            account_id=row[0],
             reason=reason,
             until=runnable_at.isoformat() if runnable_at else None,
         )
@@ -200,17 +200,17 @@ def finish(fence: Fence, *, status: str, output: Any = None, error: str = "") ->
             " THEN COALESCE(NULLIF(stop_reason, ''), 'cancelled') ELSE %s END,"
             " output = %s::jsonb, error = %s, finished_at = %s, lease_owner = '',"
             " lease_expires_at = NULL, runnable_at = NULL, wake_pending = false"
-            " WHERE id = %s AND fence = %s RETURNING status, parent_id, mission_id",
+            " WHERE id = %s AND fence = %s RETURNING status, parent_id, account_id",
             [status, json.dumps(output), error[:10000], timezone.now(), fence.run_id, fence.token],
         )
         row = cursor.fetchone()
         if row is None:
             raise LeaseLost(f"run {fence.run_id}: lease taken over")
-        final, parent_id, mission_id = row
+        final, parent_id, account_id = row
         journal.append_event(
             "run.finished",
             run_id=fence.run_id,
-            mission_id=mission_id,
+            account_id=account_id,
             status=final,
             error=error[:500],
         )

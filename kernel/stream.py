@@ -23,15 +23,15 @@ Kinds a client sees (the `kind` of each event):
 - steps, written by the database (migration 0010) for every journaled step:
   `step.started` (kind, name, effect) and `step.completed` (kind, name, settled_by, tokens,
   usd_micros, is_error for tool calls, and the whole `text`/`reasoning` of a model step, which
-  streamed meanwhile as ephemeral deltas, see `missions.engine.deltas`);
+  streamed meanwhile as ephemeral deltas published by the program on `kernel.bus`);
 - the owner's side: `wait.opened` (wait_kind, wait: an approval request or a question to the
   owner, a timer, a reconciliation; read with its `wait` summary: the question's type, tool,
   risk, justification or text, choices, due_at), `wait.answered` (answer), `wait.reopened`,
   `owner.message`, `owner.notified`.
 Items: a model step's text and reasoning arrive as deltas while it runs and whole in its
-`step.completed`; the tool calls it asks for are steps of their own. Missions have no events
-of their own yet: a mission's lifecycle is that of its root runs (`mission` is filled in on
-every event of a run, including step events, which are stored without it).
+`step.completed`; the tool calls it asks for are steps of their own. Accounts have no events
+of their own: an account's lifecycle is that of its root runs (`account` is filled in on every
+event of a run, including step events, which are stored without it).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class StreamEvent(TypedDict):
     number: int
     at: datetime
     kind: str
-    mission: int | None
+    account: int | None
     run: int | None
     seq: int | None
     trust: str
@@ -104,10 +104,10 @@ def page(after: int, limit: int) -> list[StreamEvent]:
     events = list(Event.objects.filter(number__gt=after).order_by("number")[:limit])
     if not events:
         return []
-    # Step events leave the mission to the reader: runs never change mission.
-    missing = {e.run_id for e in events if e.mission_id is None and e.run_id is not None}
-    missions: dict[int | None, int] = dict(
-        Run.objects.filter(pk__in=missing).values_list("pk", "mission_id")
+    # Step events leave the account to the reader: runs never change account.
+    missing = {e.run_id for e in events if e.account_id is None and e.run_id is not None}
+    accounts: dict[int | None, int] = dict(
+        Run.objects.filter(pk__in=missing).values_list("pk", "account_id")
     )
     waits = _wait_summaries([e.data.get("wait") for e in events if e.kind == "wait.opened"])
     return [
@@ -115,7 +115,7 @@ def page(after: int, limit: int) -> list[StreamEvent]:
             number=e.number or 0,  # never 0: filtered on number > after
             at=e.at,
             kind=e.kind,
-            mission=e.mission_id if e.mission_id is not None else missions.get(e.run_id),
+            account=e.account_id if e.account_id is not None else accounts.get(e.run_id),
             run=e.run_id,
             seq=e.seq,
             trust=e.trust,

@@ -67,7 +67,7 @@ def claim_params() -> dict[str, Any]:
 @dataclass(frozen=True)
 class Candidate:
     run_id: int
-    mission_id: int
+    account_id: int
     program: str
     engine_version: str
     cancel_requested: bool
@@ -106,7 +106,7 @@ def park(cursor: Any, candidates: list[Candidate]) -> None:
         journal.append_event(
             "run.needs_migration",
             run_id=c.run_id,
-            mission_id=c.mission_id,
+            account_id=c.account_id,
             program=c.program,
             recorded_version=c.engine_version,
             engine_version=programs.ENGINE_VERSION,
@@ -118,7 +118,7 @@ def announce_upgrades(upgraded: list[Candidate]) -> None:
         journal.append_event(
             "run.engine_upgraded",
             run_id=c.run_id,
-            mission_id=c.mission_id,
+            account_id=c.account_id,
             program=c.program,
             recorded_version=c.engine_version,
             engine_version=programs.ENGINE_VERSION,
@@ -141,7 +141,7 @@ def restart(run_id: int, *, by: str = "owner") -> Run:
     recorded step (or, with none, a fresh run of the same program and input), and the parked
     run stopped. Only for a run that needs migration."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("mission").filter(pk=run_id).first()
+        run = Run.objects.select_for_update().select_related("account").filter(pk=run_id).first()
         if run is None:
             raise KernelError(f"No run {run_id}.", code="not_found", status=404)
         if run.is_terminal or not run.needs_migration:
@@ -155,7 +155,7 @@ def restart(run_id: int, *, by: str = "owner") -> Run:
             fresh = runs.fork_run(run_id, at_seq=at_seq, by=by)
         else:
             fresh = runs.start_run(
-                mission=run.mission,
+                account=run.account,
                 program=run.program,
                 input=run.input,
                 model=run.model,
@@ -169,7 +169,7 @@ def restart(run_id: int, *, by: str = "owner") -> Run:
         journal.append_event(
             "run.restarted",
             run_id=run_id,
-            mission_id=run.mission_id,
+            account_id=run.account_id,
             restarted_as=fresh.pk,
             seq=at_seq,
             engine_version=programs.ENGINE_VERSION,

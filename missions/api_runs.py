@@ -158,7 +158,7 @@ def run_out(run: Run) -> dict[str, Any]:
     trigger = contract.get("trigger")
     return {
         "id": run.pk,
-        "mission_id": run.mission_id,
+        "mission_id": run.account_id,
         "parent_id": run.parent_id,
         "root_id": run.root_id,
         "depth": run.depth,
@@ -220,7 +220,7 @@ def unfinished_run(run_id: int) -> Run:
 def list_runs(request: HttpRequest, mission_id: int) -> list[dict[str, Any]]:
     if not Mission.objects.filter(pk=mission_id).exists():
         raise not_found("mission", mission_id)
-    return [run_out(run) for run in Run.objects.filter(mission_id=mission_id).order_by("pk")]
+    return [run_out(run) for run in Run.objects.filter(account_id=mission_id).order_by("pk")]
 
 
 class RunFilter(Schema):

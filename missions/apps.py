@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class MissionsConfig(AppConfig):
     name = "missions"
     verbose_name = "Missions and agent engine"
+
+    def ready(self) -> None:
+        from kernel import programs
+        from missions.start_mission import START_MISSION
+        from tools import registry
+
+        programs.register("agent", "missions.engine.loop:agent")
+        registry.register(START_MISSION)

@@ -154,7 +154,7 @@ def report(*, days: int = WINDOW_DAYS, limit: int = 50) -> Report:
         .order_by("-usd_micros", "name")[:limit]
     ]
     mission_rows = list(
-        steps.values(mission_id=F("run__mission_id"))
+        steps.values(mission_id=F("run__account_id"))
         .annotate(**_sums())
         .order_by("-usd_micros", "-mission_id")[:limit]
     )

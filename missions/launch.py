@@ -62,7 +62,7 @@ def start_mission(
     if route.provider == "scripted":
         spec["script"] = script
     return runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         input=spec,
         model=route.model,

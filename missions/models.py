@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from kernel.models import Account
+
 
 class Project(models.Model):
     name = models.CharField(_("name"), max_length=120, unique=True)
@@ -35,21 +37,23 @@ class Project(models.Model):
             )
 
 
-class Mission(models.Model):
-    """An owner goal with its definition of done and its budget (editable in the admin)."""
+class Mission(Account):
+    """An owner goal with its definition of done. A mission is the kernel account its runs are
+    charged to: its budget caps and concurrency limit (editable in the admin) are the account's,
+    and its id is the account's."""
 
+    account = models.OneToOneField(
+        Account,
+        on_delete=models.CASCADE,
+        parent_link=True,
+        primary_key=True,
+        db_column="id",
+        related_name="mission",
+    )
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="missions")
     goal = models.TextField(_("goal"))
     definition_of_done = models.TextField(_("definition of done"), blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # Caps over every run of the mission; null means no cap.
-    max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
-    max_usd_micros = models.PositiveBigIntegerField(
-        _("max spend (micro-dollars)"), null=True, blank=True
-    )
-    max_turns = models.PositiveIntegerField(null=True, blank=True)
-    max_tool_calls = models.PositiveIntegerField(null=True, blank=True)
-    max_concurrent_runs = models.PositiveSmallIntegerField(default=12)
     # Per-role overrides of the routing defaults: {"executor": {"provider": ..., "model": ...,
     # "effort": ...}}.
     routes = models.JSONField(default=dict, blank=True)
@@ -59,31 +63,6 @@ class Mission(models.Model):
 
     def __str__(self) -> str:
         return self.goal[:60]
-
-    @property
-    def is_capped(self) -> bool:
-        return any(
-            cap is not None
-            for cap in (self.max_tokens, self.max_usd_micros, self.max_turns, self.max_tool_calls)
-        )
-
-    def spent(self) -> dict[str, int]:
-        """What the mission's runs spent: the sum of its root runs, whose ledgers already count
-        their subtrees (one source of truth, nothing to keep in step)."""
-        from django.db.models import F, Sum
-
-        totals = self.runs.filter(parent__isnull=True).aggregate(
-            tokens=Sum(
-                F("input_tokens")
-                + F("output_tokens")
-                + F("cache_read_tokens")
-                + F("cache_write_tokens")
-            ),
-            usd_micros=Sum("usd_micros"),
-            turns=Sum("turns"),
-            tool_calls=Sum("tool_calls"),
-        )
-        return {name: int(value or 0) for name, value in totals.items()}
 
 
 class ModelPrice(models.Model):

@@ -92,22 +92,26 @@ class Running:
 
 
 def unfinished_roots() -> QuerySet[Run]:
-    return Run.objects.filter(parent__isnull=True).exclude(status__in=TERMINAL)
+    """Unfinished root runs of missions (runs charged to other kernel accounts are not the
+    owner's missions)."""
+    return Run.objects.filter(parent__isnull=True, account__mission__isnull=False).exclude(
+        status__in=TERMINAL
+    )
 
 
 def running(*, limit: int = 20) -> Running:
     """Unfinished root runs (a mission may have several: forks are roots), newest first."""
     collected_at = timezone.now()
     roots = list(
-        unfinished_roots().select_related("mission").order_by("-created_at", "-id")[:limit]
+        unfinished_roots().select_related("account__mission").order_by("-created_at", "-id")[:limit]
     )
     more = unfinished_roots().count() - limit if len(roots) == limit else 0
     waits = _open_waits_by_root([root.pk for root in roots])
     items = [
         RunningMission(
             run=root,
-            mission=root.mission,
-            goal=inbox.one_line(root.mission.goal, 140),
+            mission=root.account.mission,
+            goal=inbox.one_line(root.account.mission.goal, 140),
             state=state_of(root),
             model=model_of(root),
             tokens=tokens_of(root),
@@ -154,7 +158,7 @@ class Tree:
 def tree(mission: Mission) -> Tree:
     """Every run of the mission, each under its parent (roots include forks), in one query."""
     collected_at = timezone.now()
-    runs = list(Run.objects.filter(mission=mission).order_by("created_at", "id"))
+    runs = list(Run.objects.filter(account=mission).order_by("created_at", "id"))
     children: dict[int | None, list[Run]] = {}
     for run in runs:
         children.setdefault(run.parent_id, []).append(run)
@@ -206,7 +210,7 @@ def wait_link(wait: Wait) -> dict[str, str]:
 
 def artifacts(mission: Mission, *, limit: int = 200) -> list[Artifact]:
     return list(
-        Artifact.objects.filter(run__mission=mission)
+        Artifact.objects.filter(run__account=mission)
         .select_related("run")
         .order_by("-created_at", "-id")[:limit]
     )
@@ -231,9 +235,9 @@ def missions(*, limit: int = 100) -> list[MissionRow]:
     found = list(Mission.objects.select_related("project").order_by("-created_at", "-id")[:limit])
     roots: dict[int, list[Run]] = {}
     for run in Run.objects.filter(
-        mission_id__in=[m.pk for m in found], parent__isnull=True
+        account_id__in=[m.pk for m in found], parent__isnull=True
     ).order_by("created_at", "id"):
-        roots.setdefault(run.mission_id, []).append(run)
+        roots.setdefault(run.account_id, []).append(run)
     rows = []
     for mission in found:
         own = roots.get(mission.pk, [])

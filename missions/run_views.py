@@ -29,7 +29,9 @@ from tools import retention
 
 
 def _run(run_id: int) -> Run:
-    return get_object_or_404(Run.objects.select_related("mission__project", "parent"), pk=run_id)
+    return get_object_or_404(
+        Run.objects.select_related("account__mission__project", "parent"), pk=run_id
+    )
 
 
 def _page(

@@ -38,7 +38,7 @@ def send_message(*, run_id: int, text: str, interrupt: bool = False) -> OwnerMes
         journal.append_event(
             "owner.message",
             run_id=run.pk,
-            mission_id=run.mission_id,
+            account_id=run.account_id,
             trust=Trust.OWNER,
             message=message.pk,
         )

@@ -30,13 +30,14 @@ NOOP = Tool(
 
 
 def _read_artifact(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    """Only the artifacts of the calling run's mission (its runs' offloaded outputs, previews):
-    another mission's answers exactly as a missing one, so existence is not confirmed either."""
+    """Only the artifacts of the calling run's account, i.e. its mission (its runs' offloaded
+    outputs, previews): another mission's answers exactly as a missing one, so existence is not
+    confirmed either."""
     from kernel import artifacts
     from kernel.models import Artifact, Run
 
-    mission_id = Run.objects.values_list("mission_id", flat=True).get(pk=env.run_id)
-    found = Artifact.objects.filter(sha256=arguments["sha256"], run__mission_id=mission_id).first()
+    account_id = Run.objects.values_list("account_id", flat=True).get(pk=env.run_id)
+    found = Artifact.objects.filter(sha256=arguments["sha256"], run__account_id=account_id).first()
     if found is None:
         return f"No artifact {arguments['sha256']}."
     with artifacts.open_artifact(found) as handle:
@@ -97,18 +98,17 @@ LOAD_TOOL_SCHEMA = Tool(
 def _families() -> list[Tool]:
     from tools.files import FILE_TOOLS
     from tools.git import GIT_TOOLS
-    from tools.owner import OWNER_TOOLS
     from tools.shell import SHELL
 
-    return [*FILE_TOOLS, SHELL, *GIT_TOOLS, *OWNER_TOOLS]
+    return [*FILE_TOOLS, SHELL, *GIT_TOOLS]
 
 
-def _others() -> list[Tool]:
-    from tools.launch import START_MISSION
-
-    return [START_MISSION]
-
-
-BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families(), *_others()]
-# What a coding mission gets unless it says otherwise.
-CODING_TOOLS = [tool.name for tool in _families()]
+BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families()]
+# What a coding mission gets unless it says otherwise: the workspace tools, and the owner tools
+# the approvals app registers (`approvals.tools`).
+CODING_TOOLS = [
+    *(tool.name for tool in _families()),
+    "ask_owner",
+    "request_approval",
+    "notify_owner",
+]

@@ -49,7 +49,7 @@ def sweep(now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     removed = []
     ended = Run.objects.exclude(workspace="").filter(status__in=TERMINAL, finished_at__isnull=False)
-    for run in ended.only("pk", "status", "finished_at", "workspace", "input", "mission_id"):
+    for run in ended.only("pk", "status", "finished_at", "workspace", "input", "account_id"):
         state = keeping(run)
         if state.until is None or (state.until > now and not state.pushed):
             continue
@@ -65,7 +65,7 @@ def _remove(run: Run) -> None:
     # time (removing is idempotent).
     with transaction.atomic():
         Run.objects.filter(pk=run.pk).update(workspace="")
-        journal.append_event("run.workspace_removed", run_id=run.pk, mission_id=run.mission_id)
+        journal.append_event("run.workspace_removed", run_id=run.pk, account_id=run.account_id)
 
 
 def _pushed_last(run_id: int) -> bool:

@@ -68,7 +68,7 @@ def make_mission() -> Mission:
 
 def start_agent(mission: Mission, turns: int) -> Run:
     return runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         input={
             "goal": f"Call {TOOL} once per turn, then answer.",

@@ -27,7 +27,7 @@ from tools.models import Decision
 def workbench(ctx: RunContext, repository: str, base: str) -> Workbench:
     """Where the run's tools act: its project, and its worktree (made once, by a journaled step;
     a fork's own, made from its checkpoint)."""
-    project_id = Mission.objects.values_list("project_id", flat=True).get(pk=ctx.run.mission_id)
+    project_id = Mission.objects.values_list("project_id", flat=True).get(pk=ctx.run.account_id)
     if not repository:
         return Workbench(ctx.run_id, project_id, None)
 

@@ -65,7 +65,7 @@ def _of_mission(artifact: Artifact, run: Run) -> bool:
         return False
     if artifact.run_id == run.pk:
         return True
-    return Run.objects.filter(pk=artifact.run_id, mission_id=run.mission_id).exists()
+    return Run.objects.filter(pk=artifact.run_id, account_id=run.account_id).exists()
 
 
 @dataclass(frozen=True)

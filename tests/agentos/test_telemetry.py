@@ -32,7 +32,7 @@ def test_each_step_emits_a_span_with_gen_ai_attributes(
 ) -> None:
     usage = {"input_tokens": 120, "output_tokens": 30, "cache_read_tokens": 50}
     run = runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Call noop, then answer.",
@@ -61,7 +61,7 @@ def test_each_step_emits_a_span_with_gen_ai_attributes(
     assert attributes["gen_ai.usage.output_tokens"] == 30
     assert attributes["gen_ai.usage.cache_read.input_tokens"] == 50
     assert attributes["agentos.run.id"] == run.pk
-    assert attributes["agentos.mission.id"] == run.mission_id
+    assert attributes["agentos.mission.id"] == run.account_id
     assert attributes["agentos.run.parent_id"] == 0
     tool = dict(by_name["execute_tool noop"].attributes or {})
     assert tool["gen_ai.tool.name"] == "noop"

@@ -77,7 +77,7 @@ def target(
     project = make_project()
     mission, run = make_mission(project=project)
     add_steps(run, 3, unfinished=1)
-    child = runs.start_run(mission=mission, program="agent", input={}, parent=run)
+    child = runs.start_run(account=mission, program="agent", input={}, parent=run)
     finished_mission, finished = make_mission("Finished already", project=project)
     add_steps(finished, 2)
     end_run(finished)

@@ -139,7 +139,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "created_at": body["created_at"],
         "run_id": run.pk,
     }
-    assert (run.mission_id, run.status, run.contract["trigger"]) == (mission.pk, "queued", "api")
+    assert (run.account_id, run.status, run.contract["trigger"]) == (mission.pk, "queued", "api")
     assert run.model == "claude-opus-5-5"
 
 
@@ -158,7 +158,7 @@ def test_a_mission_from_the_api_is_the_same_as_any_other_but_its_trigger(
     )
 
     via_api = Run.objects.get(pk=from_api.json()["run_id"])
-    ignored = {"_state", "id", "mission_id", "root_id", "created_at", "runnable_at", "contract"}
+    ignored = {"_state", "id", "account_id", "root_id", "created_at", "runnable_at", "contract"}
     assert {k: v for k, v in vars(via_api).items() if k not in ignored} == {
         k: v for k, v in vars(direct).items() if k not in ignored
     }

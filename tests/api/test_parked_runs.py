@@ -87,7 +87,7 @@ def test_it_shows_a_parked_run_on_home_and_its_page_and_restarts_it_there(
 
     response = owner_client.post(f"/runs/{parked.pk}/restart/")
 
-    fresh = Run.objects.exclude(pk=parked.pk).get(mission=parked.mission)
+    fresh = Run.objects.exclude(pk=parked.pk).get(account=parked.account)
     assert response.status_code == 302
     assert response["Location"] == f"/runs/{fresh.pk}/"
     assert fresh.engine_version == "2"

@@ -17,8 +17,8 @@ from tests.api.factories import add_steps, end_run, make_artifact, make_mission
 
 def test_it_shows_the_run_tree_of_a_mission(api: Api) -> None:
     mission, root = make_mission()
-    child = runs.start_run(mission=mission, program="agent", input={}, parent=root)
-    grandchild = runs.start_run(mission=mission, program="agent", input={}, parent=child)
+    child = runs.start_run(account=mission, program="agent", input={}, parent=root)
+    grandchild = runs.start_run(account=mission, program="agent", input={}, parent=child)
     make_mission("Another mission")
 
     tree = api.get(f"/missions/{mission.pk}/runs").json()

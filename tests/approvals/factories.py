@@ -69,7 +69,7 @@ def start_asking(question: dict[str, Any], *, mission: Mission | None = None) ->
     """A run that will open a human wait with `question` when a worker executes it."""
     mission = mission or make_mission()
     return runs.start_run(
-        mission=mission, program="test.approvals.asks", input={"question": question}
+        account=mission, program="test.approvals.asks", input={"question": question}
     )
 
 

@@ -115,7 +115,7 @@ def test_it_lists_the_unknown_outcome_with_the_exact_call_in_the_api_queue_and_h
             "type": "reconciliation",
             "id": wait.pk,
             "status": "pending",
-            "mission_id": run.mission_id,
+            "mission_id": run.account_id,
             "run_id": run.pk,
             "seq": PAY,
             "call": {"tool": "ledger.pay", "arguments": {"value": 3}},

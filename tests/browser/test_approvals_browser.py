@@ -45,7 +45,7 @@ def start_agent_asking(mission: Mission) -> Run:
         ]
     }
     return runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         input={
             "goal": mission.goal,

@@ -34,7 +34,7 @@ def start_agent(turns: list[dict[str, Any]]) -> Run:
     project, _ = Project.objects.get_or_create(name="release")
     mission = Mission.objects.create(project=project, goal=GOAL)
     return runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         model="scripted",
         input={
@@ -87,7 +87,7 @@ def test_it_watches_a_mission_live_and_steers_and_approves_it_from_a_phone(
 
     # Mission: the run tree, who does what, and what waits.
     running.get_by_role("link", name=GOAL).click()
-    expect(page).to_have_url(f"{stack.url}/missions/{run.mission_id}/")
+    expect(page).to_have_url(f"{stack.url}/missions/{run.account_id}/")
     tree = page.locator("#run-tree")
     expect(tree.locator(f'[data-run-status="{run.pk}"]')).to_have_text("waiting")
     expect(tree).to_contain_text("scripted/scripted")

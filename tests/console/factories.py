@@ -45,7 +45,7 @@ def launch(
 def start_agent(mission: Mission, turns: list[dict[str, Any]], *, tools: list[str]) -> Run:
     """Another root run of the agent loop on `mission`, with owner tools (ask, approve)."""
     return runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         model="scripted",
         input={

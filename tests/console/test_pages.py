@@ -146,7 +146,7 @@ def test_it_lists_missions_with_their_state_and_spend(owner_client: Client) -> N
 
     assert f'href="/missions/{mission.pk}/">Write the 1.3 release notes</a>' in content
     assert 'class="status status-up">done<' in content
-    assert f'href="/missions/{waiting.mission_id}/"' in content
+    assert f'href="/missions/{waiting.account_id}/"' in content
     assert "2 root runs" in content  # the waiting run is the mission's second root
     assert 'href="/missions/new/"' in content
 
@@ -192,7 +192,7 @@ def test_it_starts_a_mission_from_the_form_through_the_one_creation_path(
     assert mission.routes == {
         "executor": {"provider": "openai", "model": "gpt-6.1-sol", "effort": None}
     }
-    run = Run.objects.get(mission=mission)
+    run = Run.objects.get(account=mission)
     assert run.contract["trigger"] == "console"
     assert run.model == "gpt-6.1-sol"
     page = text_of(owner_client.get(response["Location"]))
@@ -264,7 +264,7 @@ def test_it_shows_a_mission_with_its_budget_and_run_tree(owner_client: Client) -
     work()
     fork = runs.fork_run(root.pk, at_seq=1)
     asks = waiting_run(mission)  # the fork is executed too
-    child = runs.start_run(mission=mission, program="agent", parent=Run.objects.get(pk=root.pk))
+    child = runs.start_run(account=mission, program="agent", parent=Run.objects.get(pk=root.pk))
 
     response = owner_client.get(f"/missions/{mission.pk}/")
 
@@ -573,7 +573,7 @@ def test_it_checks_csrf_on_steering(owner: Owner) -> None:
     run.refresh_from_db()
     assert (run.paused, run.cancel_requested) == (False, False)
     assert not OwnerMessage.objects.exists()
-    assert Run.objects.filter(mission=run.mission).count() == 2
+    assert Run.objects.filter(account=run.account).count() == 2
 
 
 def test_it_sends_strangers_to_sign_in(client: Client) -> None:

@@ -27,7 +27,7 @@ NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 def make_run() -> Run:
     project = Project.objects.create(name="admin tests")
     mission = Mission.objects.create(project=project, goal="show the kernel in the admin")
-    return Run.objects.create(mission=mission, program="test", max_turns=10)
+    return Run.objects.create(account=mission, program="test", max_turns=10)
 
 
 def change_form(run: Run, **fields: object) -> dict[str, object]:

@@ -94,7 +94,7 @@ def test_it_frees_at_the_next_claim_only_the_runs_of_a_dead_holder(
     child: subprocess.Popen[bytes],
 ) -> None:
     mission = make_mission()
-    dead_run, live_run, foreign_run = (start("chaos.noop", mission=mission) for _ in range(3))
+    dead_run, live_run, foreign_run = (start("chaos.noop", account=mission) for _ in range(3))
     dead = holder_of(child)
     live = holders.this_process()
     assert live is not None

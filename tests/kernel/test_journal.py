@@ -195,7 +195,7 @@ def test_it_uses_a_stable_idempotency_key_per_run_and_step() -> None:
 
 def test_it_refuses_a_run_of_an_unknown_program() -> None:
     with pytest.raises(KernelError, match="No program named 'nope'"):
-        start("nope", mission=make_mission())
+        start("nope", account=make_mission())
 
 
 def test_its_hot_path_statements_are_prepared_on_the_server() -> None:

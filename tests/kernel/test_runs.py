@@ -161,13 +161,13 @@ def test_it_joins_children_and_wakes_the_parent_when_they_end() -> None:
 
 def test_it_limits_the_run_tree_to_depth_3() -> None:
     mission = make_mission()
-    run = runs.start_run(mission=mission, program="chaos.noop")
+    run = runs.start_run(account=mission, program="chaos.noop")
     for _ in range(3):
-        run = runs.start_run(mission=mission, program="chaos.noop", parent=run)
+        run = runs.start_run(account=mission, program="chaos.noop", parent=run)
     assert run.depth == 3
 
     with pytest.raises(KernelError, match="depth is limited to 3"):
-        runs.start_run(mission=mission, program="chaos.noop", parent=run)
+        runs.start_run(account=mission, program="chaos.noop", parent=run)
 
 
 # --- cancellation -------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_it_debits_a_childs_spend_up_the_tree_and_to_the_mission() -> None:
     assert parent.turns == 5
     for child in parent.children.all():
         assert child.usd_micros == 2000
-    assert parent.mission.spent()["usd_micros"] == 5000
+    assert parent.account.spent()["usd_micros"] == 5000
 
 
 def test_it_stops_the_whole_subtree_when_an_ancestor_reaches_its_cap() -> None:
@@ -241,7 +241,7 @@ def test_it_stops_the_whole_subtree_when_an_ancestor_reaches_its_cap() -> None:
 
 def test_it_stops_runs_over_the_mission_cap() -> None:
     mission = make_mission(max_tokens=250)
-    run = start("test.spender", {"calls": 5}, mission=mission)
+    run = start("test.spender", {"calls": 5}, account=mission)
 
     work()
 
@@ -301,18 +301,18 @@ def test_it_leaves_runs_of_a_later_engine_version_to_their_own_workers() -> None
     assert work() == ["done"]
 
 
-def test_it_refuses_a_child_in_another_mission() -> None:
+def test_it_refuses_a_child_in_another_account() -> None:
     parent = start("chaos.noop")
 
-    with pytest.raises(KernelError, match="belongs to its parent's mission"):
-        runs.start_run(mission=make_mission(), program="chaos.noop", parent=parent)
+    with pytest.raises(KernelError, match="belongs to its parent's account"):
+        runs.start_run(account=make_mission(), program="chaos.noop", parent=parent)
 
 
 def test_it_stops_every_run_of_a_mission_that_reached_its_cap() -> None:
     mission = make_mission(max_usd_micros=2000)
-    patient = start("test.asker", mission=mission)
+    patient = start("test.asker", account=mission)
     work()
-    start("test.spender", {"calls": 5}, mission=mission)
+    start("test.spender", {"calls": 5}, account=mission)
 
     work()
 

@@ -17,7 +17,7 @@ def claim(limit: int) -> list[scheduler.Claim]:
 
 def test_it_claims_the_oldest_runnable_runs_first_and_bumps_their_fences() -> None:
     mission = make_mission()
-    first, second = start("chaos.noop", mission=mission), start("chaos.noop", mission=mission)
+    first, second = start("chaos.noop", account=mission), start("chaos.noop", account=mission)
 
     claims = claim(1)
 
@@ -31,7 +31,7 @@ def test_it_claims_the_oldest_runnable_runs_first_and_bumps_their_fences() -> No
 def test_it_keeps_a_mission_under_its_concurrency_cap() -> None:
     mission = make_mission(max_concurrent_runs=2)
     for _ in range(3):
-        start("chaos.noop", mission=mission)
+        start("chaos.noop", account=mission)
     other = start("chaos.noop")
 
     claimed = {c.fence.run_id for c in claim(10)}

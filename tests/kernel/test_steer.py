@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def scripted(turns: list[dict[str, Any]]) -> Run:
     return runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Do as scripted.",
@@ -70,7 +70,7 @@ def test_pausing_a_running_run_parks_it_after_the_step_under_way(seeded_catalog:
             )
         )
     run = runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Slowly.",
@@ -143,7 +143,7 @@ def test_a_fork_replays_the_first_steps_without_asking_the_model_again(
             patch.setenv("ANTHROPIC_API_KEY", "test-key")
             patch.setenv("ANTHROPIC_BASE_URL", server.url)
             source = runs.start_run(
-                mission=make_mission(),
+                account=make_mission(),
                 program="agent",
                 input={
                     "goal": "Call noop twice, then finish.",

@@ -53,7 +53,7 @@ FINAL = Stream(reply(text(0, "Finished.")))
 def agent(server: WireServer, *answers: Answer) -> Run:
     server.queue(*answers)
     run = runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Call noop, then finish.",

@@ -108,7 +108,7 @@ def test_a_block_cannot_be_ended_by_its_content() -> None:
 
 def wire_run(provider: str, model: str, **extra: Any) -> Run:
     return runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Summarise the release notes.",
@@ -192,7 +192,7 @@ def echoed(run: Run) -> dict[str, Any]:
 
 def scripted_run(turns: list[dict[str, Any]], tools: list[str], **extra: Any) -> Run:
     return runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Check the page, ask the owner, answer.",
@@ -328,7 +328,7 @@ def test_a_resumed_run_sends_the_same_framed_bytes(tmp_path: Path) -> None:
             )
         server.queue(Stream(anthropic.reply(anthropic.text(0, "Finished."))))
         run = runs.start_run(
-            mission=make_mission(),
+            account=make_mission(),
             program="agent",
             input={
                 "goal": "Call noop three times, then finish.",

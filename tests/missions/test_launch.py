@@ -41,7 +41,7 @@ def test_a_mission_starts_its_root_run_with_the_trigger_recorded(project: Projec
     )
     assert mission.goal == "Write the report."
     assert mission.max_usd_micros == 2_000_000
-    assert run.mission_id == mission.pk
+    assert run.account_id == mission.pk
     assert run.contract["trigger"] == "api"
     assert run.input["constraints"] == ["Definition of done: A report exists."]
 
@@ -145,9 +145,9 @@ def test_a_schedule_fires_once_per_matching_minute(
     (started,) = schedules.fire_due(at)
     assert schedules.fire_due(at + timedelta(seconds=30)) == []  # same minute: once
     assert schedules.fire_due(at + timedelta(minutes=1)) == []  # not due
-    run = Run.objects.get(mission_id=started)
+    run = Run.objects.get(account_id=started)
     assert run.contract["trigger"].startswith("schedule:")
-    assert run.mission.goal == "Daily digest."
+    assert run.account.mission.goal == "Daily digest."
 
 
 @pytest.mark.parametrize(

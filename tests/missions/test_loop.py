@@ -42,7 +42,7 @@ NOTE = registry.register(
 
 def agent_run(turns: list[dict[str, Any]], *, tools: list[str], **extra: Any) -> Run:
     return runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Check twice, note once, answer.",
@@ -143,7 +143,7 @@ def test_it_fails_precisely_when_the_script_runs_out() -> None:
 
 
 def test_it_fails_a_run_whose_input_has_no_goal() -> None:
-    run = runs.start_run(mission=make_mission(), program="agent", input={"provider": "scripted"})
+    run = runs.start_run(account=make_mission(), program="agent", input={"provider": "scripted"})
 
     assert work() == ["failed"]
     assert Run.objects.get(pk=run.pk).error == "StepFailed: The run's input needs a goal."
@@ -424,7 +424,7 @@ def test_it_delivers_a_message_sent_while_the_run_executes() -> None:
 
 def test_it_ends_blocked_when_even_the_compacted_context_does_not_fit() -> None:
     run = runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "An enormous goal. " * 400,
@@ -455,7 +455,7 @@ def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_pat
     ]
     turns.append({"echo_context": True})
     run = runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Finish the printer.",

@@ -66,7 +66,7 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
             )
         server.queue(Stream(reply(text(0, "Finished."))))
         run = runs.start_run(
-            mission=make_mission(),
+            account=make_mission(),
             program="agent",
             input={
                 "goal": "Call noop three times, then finish.",
@@ -166,7 +166,7 @@ def test_it_fails_precisely_on_a_bad_key_or_an_unknown_model(
             else:
                 monkeypatch.delenv(name, raising=False)
         run = runs.start_run(
-            mission=make_mission(),
+            account=make_mission(),
             program="agent",
             input={"goal": "Hello.", "provider": "anthropic", "model": "claude-nope"},
         )

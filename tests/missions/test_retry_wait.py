@@ -38,7 +38,7 @@ def start_overloaded(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
     run = runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={"goal": "Say done.", "provider": "anthropic", "model": "claude-opus-5-5"},
     )

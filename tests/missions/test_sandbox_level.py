@@ -42,7 +42,7 @@ CONFINED = registry.register(_tool("confined", 1))
 
 def run_calling(tool: str) -> Run:
     run = runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Use the tool.",

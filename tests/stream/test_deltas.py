@@ -31,7 +31,7 @@ def _inline_sender(seeded_catalog: None, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def scripted_run(turns: list[dict[str, Any]]) -> Run:
     return runs.start_run(
-        mission=make_mission(),
+        account=make_mission(),
         program="agent",
         input={
             "goal": "Say something.",

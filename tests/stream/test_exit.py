@@ -31,7 +31,7 @@ from missions.engine import deltas
 from tests.kernel.factories import make_mission
 deltas._sender.submit(time.sleep, 1.0)
 runs.start_run(
-    mission=make_mission(),
+    account=make_mission(),
     program="agent",
     input={"goal": "Say hi.", "provider": "scripted", "model": "scripted",
            "script": {"turns": [{"text": "Hi."}]}},

@@ -31,8 +31,8 @@ def test_it_records_when_steps_start_and_complete_reads_when_they_complete() -> 
     ]
     assert {e["run"] for e in events} == {run.pk}
     # Step events are written without their mission; the stream reads it from the run.
-    assert {e["mission"] for e in events} == {run.mission_id}
-    assert Event.objects.filter(kind__startswith="step.", mission__isnull=True).count() == 5
+    assert {e["account"] for e in events} == {run.account_id}
+    assert Event.objects.filter(kind__startswith="step.", account__isnull=True).count() == 5
     model, tool = events[2], events[3]
     assert events[1]["data"] == {"kind": "model_call", "name": "m", "effect": "model_call"}
     assert model["trust"] == "agent"

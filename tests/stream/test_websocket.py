@@ -80,7 +80,7 @@ def table() -> list[tuple[Any, ...]]:
 def start_story(count: int, **input: Any) -> list[int]:
     mission = make_mission()
     return [
-        runs.start_run(mission=mission, program="test.stream.story", input=input).pk
+        runs.start_run(account=mission, program="test.stream.story", input=input).pk
         for _ in range(count)
     ]
 

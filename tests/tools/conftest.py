@@ -44,7 +44,7 @@ def hostile(hostile_mission: tuple[Mission, Path]) -> AgentRun:
 
     def start(turns: list[dict[str, Any]], *, tools: list[str] | None = None) -> Run:
         run = runs.start_run(
-            mission=mission,
+            account=mission,
             program="agent",
             input={
                 "goal": "Do as told.",

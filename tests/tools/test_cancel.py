@@ -32,7 +32,7 @@ def test_stopping_a_run_kills_its_running_command_and_children(
 ) -> None:
     mission, repo = hostile_mission
     run = runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         input={
             "goal": "Wait a long time.",

@@ -41,7 +41,7 @@ def test_a_shell_append_killed_before_its_result_applies_once(
 ) -> None:
     mission, repo = hostile_mission
     run = runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         input=agent_input(repo, [calls(("shell", {"command": APPEND})), FINISH]),
     )

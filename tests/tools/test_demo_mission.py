@@ -186,7 +186,7 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     assert seq_of(run, "git_push") == push
     assert commits_by_agent(run) == 1
     assert pushes(demo_base) == 2
-    assert run.mission.runs.get().status == "done"
+    assert run.account.runs.get().status == "done"
 
 
 def test_make_run_shows_the_demo_waiting_for_approval_on_home(

@@ -207,7 +207,7 @@ def test_an_agent_starts_a_mission_through_the_same_path_after_approval(
 
     (started,) = outputs(run, "start_mission")
     assert started["output"].startswith("Started mission ")
-    child = Run.objects.exclude(mission=run.mission).get()
+    child = Run.objects.exclude(account=run.account).get()
     assert child.contract["trigger"].startswith("agent:")
-    assert child.mission.project_id == run.mission.project_id
+    assert child.account.mission.project_id == run.account.mission.project_id
     assert child.input["constraints"] == ["Definition of done: CHANGELOG.md exists."]

@@ -72,7 +72,7 @@ def test_a_search_blocked_on_a_fifo_is_stopped_within_seconds(
     """ripgrep opens `.ignore` files as it walks: a FIFO there blocks it (in the sandbox)."""
     mission, repo = hostile_mission
     run = runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         input={
             "goal": "Search.",

@@ -221,7 +221,7 @@ def test_a_remote_that_hangs_does_not_hold_a_cancelled_run(
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/calc.git"
         workspace.host_git(repo, "remote", "set-url", "origin", url)
         run = runs.start_run(
-            mission=mission,
+            account=mission,
             program="agent",
             input={
                 "goal": "Push.",

@@ -25,9 +25,9 @@ def read(run: Run, sha256: str) -> str:
 
 def test_it_reads_an_artifact_of_its_own_mission_only() -> None:
     mine, theirs = make_mission(), make_mission()
-    writer = start("agent", mission=mine)
-    sibling = start("agent", mission=mine)
-    outsider = start("agent", mission=theirs)
+    writer = start("agent", account=mine)
+    sibling = start("agent", account=mine)
+    outsider = start("agent", account=theirs)
     secret = artifacts.store(content=b"the owner's token is hunter2", run=writer)
     orphan = artifacts.store(content=b"stored without a run")
 
@@ -40,8 +40,8 @@ def test_it_reads_an_artifact_of_its_own_mission_only() -> None:
 
 
 def test_an_output_another_mission_offloaded_first_stays_readable_by_each() -> None:
-    first = start("agent", mission=make_mission())
-    second = start("agent", mission=make_mission())
+    first = start("agent", account=make_mission())
+    second = start("agent", account=make_mission())
     output = "the same long test output\n" * 1000
 
     preview_one = relief.offload(output, tool="shell", run=first)

@@ -57,7 +57,7 @@ def context_after_compaction(mission: Mission, repo: Path, planted: bool) -> dic
     ]
     turns.append({"echo_context": True})
     run = runs.start_run(
-        mission=mission,
+        account=mission,
         program="agent",
         input={
             "goal": "Finish the printer.",

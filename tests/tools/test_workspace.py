@@ -43,7 +43,7 @@ def test_it_never_changes_the_mode_of_a_directory_it_did_not_make(
 
 
 def start(mission: Mission, repo: Path) -> int:
-    run = runs.start_run(mission=mission, program="agent", input={"repository": str(repo)})
+    run = runs.start_run(account=mission, program="agent", input={"repository": str(repo)})
     return run.pk
 
 

@@ -53,7 +53,7 @@ class Command(BaseCommand):
         try:
             report = bench.run(steps=steps, rounds=rounds, repeats=repeats, say=say)
             if profile:
-                say(bench.profile_kernel_step(bench.make_mission(), steps))
+                say(bench.profile_kernel_step(bench.make_account(), steps))
         except bench.BenchError as error:
             raise CommandError(str(error)) from error
         for line in report.lines():

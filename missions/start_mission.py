@@ -1,5 +1,6 @@
 """`start_mission`: an agent starts a new mission in its own project — through the same path as
-the console, the API and schedules, so it is billed, journaled and traced the same way."""
+the console, the API and schedules, so it is billed, journaled and traced the same way.
+Registered with the tool registry by the app (`MissionsConfig.ready`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from kernel.exceptions import KernelError
 from kernel.models import Effect, Run
+from missions.launch import create_mission
+from missions.models import Project
 from tools.base import Risk, Tool, ToolEnv, ToolError
 
 
@@ -15,9 +18,6 @@ def _trigger(env: ToolEnv) -> str:
 
 
 def _start(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    from missions.launch import create_mission
-    from missions.models import Project
-
     project = Project.objects.filter(pk=env.project_id).first() if env.project_id else None
     if project is None:
         raise ToolError("This run has no project to start a mission in.")
@@ -36,7 +36,7 @@ def _start(env: ToolEnv, arguments: dict[str, Any]) -> str:
 def _started(env: ToolEnv, arguments: dict[str, Any]) -> str | None:
     """After a crash: the mission this very step started, if it exists."""
     run = Run.objects.filter(contract__trigger=_trigger(env), parent__isnull=True).first()
-    return f"Started mission {run.mission_id} (run {run.pk})." if run else None
+    return f"Started mission {run.account_id} (run {run.pk})." if run else None
 
 
 START_MISSION = Tool(

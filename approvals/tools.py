@@ -1,10 +1,12 @@
 """Owner tools: ask a question, request an approval, notify. They talk to the owner through the
-kernel's durable waits and events, so the run leaves its worker while it waits."""
+kernel's durable waits and events, so the run leaves its worker while it waits. Registered with
+the tool registry by the app (`ApprovalsConfig.ready`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from approvals.service import ask_approval, ask_question
 from kernel.context import Done, RunContext
 from kernel.models import Effect, StepKind
 from tools.base import Risk, Tool, ToolEnv, Workbench
@@ -15,15 +17,11 @@ def _not_here(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
 
 def _ask(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
-    from approvals.service import ask_question
-
     answer = ask_question(ctx, arguments["question"], choices=arguments.get("choices"))
     return f"The owner answered: {answer}"
 
 
 def _request_approval(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
-    from approvals.service import ask_approval
-
     outcome = ask_approval(
         ctx, bench, REQUEST_APPROVAL, arguments, justification=arguments["justification"]
     )
@@ -39,7 +37,7 @@ def _notify(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str
         journal.append_event(
             "owner.notified",
             run_id=ctx.run_id,
-            mission_id=ctx.run.mission_id,
+            account_id=ctx.run.account_id,
             seq=call.seq,
             message=arguments["message"],
         )

@@ -1,7 +1,7 @@
 """The event stream over /api/v1: page numbered events by cursor (`kernel.stream`).
 
-The same events, numbers and cursor as the console's WebSocket: a script that polls this
-endpoint with its last number misses nothing and gets nothing twice.
+The same events, numbers and cursor as the console's WebSocket (`wire` gives both their shape):
+a script that polls this endpoint with its last number misses nothing and gets nothing twice.
 """
 
 from __future__ import annotations
@@ -27,11 +27,19 @@ class PageQuery(Schema):
     limit: int = Field(100, ge=1, le=500)
 
 
+def wire(event: stream.StreamEvent) -> dict[str, Any]:
+    """An event as clients read it: the kernel's account of the event's run is, for the owner,
+    its mission (a mission is the account its runs are charged to, with the same id)."""
+    data: dict[str, Any] = dict(event)
+    data["mission"] = data.pop("account")
+    return data
+
+
 class EventOut(Schema):
     number: int
     at: datetime
     kind: str
-    mission: int | None
+    mission: int | None = Field(description="the mission of the event's run")
     run: int | None
     seq: int | None
     trust: str
@@ -62,7 +70,7 @@ def list_events(request: HttpRequest, query: Query[PageQuery]) -> dict[str, Any]
             status=409,
             details={"head": head},
         )
-    events = stream.page(query.after, query.limit)
+    events = [wire(event) for event in stream.page(query.after, query.limit)]
     return {
         "events": events,
         "next": events[-1]["number"] if events else query.after,
