@@ -12,7 +12,7 @@ worktree in the sandbox) whose worker processes SIGKILL themselves at crash poin
 
 They live above the kernel (they start missions and read worktrees, which the kernel must not
 import); `manage.py chaos` finds them through `settings.CHAOS_CASES` and adds their kills and
-violations to its report; tests/chaos/test_workspace_cases.py runs each on its own.
+violations to its report; tests/chaos/test_quick_matrix.py runs each on its own.
 
 Each crash target is aimed by seq, and seqs depend on the engine's step layout: each case learns
 them from a crash-free twin of its run (the program is deterministic), never from a constant.
@@ -220,6 +220,8 @@ def lab(name: str, say: Callable[[str], None]) -> Iterator[Lab]:
         yield case
     except CaseFailed as failure:
         report.violations.append(str(failure))
+    except Exception as error:  # a case that broke is a violation: make chaos reports the rest
+        report.violations.append(f"the case broke: {error!r}")
     finally:
         for process in case.workers:
             case.stop(process)
@@ -314,6 +316,7 @@ def fork_case(*, say: Callable[[str], None] = print) -> Report:
         before = checkpoints.take(theirs, run_id=source.pk, label="chaos-before-fork")
 
         fork = runs.fork_run(source.pk, at_seq=at, by="chaos-owner")
+        case.run_ids.append(fork.pk)
         targets = [
             (fork, "before_intent_commit", at + 1),
             (fork, "after_effect_before_result", next_shell),
