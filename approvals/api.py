@@ -1,7 +1,8 @@
 """Approvals, owner questions and unknown outcomes over /api/v1: list, read, decide, answer.
 
-Decisions and answers go through `approvals.service`, as the console's do; its `KernelError`s
-(unknown id, stale hash, already settled, expired) become the API's error shape in `agentos.api`.
+Decisions and answers go through `approvals.service`, as the console's do; its refusals
+(`ApprovalError`: unknown id, stale hash; the kernel's: already settled, expired) become the API's
+error shape in `agentos.api`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, StrictBool
 
 from agentos import audit, tokens
-from agentos.errors import DomainError
 from agentos.models import Scope
 from agentos.schemas import Text
 from approvals import inbox, service
+from approvals.errors import ApprovalError
 from approvals.models import Approval, Question, Reconciliation
 
 router = Router(tags=["approvals"])
@@ -191,7 +192,7 @@ def list_approvals(request: HttpRequest, filters: Query[ListFilter]) -> list[dic
 def get_approval(request: HttpRequest, approval_id: int) -> dict[str, Any]:
     approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
     if approval is None:
-        raise DomainError(f"No approval {approval_id}.", code="not_found", status=404)
+        raise ApprovalError(f"No approval {approval_id}.", code="not_found", status=404)
     return approval_out(approval)
 
 
@@ -228,7 +229,7 @@ def list_questions(request: HttpRequest, filters: Query[ListFilter]) -> list[dic
 def get_question(request: HttpRequest, question_id: int) -> dict[str, Any]:
     question = Question.objects.select_related("run").filter(pk=question_id).first()
     if question is None:
-        raise DomainError(f"No question {question_id}.", code="not_found", status=404)
+        raise ApprovalError(f"No question {question_id}.", code="not_found", status=404)
     return question_out(question)
 
 
@@ -267,7 +268,9 @@ def list_reconciliations(request: HttpRequest, filters: Query[ListFilter]) -> li
 def get_reconciliation(request: HttpRequest, reconciliation_id: int) -> dict[str, Any]:
     found = Reconciliation.objects.select_related("run").filter(pk=reconciliation_id).first()
     if found is None:
-        raise DomainError(f"No unknown outcome {reconciliation_id}.", code="not_found", status=404)
+        raise ApprovalError(
+            f"No unknown outcome {reconciliation_id}.", code="not_found", status=404
+        )
     return reconciliation_out(found)
 
 

@@ -15,10 +15,10 @@ from django.db import transaction
 
 from agentos import audit
 from agentos.models import AuditEvent
+from approvals.errors import ApprovalError
 from approvals.models import Approval, Question, Reconciliation, Verdict
 from kernel import runs
 from kernel.context import DONE, NOT_DONE, Done, RunContext, StepCall
-from kernel.exceptions import KernelError
 from kernel.models import Effect, RunStatus, StepKind
 from tools import permissions
 from tools.base import Tool, ToolError, Workbench, arguments_hash
@@ -118,17 +118,17 @@ def decide(
             Approval.objects.select_for_update().filter(pk=approval_id).first()
         )
         if approval is None:
-            raise KernelError(f"No approval {approval_id}.", code="not_found", status=404)
+            raise ApprovalError(f"No approval {approval_id}.", code="not_found", status=404)
         expected = approval.request.get("args_hash")
         if args_hash != expected:
-            raise KernelError(
+            raise ApprovalError(
                 "args_hash does not match this approval's call: refresh it and decide on what it"
                 " shows now.",
                 code="hash_mismatch",
                 status=409,
             )
         if always and not approve:
-            raise KernelError("'always' applies to an approval only.", code="invalid_input")
+            raise ApprovalError("'always' applies to an approval only.", code="invalid_input")
         runs.answer_wait(
             approval.pk,
             answer={"approved": approve, "args_hash": args_hash, "always": always, "note": note},
@@ -162,11 +162,11 @@ def answer(
     """Answer an open question and wake its run; the security log keeps who answered, from
     where (not the text: it is in the journal), in the same transaction."""
     if not text.strip():
-        raise KernelError("An answer cannot be empty.", code="invalid_input")
+        raise ApprovalError("An answer cannot be empty.", code="invalid_input")
     with transaction.atomic():
         question = Question.objects.filter(pk=question_id).first()
         if question is None:
-            raise KernelError(f"No question {question_id}.", code="not_found", status=404)
+            raise ApprovalError(f"No question {question_id}.", code="not_found", status=404)
         runs.answer_wait(question_id, answer={"text": text}, by=by)
         audit.record(
             AuditEvent.Kind.QUESTION_ANSWERED,
@@ -198,16 +198,16 @@ def settle(
     The security log keeps who decided what, from where, in the same transaction.
     """
     if verdict not in Verdict.values:
-        raise KernelError(
+        raise ApprovalError(
             f"A verdict is one of {', '.join(Verdict.values)}, not {verdict!r}.",
             code="invalid_input",
         )
     if result and verdict != Verdict.HAPPENED:
-        raise KernelError("Only 'happened' takes a result.", code="invalid_input")
+        raise ApprovalError("Only 'happened' takes a result.", code="invalid_input")
     with transaction.atomic():
         found = Reconciliation.objects.filter(pk=reconciliation_id).first()
         if found is None:
-            raise KernelError(
+            raise ApprovalError(
                 f"No unknown outcome {reconciliation_id}.", code="not_found", status=404
             )
         # What `kernel.context.RunContext._reconcile` reads, and the verdict as the owner gave it.
@@ -240,7 +240,7 @@ def _always_allow(approval: Approval) -> None:
     request = approval.request
     tool = registry.get(str(request.get("tool", "")))
     if tool is None or request.get("project_id") is None:
-        raise KernelError("This approval cannot become a project rule.", code="invalid_input")
+        raise ApprovalError("This approval cannot become a project rule.", code="invalid_input")
     PermissionRule.objects.create(
         project_id=request["project_id"],
         tool=tool.name,

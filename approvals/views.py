@@ -188,7 +188,8 @@ def _question(question_id: int) -> Question:
 
 
 def _decision_error(refused: DomainError) -> str:
-    """The service's refusal in the owner's words (it speaks of waits and hashes)."""
+    """The refusal of the service (`ApprovalError`) or of the kernel under it (a wait already
+    settled or expired), in the owner's words (they speak of waits and hashes)."""
     messages = {
         "already_settled": _("This was already settled, perhaps from another device."),
         "expired": _("This expired before your decision: no answer in time counts as a refusal."),

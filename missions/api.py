@@ -2,8 +2,8 @@
 
 Missions start through `missions.launch.create_mission`, as from the console, a schedule or
 another agent; provider keys, global caps and schedules change through their services. Their
-`KernelError`s (unknown ids, invalid caps, no provider) become the API's error shape in
-`agentos.api`; nothing is written when one is raised.
+refusals (`MissionError`s, and the kernel's `KernelError`s for caps) become the API's error shape
+in `agentos.api`; nothing is written when one is raised.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool, StrictInt
 
-from agentos.errors import DomainError
 from agentos.schemas import Text
 from kernel import budgets
 from missions import keys, launch, projects, schedules
+from missions.errors import MissionError
 from missions.models import Mission, Project, Schedule
 
 router = Router()
@@ -31,8 +31,8 @@ INT32 = 2**31 - 1
 INT64 = 2**63 - 1
 
 
-def not_found(what: str, pk: object) -> DomainError:
-    return DomainError(f"No {what} {pk}.", code="not_found", status=404)
+def not_found(what: str, pk: object) -> MissionError:
+    return MissionError(f"No {what} {pk}.", code="not_found", status=404)
 
 
 def project_or_404(project_id: int) -> Project:
@@ -199,7 +199,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
         if not isinstance(pk, int) or isinstance(pk, bool) or created_at.tzinfo is None:
             raise ValueError(cursor)
     except (ValueError, TypeError, binascii.Error):
-        raise DomainError(
+        raise MissionError(
             "This cursor was not given by this API; start again without one.",
             code="invalid_cursor",
             status=422,

@@ -17,7 +17,6 @@ from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool, StrictInt
 
 from agentos import tokens
-from agentos.errors import DomainError
 from agentos.schemas import Text
 from approvals import inbox
 from kernel import artifacts, runs, versions
@@ -25,6 +24,7 @@ from kernel.budgets import CAP_FIELDS
 from kernel.models import TERMINAL, Artifact, Run, Step
 from missions import steering
 from missions.api import INT32, not_found
+from missions.errors import MissionError
 from missions.models import Mission, OwnerMessage
 
 logger = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def unfinished_run(run_id: int) -> Run:
     """The run to steer; 404 if unknown, 409 if it has ended (as `steering.send_message`)."""
     run = run_or_404(run_id)
     if run.is_terminal:
-        raise DomainError(
+        raise MissionError(
             f"Run {run_id} has ended ({run.status}); start a new one.",
             code="run_ended",
             status=409,
@@ -302,7 +302,7 @@ def download_artifact(request: HttpRequest, sha256: str) -> FileResponse:
         file = artifacts.open_artifact(artifact)
     except FileNotFoundError:
         logger.warning("artifact %s has a row but no file", artifact.sha256)
-        raise DomainError(
+        raise MissionError(
             f"The file of artifact {sha256} is missing from the data folder.",
             code="artifact_missing",
             status=404,

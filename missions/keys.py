@@ -12,7 +12,7 @@ import logging
 import os
 
 from agentos import vault
-from kernel.exceptions import KernelError
+from missions.errors import MissionError
 from missions.models import ProviderKey
 from missions.providers.registry import KEYS
 
@@ -23,7 +23,7 @@ ENV = KEYS  # provider -> the environment variable its SDK reads
 
 def _known(provider: str) -> str:
     if provider not in ENV:
-        raise KernelError(
+        raise MissionError(
             f"Unknown provider {provider!r}; expected {', '.join(sorted(ENV))}.",
             code="not_found",
             status=404,
@@ -54,7 +54,9 @@ def get(provider: str) -> str | None:
 def put(provider: str, key: str) -> ProviderKey:
     key = key.strip()
     if len(key) < 8 or len(key) > 500 or any(c.isspace() for c in key):
-        raise KernelError("An API key is 8 to 500 characters without spaces.", code="invalid_input")
+        raise MissionError(
+            "An API key is 8 to 500 characters without spaces.", code="invalid_input"
+        )
     stored, _ = ProviderKey.objects.update_or_create(
         provider=_known(provider),
         defaults={"ciphertext": vault.encrypt(key), "hint": key[-4:]},

@@ -9,8 +9,8 @@ from django.db import transaction
 
 from kernel import runs
 from kernel.budgets import CAP_FIELDS, validate_caps
-from kernel.exceptions import KernelError
 from kernel.models import Run
+from missions.errors import MissionError
 from missions.models import Mission, Project, Role
 from missions.routing import route_for
 from tools.builtin import CODING_TOOLS
@@ -34,7 +34,7 @@ def start_mission(
     provider has no key: then `script` is what it plays)."""
     route = route_for(mission, "executor")
     if route.provider == "scripted" and script is None:
-        raise KernelError(
+        raise MissionError(
             "No API key for the executor's provider and no script for the offline model: set"
             " ANTHROPIC_API_KEY or OPENAI_API_KEY.",
             code="no_provider",
@@ -91,9 +91,9 @@ def create_mission(
     whoever pulled the trigger)."""
     goal = goal.strip() if isinstance(goal, str) else ""
     if not goal:
-        raise KernelError("A mission needs a goal.", code="invalid_input")
+        raise MissionError("A mission needs a goal.", code="invalid_input")
     if len(goal) > MAX_GOAL:
-        raise KernelError(f"A goal has at most {MAX_GOAL} characters.", code="invalid_input")
+        raise MissionError(f"A goal has at most {MAX_GOAL} characters.", code="invalid_input")
     clean_caps = _caps(caps or {})
     clean_routes = _routes(routes or {})
     with transaction.atomic():
@@ -114,14 +114,14 @@ def _caps(caps: dict[str, Any]) -> dict[str, int | None]:
     caps = dict(caps)
     concurrent = caps.pop("max_concurrent_runs", None)
     if "max_seconds" in caps:
-        raise KernelError(
+        raise MissionError(
             "Unknown budget cap 'max_seconds' for a mission (it caps runs).",
             code="invalid_budget",
         )
     clean = validate_caps(caps)
     if concurrent is not None:
         if isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1:
-            raise KernelError(
+            raise MissionError(
                 "Cap max_concurrent_runs must be an integer of at least 1.", code="invalid_budget"
             )
         clean["max_concurrent_runs"] = concurrent
@@ -132,24 +132,24 @@ def _routes(routes: dict[str, Any]) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for role, route in routes.items():
         if role not in Role.values:
-            raise KernelError(
+            raise MissionError(
                 f"Unknown role {role!r}; roles: {', '.join(Role.values)}.", code="invalid_input"
             )
         if not isinstance(route, dict) or set(route) - {"provider", "model", "effort"}:
-            raise KernelError(
+            raise MissionError(
                 f"The route of {role} is {{provider, model, effort}}.", code="invalid_input"
             )
         provider, model = route.get("provider"), route.get("model")
         if provider not in PROVIDERS:
-            raise KernelError(
+            raise MissionError(
                 f"Unknown provider {provider!r}; providers: {', '.join(PROVIDERS)}.",
                 code="invalid_input",
             )
         if not isinstance(model, str) or not model.strip() or len(model) > 100:
-            raise KernelError(f"The route of {role} needs a model name.", code="invalid_input")
+            raise MissionError(f"The route of {role} needs a model name.", code="invalid_input")
         effort = route.get("effort")
         if effort is not None and effort not in EFFORTS:
-            raise KernelError(
+            raise MissionError(
                 f"Unknown effort {effort!r}; efforts: {', '.join(EFFORTS)}.", code="invalid_input"
             )
         clean[role] = {"provider": provider, "model": model.strip(), "effort": effort}

@@ -5,12 +5,12 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from kernel.exceptions import KernelError
+from missions.errors import MissionError
 from missions.models import Project
 
 
 def create_project(*, name: str, description: str = "", repository: str = "") -> Project:
-    """A new project, or `KernelError` (422) naming each invalid field: a name already taken,
+    """A new project, or `MissionError` (422) naming each invalid field: a name already taken,
     a repository that is not an absolute path to a git repository."""
     project = Project(name=name.strip(), description=description.strip(), repository=repository)
     project.repository = project.repository.strip()
@@ -25,8 +25,8 @@ def create_project(*, name: str, description: str = "", repository: str = "") ->
     return project
 
 
-def _invalid(fields: dict[str, list[str]]) -> KernelError:
-    return KernelError(
+def _invalid(fields: dict[str, list[str]]) -> MissionError:
+    return MissionError(
         "The project is not valid: "
         + "; ".join(f"{field}: {' '.join(messages)}" for field, messages in fields.items()),
         code="invalid_input",

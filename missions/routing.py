@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel.exceptions import KernelError
+from missions.errors import MissionError
 from missions.models import Mission, Role, RoleRoute
 from missions.providers.registry import has_key
 
@@ -29,14 +29,14 @@ class Route:
 def route_for(mission: Mission, role: str) -> Route:
     """The mission's override for `role`, else the role's default; scripted without a key."""
     if role not in Role.values:
-        raise KernelError(f"Unknown role {role!r}; roles: {', '.join(Role.values)}.")
+        raise MissionError(f"Unknown role {role!r}; roles: {', '.join(Role.values)}.")
     override = mission.routes.get(role) if isinstance(mission.routes, dict) else None
     if override:
         route = Route(override["provider"], override["model"], override.get("effort") or None)
     else:
         default = RoleRoute.objects.filter(role=role).first()
         if default is None:
-            raise KernelError(f"No route for role {role!r}: set one in the admin.")
+            raise MissionError(f"No route for role {role!r}: set one in the admin.")
         route = Route(default.provider, default.model, default.effort or None)
     if route.provider != "scripted" and not has_key(route.provider):
         return Route("scripted", "scripted", None, scripted_stand_in=True)

@@ -24,6 +24,7 @@ from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Run
 from missions import overview, steering, timeline
+from missions.errors import MissionError
 from missions.forms import ForkForm, MessageForm
 from tools import retention
 
@@ -116,7 +117,8 @@ def run_message(request: HttpRequest, run_id: int) -> HttpResponse:
             text=form.cleaned_data["text"],
             interrupt=form.cleaned_data["interrupt"],
         )
-    except KernelError as refused:
+    # The steering's own refusal (empty, too long, an ended run) or the kernel's, interrupting.
+    except (MissionError, KernelError) as refused:
         return _page(request, run, status=refused.status, error=refused.message, form=form)
     if form.cleaned_data["interrupt"]:
         messages.success(request, _("Sent. The current step is interrupted; it arrives now."))

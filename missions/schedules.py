@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 from huey import crontab
 
-from kernel.exceptions import KernelError
+from missions.errors import MissionError
 from missions.models import Project, Schedule
 
 logger = logging.getLogger(__name__)
@@ -101,18 +101,18 @@ def update_schedule(schedule_id: int, changes: dict[str, Any]) -> Schedule:
     """Change some fields of a schedule; all or nothing."""
     unknown = set(changes) - set(SCHEDULE_FIELDS)
     if unknown:
-        raise KernelError(f"Unknown schedule fields: {', '.join(sorted(unknown))}.")
+        raise MissionError(f"Unknown schedule fields: {', '.join(sorted(unknown))}.")
     with transaction.atomic():
         schedule = Schedule.objects.select_for_update().filter(pk=schedule_id).first()
         if schedule is None:
-            raise KernelError(f"No schedule {schedule_id}.", code="not_found", status=404)
+            raise MissionError(f"No schedule {schedule_id}.", code="not_found", status=404)
         return _save(schedule, changes)
 
 
 def delete_schedule(schedule_id: int) -> None:
     deleted, _by_model = Schedule.objects.filter(pk=schedule_id).delete()
     if not deleted:
-        raise KernelError(f"No schedule {schedule_id}.", code="not_found", status=404)
+        raise MissionError(f"No schedule {schedule_id}.", code="not_found", status=404)
 
 
 def _save(schedule: Schedule, values: dict[str, Any]) -> Schedule:
@@ -122,7 +122,7 @@ def _save(schedule: Schedule, values: dict[str, Any]) -> Schedule:
         schedule.full_clean()
     except ValidationError as error:
         fields = error.message_dict
-        raise KernelError(
+        raise MissionError(
             "The schedule is not valid: "
             + "; ".join(f"{field}: {' '.join(messages)}" for field, messages in fields.items()),
             code="invalid_input",

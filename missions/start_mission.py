@@ -8,6 +8,7 @@ from typing import Any
 
 from kernel.exceptions import KernelError
 from kernel.models import Effect, Run
+from missions.errors import MissionError
 from missions.launch import create_mission
 from missions.models import Project
 from tools.base import Risk, Tool, ToolEnv, ToolError
@@ -28,7 +29,8 @@ def _start(env: ToolEnv, arguments: dict[str, Any]) -> str:
             definition_of_done=arguments.get("definition_of_done", ""),
             trigger=_trigger(env),
         )
-    except KernelError as error:
+    # The mission's refusal or the kernel's (caps, the account's limits): the model reads why.
+    except (MissionError, KernelError) as error:
         raise ToolError(f"The mission was not started: {error.message}") from None
     return f"Started mission {mission.pk} (run {run.pk})."
 

@@ -6,8 +6,8 @@ from django.db import transaction
 from django.db.models import Q
 
 from kernel import journal, runs, scheduler
-from kernel.exceptions import KernelError
 from kernel.models import Run, Trust
+from missions.errors import MissionError
 from missions.models import OwnerMessage
 
 MAX_CHARS = 20_000
@@ -21,15 +21,15 @@ def send_message(*, run_id: int, text: str, interrupt: bool = False) -> OwnerMes
     """
     text = text.strip()
     if not text:
-        raise KernelError("A steering message cannot be empty.")
+        raise MissionError("A steering message cannot be empty.")
     if len(text) > MAX_CHARS:
-        raise KernelError(f"A steering message has at most {MAX_CHARS} characters.")
+        raise MissionError(f"A steering message has at most {MAX_CHARS} characters.")
     with transaction.atomic():
         run = Run.objects.filter(pk=run_id).first()
         if run is None:
-            raise KernelError(f"No run {run_id}.", code="not_found", status=404)
+            raise MissionError(f"No run {run_id}.", code="not_found", status=404)
         if run.is_terminal:
-            raise KernelError(
+            raise MissionError(
                 f"Run {run_id} has ended ({run.status}); start a new one.",
                 code="run_ended",
                 status=409,

@@ -19,6 +19,7 @@ from kernel import artifacts as artifact_files
 from kernel.exceptions import KernelError
 from kernel.models import Artifact
 from missions import costs, keys, overview
+from missions.errors import MissionError
 from missions.forms import MissionForm, initial_from
 from missions.launch import create_mission
 from missions.models import Mission, Project
@@ -64,7 +65,8 @@ def mission_new(request: HttpRequest) -> HttpResponse:
                     routes=form.routes(),
                     trigger="console",
                 )
-            except KernelError as refused:
+            # The mission's refusal (goal, routes) or the kernel's (caps, the account's limits).
+            except (MissionError, KernelError) as refused:
                 form.add_error(None, refused.message)
                 status = refused.status
             else:

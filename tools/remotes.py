@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentos import vault
-from kernel.exceptions import KernelError
+from tools.errors import ToolConfigError
 from tools.models import CredentialKind, RemoteCredential
 
 URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
@@ -57,7 +57,7 @@ def credentials(project_id: int | None, remote: str, url: str) -> Iterator[Auth]
     try:
         secret = vault.decrypt(bytes(stored.ciphertext))
     except vault.Unreadable:
-        raise KernelError(
+        raise ToolConfigError(
             f"The credential for remote {remote!r} cannot be decrypted with the vault's keys;"
             " set it again in the admin.",
             code="credential_unreadable",
@@ -92,9 +92,9 @@ def put(*, project_id: int, remote: str, kind: str, secret: str, username: str =
     """Store (or replace) the credential of a project's remote, encrypted."""
     secret = secret.strip()
     if kind not in CredentialKind.values:
-        raise KernelError(f"Unknown credential kind {kind!r}.", code="invalid_input")
+        raise ToolConfigError(f"Unknown credential kind {kind!r}.", code="invalid_input")
     if not secret or len(secret) > 20_000:
-        raise KernelError("A credential is 1 to 20,000 characters.", code="invalid_input")
+        raise ToolConfigError("A credential is 1 to 20,000 characters.", code="invalid_input")
     RemoteCredential.objects.update_or_create(
         project_id=project_id,
         remote=remote,

@@ -12,6 +12,7 @@ from django.utils import timezone
 from kernel.exceptions import KernelError
 from kernel.models import Run
 from missions import keys, schedules
+from missions.errors import MissionError
 from missions.launch import create_mission
 from missions.models import Mission, Project, ProviderKey, Schedule
 from missions.providers import registry
@@ -100,22 +101,36 @@ def test_a_mission_on_openai_asks_for_reasoning_summaries_and_one_prompt_cache(
     assert asked["store"] is False
 
 
+# The caps are the kernel's to refuse (`validate_caps`); the goal and routes the mission's.
 @pytest.mark.parametrize(
-    ("arguments", "message"),
+    ("arguments", "refusal", "message"),
     [
-        ({"goal": " "}, "needs a goal"),
-        ({"goal": "x", "caps": {"max_dollars": 1}}, "Unknown budget cap 'max_dollars'"),
-        ({"goal": "x", "caps": {"max_turns": -1}}, r"cannot be negative \(got -1\)"),
-        ({"goal": "x", "caps": {"max_turns": "10"}}, "must be an integer"),
-        ({"goal": "x", "routes": {"boss": {}}}, "Unknown role 'boss'"),
-        ({"goal": "x", "routes": {"executor": {"provider": "acme", "model": "m"}}}, "acme"),
-        ({"goal": "x", "routes": {"executor": {"provider": "openai"}}}, "needs a model"),
+        ({"goal": " "}, MissionError, "needs a goal"),
+        (
+            {"goal": "x", "caps": {"max_dollars": 1}},
+            KernelError,
+            "Unknown budget cap 'max_dollars'",
+        ),
+        ({"goal": "x", "caps": {"max_turns": -1}}, KernelError, r"cannot be negative \(got -1\)"),
+        ({"goal": "x", "caps": {"max_turns": "10"}}, KernelError, "must be an integer"),
+        ({"goal": "x", "caps": {"max_seconds": 60}}, MissionError, "it caps runs"),
+        ({"goal": "x", "routes": {"boss": {}}}, MissionError, "Unknown role 'boss'"),
+        (
+            {"goal": "x", "routes": {"executor": {"provider": "acme", "model": "m"}}},
+            MissionError,
+            "acme",
+        ),
+        (
+            {"goal": "x", "routes": {"executor": {"provider": "openai"}}},
+            MissionError,
+            "needs a model",
+        ),
     ],
 )
 def test_bad_input_creates_nothing(
-    project: Project, arguments: dict[str, object], message: str
+    project: Project, arguments: dict[str, object], refusal: type[Exception], message: str
 ) -> None:
-    with pytest.raises(KernelError, match=message):
+    with pytest.raises(refusal, match=message):
         create_mission(project=project, trigger="api", script=SCRIPT, **arguments)  # type: ignore[arg-type]
     assert not Mission.objects.exists()
     assert not Run.objects.exists()
@@ -126,7 +141,7 @@ def test_without_a_key_or_a_script_nothing_is_created(
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(KernelError, match="No API key"):
+    with pytest.raises(MissionError, match="No API key"):
         create_mission(project=project, goal="x", trigger="api")
     assert not Mission.objects.exists()
 
@@ -177,7 +192,7 @@ def test_provider_keys_are_write_only_and_encrypted(monkeypatch: pytest.MonkeyPa
     assert keys.delete("openai")
     monkeypatch.delenv("OPENAI_API_KEY")
     assert not registry.has_key("openai")
-    with pytest.raises(KernelError, match="Unknown provider"):
+    with pytest.raises(MissionError, match="Unknown provider"):
         keys.put("acme", "0123456789")
-    with pytest.raises(KernelError, match="8 to 500"):
+    with pytest.raises(MissionError, match="8 to 500"):
         keys.put("openai", "short")

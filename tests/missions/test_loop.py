@@ -275,14 +275,14 @@ def test_it_delivers_an_owner_message_at_the_next_model_call_and_keeps_it_on_rep
 
 
 def test_it_refuses_empty_messages_and_messages_to_ended_runs() -> None:
-    from kernel.exceptions import KernelError
     from missions import steering
+    from missions.errors import MissionError
 
     run = agent_run([{"text": "Hi."}], tools=[])
-    with pytest.raises(KernelError, match="cannot be empty"):
+    with pytest.raises(MissionError, match="cannot be empty"):
         steering.send_message(run_id=run.pk, text="  ")
     work()
-    with pytest.raises(KernelError, match="has ended"):
+    with pytest.raises(MissionError, match="has ended"):
         steering.send_message(run_id=run.pk, text="too late")
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.exceptions import KernelError
 from missions import routing
+from missions.errors import MissionError
 from tests.kernel.factories import make_mission
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def test_it_lets_a_mission_override_a_role(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_it_refuses_an_unknown_role() -> None:
-    with pytest.raises(KernelError, match="Unknown role 'janitor'"):
+    with pytest.raises(MissionError, match="Unknown role 'janitor'"):
         routing.route_for(make_mission(), "janitor")
 
 

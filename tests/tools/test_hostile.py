@@ -12,8 +12,8 @@ import time_machine
 from django.utils import timezone
 
 from approvals import service
+from approvals.errors import ApprovalError
 from approvals.models import Approval
-from kernel.exceptions import KernelError
 from kernel.models import Run, Step
 from kernel.worker import Worker
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
@@ -150,7 +150,7 @@ def test_an_approval_of_one_call_does_not_authorise_another(hostile: AgentRun) -
     assert first.request["arguments"] == {"remote": "origin", "branch": "feature"}
     # Deciding with the hash of another call is refused outright.
     other = arguments_hash("git_push", {"remote": "origin", "branch": "main"})
-    with pytest.raises(KernelError, match="args_hash does not match"):
+    with pytest.raises(ApprovalError, match="args_hash does not match"):
         service.decide(first.pk, approve=True, args_hash=other)
     service.decide(first.pk, approve=True, args_hash=first.request["args_hash"])
     Worker(lease_seconds=30).run_until_idle()
