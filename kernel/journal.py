@@ -129,16 +129,22 @@ def _cursor() -> Iterator[psycopg.Cursor[Any]]:
         yield cursor
 
 
+# The whole journal of a run as one JSON document: one value to decode instead of a row and a
+# JSON result per step (a 1,000-step resume spent more time decoding rows than reading them).
+# A result comes out in jsonb's key order, as it would column by column (`as_stored`).
+_LOAD = """
+SELECT coalesce(json_agg(json_build_array(seq, kind, effect, name, request_hash, result,
+    finished_at IS NOT NULL, settled_by) ORDER BY seq), '[]')
+FROM kernel_step WHERE run_id = %s
+"""
+
+
 def load(run_id: int) -> dict[int, Record]:
     """Every step of a run, in one query (resume reads the journal once, not per step)."""
     with _cursor() as cursor:
-        cursor.execute(
-            "SELECT seq, kind, effect, name, request_hash, result, finished_at IS NOT NULL,"
-            " settled_by FROM kernel_step WHERE run_id = %s ORDER BY seq",
-            (run_id,),
-            prepare=True,
-        )
-        return {row[0]: Record(*row) for row in cursor.fetchall()}
+        cursor.execute(_LOAD, (run_id,), prepare=True)
+        row = cursor.fetchone()
+    return {step[0]: Record(*step) for step in (row[0] if row else [])}
 
 
 # Also returns the run's `wake_pending` flag (read from the row it locks anyway): whether

@@ -110,6 +110,9 @@ class Tool:
         """The arguments if they match the input schema; else a precise `ToolInputError`."""
         if not isinstance(arguments, dict):
             raise ToolInputError(f"{self.name}: arguments must be a JSON object.")
+        # The common case, valid arguments, without building an error tree.
+        if self._validator.is_valid(arguments):
+            return arguments
         error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
         if error is not None:
             where = "/".join(str(part) for part in error.absolute_path) or "(root)"
