@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
-from kernel.bus import OWNER_GROUP, layer_call, shutting_down
+from kernel.bus import OWNER_GROUP, ShuttingDown, layer_call, shutting_down
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +132,8 @@ class _Presence:
                 return self.listening
         try:
             listening = _group_has_members(layer)
+        except ShuttingDown:
+            raise  # not a failure of the layer: the sender below drops the deltas quietly
         except Exception:
             logger.exception("channel layer presence check failed; sending deltas anyway")
             listening = True
@@ -172,6 +174,9 @@ def _send(messages: list[Message]) -> None:
             return
         for message in messages:
             layer_call(layer.group_send, OWNER_GROUP, message)
+    except ShuttingDown:
+        # Ephemeral output of a process that is exiting: nobody will read it.
+        logger.debug("%d delta(s) not sent: the process is exiting", len(messages))
     except Exception:
         logger.exception("%d delta(s) not sent", len(messages))
     finally:
