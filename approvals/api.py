@@ -23,7 +23,7 @@ from approvals.models import Approval, Question, Reconciliation
 
 router = Router(tags=["approvals"])
 
-StatusName = Literal["pending", "approved", "refused", "expired", "answered"]
+StatusName = Literal["pending", "approved", "refused", "expired", "answered", "closed"]
 
 
 class ListFilter(Schema):
@@ -70,7 +70,7 @@ class CallOut(Schema):
 class ReconciliationOut(Schema):
     type: Literal["reconciliation"] = "reconciliation"
     id: int
-    status: Literal["pending", "answered"]
+    status: Literal["pending", "answered", "closed"]
     mission_id: int
     run_id: int
     seq: int = Field(description="The interrupted step")

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from approvals.models import Approval, Question, Reconciliation, Status, Verdict
 from kernel import programs
@@ -26,9 +27,15 @@ MISSION_CHARS = 80
 
 
 def pending() -> Q:
-    """Open and not past due: a wait the kernel has not yet marked expired is already expired
-    to the owner once its time is up (`Approval.status` says the same)."""
-    return Q(state=WaitState.OPEN) & (Q(due_at__isnull=True) | Q(due_at__gt=timezone.now()))
+    """Open, not past due, on a run that goes on: a wait the kernel has not yet marked expired
+    is already expired to the owner once its time is up, and one left open on a run that ended
+    or is stopping is closed (`Approval.status` says the same)."""
+    return (
+        Q(state=WaitState.OPEN)
+        & (Q(due_at__isnull=True) | Q(due_at__gt=timezone.now()))
+        & Q(run__cancel_requested=False)
+        & ~Q(run__status__in=TERMINAL)
+    )
 
 
 def approvals(*, pending_only: bool) -> QuerySet[Approval]:
@@ -45,7 +52,7 @@ def reconciliations(*, pending_only: bool) -> QuerySet[Reconciliation]:
     found = Reconciliation.objects.select_related("run__account__mission").order_by(
         "-created_at", "-id"
     )
-    return found.filter(state=WaitState.OPEN) if pending_only else found
+    return found.filter(pending()) if pending_only else found
 
 
 def needing_migration() -> QuerySet[Run]:
@@ -88,6 +95,49 @@ def subject(request: dict[str, Any]) -> str:
     else:
         text = json.dumps(arguments, sort_keys=True, ensure_ascii=False)
     return one_line(text, SUBJECT_CHARS)
+
+
+def sentence(request: dict[str, Any], project: str | None) -> str:
+    """What approving will do, in one sentence the owner reads first ("Push 2 commits to origin
+    main of project demo"); the tools the owner meets most often are said in words, any other
+    by its name and subject."""
+    tool = str(request.get("tool", ""))
+    arguments = request.get("arguments")
+    arguments = arguments if isinstance(arguments, dict) else {}
+    preview = request.get("preview")
+    preview = preview if isinstance(preview, dict) else {}
+    where = {"project": project or ""}
+    if tool == "git_push":
+        target = {"remote": arguments.get("remote", "origin"), "branch": arguments.get("branch")}
+        commits = [line for line in str(preview.get("commits") or "").splitlines() if line]
+        if commits:
+            text = ngettext(
+                "Push %(count)d commit to %(remote)s %(branch)s",
+                "Push %(count)d commits to %(remote)s %(branch)s",
+                len(commits),
+            ) % {"count": len(commits), **target}
+        else:
+            text = _("Push to %(remote)s %(branch)s") % target
+        if project:
+            text = _("%(action)s of project %(project)s") % {"action": text, **where}
+        return text
+    if tool == "request_approval":
+        return _("Do what the agent describes: %(action)s") % {
+            "action": one_line(str(arguments.get("action", "")), SUBJECT_CHARS)
+        }
+    words = {
+        "shell": _("Run a command"),
+        "git_commit": _("Commit to the run's branch"),
+        "write_file": _("Write a file"),
+        "edit_file": _("Edit a file"),
+    }
+    text = words.get(tool) or _("Use %(tool)s on “%(subject)s”") % {
+        "tool": tool,
+        "subject": subject(request),
+    }
+    if project:
+        text = _("%(action)s in project %(project)s") % {"action": text, **where}
+    return text
 
 
 def one_line(text: str, chars: int) -> str:
@@ -244,11 +294,7 @@ def settled(*, limit: int = 20) -> Collected:
         for q in questions(pending_only=False).exclude(pending()).order_by(latest, "-id")[:limit]
     ]
     found += _reconciliation_items(
-        list(
-            reconciliations(pending_only=False)
-            .exclude(state=WaitState.OPEN)
-            .order_by(latest, "-id")[:limit]
-        )
+        list(reconciliations(pending_only=False).exclude(pending()).order_by(latest, "-id")[:limit])
     )
     found.sort(key=lambda item: item.settled_at or item.due_at or item.created_at, reverse=True)
     return Collected(found[:limit], 0, collected_at)

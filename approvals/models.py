@@ -13,7 +13,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from kernel.models import Wait, WaitKind, WaitState
+from kernel.models import TERMINAL, Wait, WaitKind, WaitState
+from kernel.runs import STOPPED_MARK
 
 
 class Status(models.TextChoices):
@@ -22,15 +23,31 @@ class Status(models.TextChoices):
     REFUSED = "refused", _("refused")
     EXPIRED = "expired", _("expired (refused)")
     ANSWERED = "answered", _("answered")
+    CLOSED = "closed", _("closed: the run was stopped")
 
 
 class _PastDue:
     due_at: Any
+    state: str
+    answer: Any
+    run: Any
 
     @property
     def is_past_due(self) -> bool:
         # The kernel marks a wait expired when it looks at the run; to the owner it is already.
         return self.due_at is not None and self.due_at <= timezone.now()
+
+    @property
+    def is_closed(self) -> bool:
+        """Ended with its run: closed when the run was stopped (`kernel.runs.request_stop`), or
+        left open on a run that has ended or is stopping (stopped before waits ended with it)."""
+        if self.state == WaitState.OPEN:
+            return self.run.cancel_requested or self.run.status in TERMINAL
+        return (
+            self.state == WaitState.EXPIRED
+            and isinstance(self.answer, dict)
+            and STOPPED_MARK in self.answer
+        )
 
 
 class ApprovalManager(models.Manager["Approval"]):
@@ -58,6 +75,8 @@ class Approval(_PastDue, Wait):
 
     @property
     def status(self) -> str:
+        if self.is_closed:
+            return Status.CLOSED
         if self.state == WaitState.OPEN:
             return Status.EXPIRED if self.is_past_due else Status.PENDING
         if self.state == WaitState.EXPIRED:
@@ -77,6 +96,8 @@ class Question(_PastDue, Wait):
 
     @property
     def status(self) -> str:
+        if self.is_closed:
+            return Status.CLOSED
         if self.state == WaitState.OPEN and self.is_past_due:
             return Status.EXPIRED
         if self.state == WaitState.OPEN:
@@ -109,6 +130,8 @@ class Reconciliation(Wait):
 
     @property
     def status(self) -> str:
+        if self.state == WaitState.EXPIRED:  # it never expires: its run was stopped
+            return Status.CLOSED
         return Status.PENDING if self.state == WaitState.OPEN else Status.ANSWERED
 
     @property

@@ -119,6 +119,7 @@ def decide(
         )
         if approval is None:
             raise ApprovalError(f"No approval {approval_id}.", code="not_found", status=404)
+        _refuse_closed(approval, "nothing was approved or refused")
         expected = approval.request.get("args_hash")
         if args_hash != expected:
             raise ApprovalError(
@@ -164,9 +165,10 @@ def answer(
     if not text.strip():
         raise ApprovalError("An answer cannot be empty.", code="invalid_input")
     with transaction.atomic():
-        question = Question.objects.filter(pk=question_id).first()
+        question = Question.objects.select_for_update().filter(pk=question_id).first()
         if question is None:
             raise ApprovalError(f"No question {question_id}.", code="not_found", status=404)
+        _refuse_closed(question, "the answer was not sent")
         runs.answer_wait(question_id, answer={"text": text}, by=by)
         audit.record(
             AuditEvent.Kind.QUESTION_ANSWERED,
@@ -232,6 +234,17 @@ def settle(
             verdict=verdict,
         )
     return Reconciliation.objects.get(pk=found.pk)
+
+
+def _refuse_closed(wait: Approval | Question, consequence: str) -> None:
+    """A wait that ended with its run (stopped) is not answered: said as such, not as a wait
+    "already settled" (the owner did not settle it)."""
+    if wait.is_closed:
+        raise ApprovalError(
+            f"Run {wait.run_id} was stopped, which closed this; {consequence}.",
+            code="closed",
+            status=409,
+        )
 
 
 def _always_allow(approval: Approval) -> None:

@@ -7,7 +7,7 @@ to itself, which then shows the outcome from the row (a reload never decides twi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -59,8 +59,8 @@ def approval(request: HttpRequest, approval_id: int) -> HttpResponse:
                     address=audit.client_address(request),
                 )
             except DomainError as refused:
-                error, status = _decision_error(refused), refused.status
                 found = _approval(approval_id)
+                error, status = _decision_error(refused, found.run_id), refused.status
             else:
                 return redirect("console:approval", approval_id=found.pk)
         else:
@@ -89,8 +89,8 @@ def question(request: HttpRequest, question_id: int) -> HttpResponse:
                     address=audit.client_address(request),
                 )
             except DomainError as refused:
-                error, status = _decision_error(refused), refused.status
                 found = _question(question_id)
+                error, status = _decision_error(refused, found.run_id), refused.status
             else:
                 return redirect("console:question", question_id=found.pk)
         else:
@@ -131,8 +131,8 @@ def reconciliation(request: HttpRequest, reconciliation_id: int) -> HttpResponse
                     address=audit.client_address(request),
                 )
             except DomainError as refused:
-                error, status = _decision_error(refused), refused.status
                 found = _reconciliation(reconciliation_id)
+                error, status = _decision_error(refused, found.run_id), refused.status
             else:
                 return redirect("console:reconciliation", reconciliation_id=found.pk)
         else:
@@ -187,10 +187,15 @@ def _question(question_id: int) -> Question:
     return found
 
 
-def _decision_error(refused: DomainError) -> str:
+def _decision_error(refused: DomainError, run_id: int) -> str:
     """The refusal of the service (`ApprovalError`) or of the kernel under it (a wait already
     settled or expired), in the owner's words (they speak of waits and hashes)."""
     messages = {
+        "closed": _(
+            "Run %(run)s was stopped, which closed this: nothing was approved, refused or"
+            " answered, and nothing will run."
+        )
+        % {"run": run_id},
         "already_settled": _("This was already settled, perhaps from another device."),
         "expired": _("This expired before your decision: no answer in time counts as a refusal."),
         "hash_mismatch": _(
@@ -218,6 +223,11 @@ PREVIEW_PARTS = {
 }
 
 
+# What a call is bound to, shown only on demand: the owner checks them rarely, and they push
+# what matters below the fold of a phone.
+RAW_HASHES = ("commit", "tree", "remote_was")
+
+
 def diff_lines(diff: str) -> tuple[list[DiffLine], int]:
     """A unified diff's lines with the class that styles each; and how many were left out."""
     lines = diff.splitlines()
@@ -237,6 +247,52 @@ def diff_lines(diff: str) -> tuple[list[DiffLine], int]:
     return shown, max(0, len(lines) - MAX_DIFF_LINES)
 
 
+@dataclass
+class DiffFile:
+    """One file of a diff, folded on its own: its lines, and what it changes."""
+
+    path: str
+    status: str = ""
+    size: int | None = None
+    added: int = 0
+    removed: int = 0
+    lines: list[DiffLine] = field(default_factory=list)
+    in_diff: bool = True  # False: listed as changed, its part cut from the diff shown
+
+
+def diff_files(diff: list[DiffLine], files: list[Any]) -> list[DiffFile]:
+    """The shown diff cut at each file's header, with the status and size the preview lists
+    for that path; listed paths the (truncated) diff does not reach come last, without lines."""
+    listed = {str(f.get("path")): f for f in files if isinstance(f, dict)}
+    found: list[DiffFile] = []
+    for line in diff:
+        if line.text.startswith("diff --git ") or not found:
+            found.append(DiffFile(path=_path_of(line.text, listed)))
+        current = found[-1]
+        current.lines.append(line)
+        if line.css == "diff-add":
+            current.added += 1
+        elif line.css == "diff-del":
+            current.removed += 1
+    seen = {block.path for block in found}
+    found += [DiffFile(path=path, in_diff=False) for path in listed if path not in seen]
+    for block in found:
+        meta = listed.get(block.path) or {}
+        block.status = str(meta.get("status") or "")
+        size = meta.get("size")
+        block.size = size if isinstance(size, int) else None
+    return found
+
+
+def _path_of(header: str, listed: dict[str, Any]) -> str:
+    """The path a `diff --git a/X b/X` header names: a listed path it ends with, else its text."""
+    for path in listed:
+        if header.endswith((f" b/{path}", f' "b/{path}"')):
+            return path
+    _, _, rest = header.partition(" b/")
+    return rest or header.removeprefix("diff --git ")
+
+
 def _approval_context(
     approval: Approval, *, form: DecisionForm, error: str | None
 ) -> dict[str, Any]:
@@ -248,6 +304,7 @@ def _approval_context(
     diff, hidden = diff_lines(str(preview.get("diff") or ""))
     project_id = request.get("project_id")
     project = Project.objects.filter(pk=project_id).first() if project_id is not None else None
+    files = preview.get("files") if isinstance(preview.get("files"), list) else []
     answer = approval.answer if isinstance(approval.answer, dict) else {}
     status = approval.status
     return {
@@ -257,6 +314,7 @@ def _approval_context(
         "status_label": Status(status).label,
         "is_pending": status == Status.PENDING,
         "tool": tool_name,
+        "sentence": inbox.sentence(request, project.name if project else None),
         "subject": inbox.subject(request),
         "call": json.dumps(
             {"tool": tool_name, "arguments": arguments}, indent=2, ensure_ascii=False
@@ -265,13 +323,17 @@ def _approval_context(
         "risk": str(request.get("risk", "")),
         "justification": str(request.get("justification", "")),
         "diff": diff,
+        "diff_files": diff_files(diff, files or []),
         "diff_hidden": hidden,
         # What the call is bound to besides its arguments (a push's commit and tree...), as facts.
         "preview_facts": [
-            (k, v) for k, v in sorted(preview.items()) if k not in PREVIEW_PARTS and v
+            (k, v)
+            for k, v in sorted(preview.items())
+            if k not in PREVIEW_PARTS and k not in RAW_HASHES and v
         ],
+        "hashes": [(k, preview[k]) for k in RAW_HASHES if preview.get(k)],
         "commits": str(preview.get("commits") or ""),
-        "files": preview.get("files") if isinstance(preview.get("files"), list) else [],
+        "files": files,
         "files_total": preview.get("files_total"),
         "diff_truncated": bool(preview.get("diff_truncated")),
         "diff_chars": preview.get("diff_chars"),

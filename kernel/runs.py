@@ -13,6 +13,8 @@ from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Account, Run, RunStatus, Step, Trust, Wait, WaitState
 
 MAX_DEPTH = 3
+# The answer of a wait ended because its run was stopped: `{STOPPED_MARK: stop reason}`.
+STOPPED_MARK = "run_stopped"
 
 
 def start_run(
@@ -120,6 +122,12 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
         Run.objects.filter(pk__in=ids).update(
             cancel_requested=True, stop_reason=reason, paused=False
         )
+        # Their open waits end with them, in this transaction: nobody is asked to answer for a
+        # run that will not go on (approvals and questions are these rows, `approvals.models`
+        # reads the mark). The row locks order this with `answer_wait`: one of them wins.
+        closed = Wait.objects.filter(run_id__in=ids, state=WaitState.OPEN).update(
+            state=WaitState.EXPIRED, answer={STOPPED_MARK: reason}, settled_at=timezone.now()
+        )
         journal.append_event(
             "run.stop_requested",
             run_id=run_id,
@@ -131,6 +139,8 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
         )
         if ids:
             scheduler.wake(ids)
+        if closed:
+            bus.ring_on_commit("waits")
     return len(ids)
 
 
