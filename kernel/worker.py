@@ -26,10 +26,14 @@ logger = logging.getLogger(__name__)
 
 # How often an idle worker looks (in /proc, no query) whether a lease holder on this machine died.
 WATCH_SECONDS = 0.25
+# The payload prefix of a steer notification (migration 0017).
+STEER_PREFIX = "steer:"
 
 
 class Doorbell(threading.Thread):
-    """LISTENs on its own connection and sets an event on every NOTIFY (or when stopped)."""
+    """LISTENs on its own connection: a plain NOTIFY (work may be claimable) sets an event; a
+    steer notification (`steer:<run id>`, sent by the database when the owner stops, interrupts
+    or pauses an executing run) pokes that run's lease keeper if it executes here."""
 
     def __init__(self) -> None:
         super().__init__(name="kernel-doorbell", daemon=True)
@@ -45,8 +49,12 @@ class Doorbell(threading.Thread):
                 with psycopg.connect(**params, autocommit=True) as listener:
                     listener.execute(f"LISTEN {scheduler.CHANNEL}")
                     while not self.stopping.is_set():
-                        for _ in listener.notifies(timeout=1.0, stop_after=1):
-                            self.rung.set()
+                        for notify in listener.notifies(timeout=1.0, stop_after=1):
+                            steered = notify.payload.removeprefix(STEER_PREFIX)
+                            if steered != notify.payload and steered.isdigit():
+                                execution.poke(int(steered))
+                            else:
+                                self.rung.set()
             except psycopg.Error:
                 logger.warning("doorbell connection lost; polling until it is back")
                 self.stopping.wait(1.0)
@@ -118,6 +126,7 @@ class Worker:
                         self.idle_one(doorbell)
         finally:
             doorbell.stopping.set()
+            doorbell.join(timeout=5)  # it stops listening within a second
             connection.close()
 
     def idle_one(self, doorbell: Doorbell) -> bool:

@@ -1,0 +1,74 @@
+"""The owner's stop and interrupt reach the step under way at once, not at the next lease
+renewal (a third of the 30 s lease): the database notifies the worker executing the run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from kernel import runs
+from kernel.models import Run, RunStatus, Step
+from kernel.worker import Worker
+from tests.kernel.factories import start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE_SECONDS = 30.0  # renewals every 10 s: what the notification must beat
+SLOW_READ_SEQ = 2  # chaos.workflow's read that waits on `stopping`
+
+
+def until(what: str, condition: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    """A worker loop (doorbell included) in a thread of this process."""
+    loop = Worker(lease_seconds=LEASE_SECONDS, poll_seconds=0.5, max_runs=2)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.stopping.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def slow_read_under_way() -> Run:
+    run = start("chaos.workflow", {"n": 1, "read_seconds": 120})
+    until(
+        "the slow read to start",
+        lambda: Step.objects.filter(run=run, seq=SLOW_READ_SEQ, finished_at=None).exists(),
+    )
+    time.sleep(0.3)  # let the keeper settle into its wait: the next renewal is ~10 s away
+    return run
+
+
+def test_a_stop_reaches_the_running_step_within_a_second(worker: Worker) -> None:
+    run = slow_read_under_way()
+
+    asked = time.monotonic()
+    runs.request_stop(run.pk)
+    until("the run to end", lambda: Run.objects.get(pk=run.pk).is_terminal)
+
+    assert time.monotonic() - asked < 1.5
+    assert Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+
+
+def test_an_interrupt_reaches_the_running_step_within_a_second(worker: Worker) -> None:
+    run = slow_read_under_way()
+
+    asked = time.monotonic()
+    runs.request_interrupt(run.pk)
+    until(
+        "the interrupted read to end",
+        lambda: Step.objects.filter(run=run, seq=SLOW_READ_SEQ).exclude(finished_at=None).exists(),
+    )
+
+    assert time.monotonic() - asked < 1.5
+    runs.request_stop(run.pk)
