@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST, require_safe
 from agentos.views import SCREENS_BY_SLUG, owner_required
 from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
-from kernel.models import TERMINAL, Run
+from kernel.models import TERMINAL, Run, Step
 from missions import overview, steering, timeline
 from missions.errors import MissionError
 from missions.forms import ForkForm, MessageForm
@@ -43,6 +43,7 @@ def _page(
     error: str | None = None,
     form: MessageForm | None = None,
     confirm_stop: bool = False,
+    confirm_fork: int | None = None,
 ) -> HttpResponse:
     context = {
         **_live(run),
@@ -51,6 +52,11 @@ def _page(
         "form": form or MessageForm(),
         "confirm_stop": confirm_stop and not run.is_terminal,
         "stoppable": _unfinished_below(run) if confirm_stop else 0,
+        # Only a recorded step can be forked from: anything else asks nothing.
+        "confirm_fork": confirm_fork
+        if confirm_fork is not None
+        and Step.objects.filter(run=run, seq=confirm_fork, finished_at__isnull=False).exists()
+        else None,
     }
     return render(request, "missions/run.html", context, status=status)
 
@@ -101,7 +107,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     if request.htmx and request.htmx.target == "timeline":  # type: ignore[attr-defined]
         # The timeline, with the status card swapped out of band: one request for both.
         return render(request, "missions/run_live.html", _live(run))
-    return _page(request, run, confirm_stop=request.GET.get("confirm") == "stop")
+    fork = request.GET.get("fork", "")
+    return _page(
+        request,
+        run,
+        confirm_stop=request.GET.get("confirm") == "stop",
+        confirm_fork=int(fork) if fork.isdigit() else None,
+    )
 
 
 @require_POST
@@ -181,11 +193,15 @@ def run_stop(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 @owner_required
 def run_fork(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Fork only with `confirm=yes` (the second button): without it, ask first, so one stray
+    tap on a step starts nothing."""
     run = _run(run_id)
     form = ForkForm(request.POST)
     if not form.is_valid():
         return _page(request, run, status=400, error=_("Fork from which step? Choose one."))
     seq = form.cleaned_data["seq"]
+    if request.POST.get("confirm") != "yes":
+        return _page(request, run, confirm_fork=seq)
     try:
         fork = runs.fork_run(run.pk, at_seq=seq, by="owner")
     except KernelError as refused:

@@ -365,7 +365,7 @@ def test_it_shows_a_run_timeline(owner_client: Client) -> None:
     assert 'id="run-answer">[scripted offline model] The notes are written.<' in content
     assert f'href="/missions/{mission.pk}/"' in content
     assert 'id="run-state">done<' in content
-    assert content.count('name="seq"') == 4  # fork from any recorded step
+    assert content.count("?fork=") == 4  # fork from any recorded step
     assert 'id="steer"' not in content  # an ended run is not steered
     assert "every 10s" not in content
 
@@ -508,7 +508,7 @@ def test_it_asks_before_stopping_a_run(owner_client: Client) -> None:
 def test_it_forks_a_run_from_a_step(owner_client: Client) -> None:
     _, run = finished_mission()
 
-    response = owner_client.post(f"/runs/{run.pk}/fork/", {"seq": "2"})
+    response = owner_client.post(f"/runs/{run.pk}/fork/", {"seq": "2", "confirm": "yes"})
 
     fork = Run.objects.exclude(pk=run.pk).get()
     assert response.status_code == 302
@@ -529,7 +529,7 @@ def test_it_forks_a_run_from_a_step(owner_client: Client) -> None:
         ("pause", {}, 409, "has ended (done); it cannot be paused or resumed."),
         ("resume", {}, 409, "has ended (done); it cannot be paused or resumed."),
         ("stop", {"confirm": "yes"}, 409, "has ended (done): there is nothing to stop."),
-        ("fork", {"seq": "99"}, 404, "has no step 99."),
+        ("fork", {"seq": "99", "confirm": "yes"}, 404, "has no step 99."),
         ("fork", {"seq": "zero"}, 400, "Fork from which step?"),
     ],
 )
@@ -591,7 +591,7 @@ def test_it_sends_strangers_to_sign_in(client: Client) -> None:
         response = client.get(path)
         assert response.status_code == 302, path
         assert response["Location"].startswith("/login/?next="), path
-    client.post(f"/runs/{run.pk}/fork/", {"seq": "1"})
+    client.post(f"/runs/{run.pk}/fork/", {"seq": "1", "confirm": "yes"})
     assert Run.objects.count() == 1
 
 
