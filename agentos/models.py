@@ -97,6 +97,8 @@ class AuditEvent(models.Model):
         APPROVAL_DECIDED = "approval.decided", _("approval decided")
         QUESTION_ANSWERED = "question.answered", _("owner question answered")
         RECONCILIATION_SETTLED = "reconciliation.settled", _("unknown outcome settled")
+        RULE_ADDED = "rule.added", _("permission rule added")
+        RULE_REMOVED = "rule.removed", _("permission rule removed")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

@@ -80,8 +80,7 @@ SCREENS = [
     Screen(
         "tools",
         gettext_lazy("Tools"),
-        gettext_lazy("Tool registry, MCP servers and skills."),
-        built=False,
+        gettext_lazy("What each tool does, and your permission rules."),
     ),
     Screen(
         "cluster",

@@ -31,6 +31,11 @@ def get(name: str) -> Tool | None:
     return _builtins().get(name)
 
 
+def every() -> list[Tool]:
+    """Every registered tool (the built-ins and those the apps registered), in no set order."""
+    return list(_builtins().values())
+
+
 def frozen(names: list[str]) -> list[Tool]:
     """The run's tools, sorted by name: the same list, in the same order, on every turn."""
     missing = sorted(set(names) - set(_builtins()))

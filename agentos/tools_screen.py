@@ -1,0 +1,90 @@
+"""The Tools screen: what each tool does to the world (effect, risk, minimum sandbox level), and
+the owner's permission rules per project, added and removed here (the admin stays the back
+office). Rules are decided in the harness (`tools.permissions`); this page only edits them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_http_methods, require_POST
+
+from agentos import audit
+from agentos.models import AuditEvent
+from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from tools import registry
+from tools.base import Risk
+from tools.models import Decision, PermissionRule
+from tools.permissions import DEFAULTS
+
+
+class RuleForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs: ModelForm[Model]
+    class Meta:
+        model = PermissionRule
+        fields = ["project", "tool", "pattern", "decision", "note"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        project = self.fields["project"]
+        project.empty_label = _("every project")  # type: ignore[attr-defined]  # a ModelChoiceField
+        names = sorted(tool.name for tool in registry.every())
+        self.fields["tool"] = forms.ChoiceField(
+            label=_("tool"),
+            choices=[("*", _("* (every tool)")), *((name, name) for name in names)],
+        )
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def tools_screen(request: HttpRequest) -> HttpResponse:
+    form = RuleForm(request.POST or None)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            rule = form.save(commit=False)
+            rule.created_by = "owner"
+            with transaction.atomic():
+                rule.save()
+                _audit(request, AuditEvent.Kind.RULE_ADDED, rule)
+            return redirect("console:tools")
+        status = 400
+    context = {
+        "screen": SCREENS_BY_SLUG["tools"],
+        "tools": [
+            {"tool": tool, "default": Decision(DEFAULTS[Risk(tool.risk)]).label}
+            for tool in sorted(registry.every(), key=lambda tool: tool.name)
+        ],
+        "rules": PermissionRule.objects.select_related("project").order_by(
+            "project__name", "tool", "pattern"
+        ),
+        "form": form,
+    }
+    return render(request, "console/tools.html", context, status=status)
+
+
+@require_POST
+@owner_required
+def delete_rule(request: HttpRequest, rule_id: int) -> HttpResponse:
+    rule = get_object_or_404(PermissionRule, pk=rule_id)
+    with transaction.atomic():
+        _audit(request, AuditEvent.Kind.RULE_REMOVED, rule)
+        rule.delete()
+    return redirect("console:tools")
+
+
+def _audit(request: HttpRequest, kind: AuditEvent.Kind, rule: PermissionRule) -> None:
+    """Rules decide what agents may do without asking: each change is in the security log."""
+    audit.record_request(
+        kind,
+        request,
+        username=signed_in(request).get_username(),
+        rule=rule.pk,
+        project=rule.project_id,
+        tool=rule.tool,
+        pattern=rule.pattern,
+        decision=rule.decision,
+    )
