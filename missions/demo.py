@@ -57,11 +57,14 @@ if __name__ == "__main__":
 """
 
 README = "# calc\n\nA tiny library. Run the tests with `python3 -m unittest -v`.\n"
+# Running the tests leaves bytecode next to the sources: no commit of the agent's may carry it.
+GITIGNORE = "__pycache__/\n*.py[cod]\n"
 
 TESTS_COMMAND = "python3 -m unittest -v 2>&1"
 
-# What the offline model plays: the steps a careful agent takes, in order. It does not read the
-# tool results (it is a script), which is why the console labels it everywhere.
+# What the offline model plays: the steps a careful agent takes, in order, labelled as scripted
+# everywhere. Where a step may fail or be refused (the commit, the owner's approval of the push),
+# the turn after it says what happened instead (`on_error`, read from the tool's result).
 SCRIPT: dict[str, Any] = {
     "turns": [
         {
@@ -107,8 +110,15 @@ SCRIPT: dict[str, Any] = {
             "tool_calls": [
                 {"name": "git_push", "arguments": {"remote": "origin", "branch": "main"}}
             ],
+            "on_error": {"text": "Not done: the commit failed, so nothing was pushed. {error}"},
         },
-        {"text": "Done: average fixed, tests green, fix committed and pushed to origin main."},
+        {
+            "text": "Done: average fixed, tests green, fix committed and pushed to origin main.",
+            "on_error": {
+                "text": "Not done: average is fixed and the tests pass, and the fix is committed"
+                " in this run's worktree, but it was not pushed to origin main. {error}"
+            },
+        },
     ]
 }
 
@@ -123,6 +133,7 @@ def create_repositories(base: Path) -> Path:
     (repo / "calc.py").write_text(BUGGY)
     (repo / "test_calc.py").write_text(TESTS)
     (repo / "README.md").write_text(README)
+    (repo / ".gitignore").write_text(GITIGNORE)
     workspace.host_git(base, "init", "--quiet", "--bare", "--initial-branch=main", str(remote))
     # The remote keeps a log of its branch moves: who pushed what, and how many times.
     workspace.host_git(remote, "config", "core.logAllRefUpdates", "always")

@@ -223,14 +223,23 @@ def artifacts(mission: Mission, *, limit: int = 200) -> list[Artifact]:
 class MissionRow:
     mission: Mission
     goal: str
-    state: RunState | None  # of its latest root run; None: no run yet
+    state: RunState | None  # its outcome (`mission_state`); None: no run yet
     usd_micros: int
     tokens: int
     runs: int
 
 
+def mission_state(roots: list[Run]) -> RunState | None:
+    """A mission's state is its outcome: done once a root run (the first, or a fork) ended done,
+    whatever later forks did; until then, its latest root run's state. None: no run yet."""
+    done = next((run for run in roots if run.status == RunStatus.DONE), None)
+    if done is not None:
+        return state_of(done)
+    return state_of(roots[-1]) if roots else None
+
+
 def missions(*, limit: int = 100) -> list[MissionRow]:
-    """Missions newest first, each with its latest root run's state and its spend (the sum of
+    """Missions newest first, each with its state (`mission_state`) and its spend (the sum of
     its root runs' ledgers, which count their subtrees)."""
     found = list(Mission.objects.select_related("project").order_by("-created_at", "-id")[:limit])
     roots: dict[int, list[Run]] = {}
@@ -245,7 +254,7 @@ def missions(*, limit: int = 100) -> list[MissionRow]:
             MissionRow(
                 mission=mission,
                 goal=inbox.one_line(mission.goal, 160),
-                state=state_of(own[-1]) if own else None,
+                state=mission_state(own),
                 usd_micros=sum(run.usd_micros for run in own),
                 tokens=sum(tokens_of(run) for run in own),
                 runs=len(own),

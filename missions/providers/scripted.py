@@ -6,6 +6,10 @@ script is `{"turns": [{"text": ..., "reasoning": ..., "tool_calls": [{"name": ..
 number (compacted turns included), so a replayed conversation gets the same answer. A turn with
 `"echo_context": true` answers with the whole context it was given (how tests see what the model
 saw); compaction requests get a fixed summary and use no turn.
+
+It reads the results of its own calls as a model would: a turn with `"on_error": {turn}` plays
+that turn instead when a call of the turn before failed or was refused, its `{error}` replaced by
+the first such result. What it reports is then what happened, not what the script hoped.
 """
 
 from __future__ import annotations
@@ -57,6 +61,11 @@ class ScriptedProvider:
         if index >= len(self.turns):
             raise BadRequest(f"The script has {len(self.turns)} turns; turn {index + 1} asked.")
         turn = self.turns[index]
+        failed = _first_error(conversation.items)
+        if isinstance(turn.get("on_error"), dict) and failed is not None:
+            alternative = dict(turn["on_error"])
+            alternative["text"] = str(alternative.get("text", "")).replace("{error}", failed)
+            turn = alternative
         text = LABEL + str(turn.get("text", "")) if turn.get("text") else ""
         if turn.get("echo_context"):
             text = LABEL + json.dumps(
@@ -131,3 +140,24 @@ class ScriptedProvider:
             {"role": "tool", "call_id": r.call_id, "output": r.output, "is_error": r.is_error}
             for r in results
         ]
+
+
+ERROR_CHARS = 500  # of a failed result, quoted in an answer
+
+
+def _first_error(items: list[dict[str, Any]]) -> str | None:
+    """The first failed result among the tool results that end the conversation (the answers to
+    the calls of the last turn), on one line; None when they all succeeded, or there are none."""
+    results: list[dict[str, Any]] = []
+    for item in reversed(items):
+        if item.get("role") == "tool":
+            results.insert(0, item)
+        elif item.get("role") == "assistant":
+            break  # the turn that made the calls
+        # else an owner's message that came after the results: read past it
+
+    for result in results:
+        if result.get("is_error"):
+            text = " ".join(str(result.get("output", "")).split())
+            return text[:ERROR_CHARS]
+    return None

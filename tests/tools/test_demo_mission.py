@@ -82,6 +82,9 @@ def test_the_scripted_agent_fixes_the_bug_and_pushes_only_after_approval(demo_ba
     assert approval.request["tool"] == "git_push"
     assert approval.request["arguments"] == {"remote": "origin", "branch": "main"}
     assert "+    return sum(values) / len(values)" in approval.request["preview"]["diff"]
+    # The tests ran in the worktree and left bytecode there; the repository ignores it.
+    assert "__pycache__" not in approval.request["preview"]["diff"]
+    assert [f["path"] for f in approval.request["preview"]["files"]] == ["calc.py"]
     assert remote_head(demo_base) == before  # nothing pushed without the owner
 
     tests_runs = tool_output(run, "shell")
@@ -113,10 +116,16 @@ def test_a_refused_push_never_happens(demo_base: Path) -> None:
     Worker(lease_seconds=30).run_until_idle()
 
     run.refresh_from_db()
-    assert run.status == "done"  # the script goes on to its answer; the push was refused
     (refusal,) = tool_output(run, "git_push")
     assert "the owner refused: not today" in refusal
     assert pushes(demo_base) == 1
+    # The model read the refusal: its answer says what happened, and the engine ends the run
+    # from that answer.
+    assert isinstance(run.output, dict)
+    answer = run.output["answer"]
+    assert "was not pushed to origin main" in answer
+    assert "the owner refused: not today" in answer
+    assert "committed and pushed" not in answer
 
 
 # --- the same mission with the worker killed --------------------------------------------------
