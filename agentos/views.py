@@ -63,7 +63,6 @@ SCREENS = [
         "projects",
         gettext_lazy("Projects"),
         gettext_lazy("Repositories and their missions."),
-        built=False,
     ),
     Screen(
         "memory",

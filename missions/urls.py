@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from missions import run_views, views
+from missions import project_views, run_views, views
 
 urlpatterns: list[URLPattern] = [
     path("missions/", views.mission_list, name="missions"),
@@ -20,4 +20,6 @@ urlpatterns: list[URLPattern] = [
     path("runs/<int:run_id>/restart/", run_views.run_restart, name="run-restart"),
     re_path(r"^artifacts/(?P<sha256>[0-9a-f]{64})$", views.artifact, name="artifact"),
     path("costs/", views.cost_report, name="costs"),
+    path("projects/", project_views.project_list, name="projects"),
+    path("projects/<int:project_id>/", project_views.project_detail, name="project"),
 ]
