@@ -24,8 +24,15 @@ class SignInForm(forms.Form):
         required=False,
         max_length=16,
         help_text=_("6 digits from your authenticator app, or a backup code."),
+        # A text keypad: backup codes have letters (a numeric one could not type them).
         widget=forms.TextInput(
-            attrs={"autocomplete": "one-time-code", "inputmode": "numeric", "spellcheck": "false"}
+            attrs={
+                "autocomplete": "one-time-code",
+                "inputmode": "text",
+                "autocapitalize": "none",
+                "autocorrect": "off",
+                "spellcheck": "false",
+            }
         ),
     )
 

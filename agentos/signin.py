@@ -91,11 +91,28 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
     if user is None or device is None:
         reason = "bad_password" if user is None else "bad_code"
         _audit_failure(request, username, reason)
-        _count_failure(address=address, username=name)
+        failures = _count_failure(address=address, username=name)
         # One text and one status for a wrong user, password or code: a right password with a
-        # wrong code must not be told apart (the audit log, the owner's only, keeps which).
+        # wrong code must not be told apart (the audit log, the owner's only, keeps which). So
+        # the wait it names comes from the failures from here, never from the owner's devices.
+        seconds = max(
+            math.ceil(_seconds_to_wait(address=address, username=name)), _code_pause(failures)
+        )
+        if not seconds:
+            raise SignInRefused(
+                _("Sign-in failed: check your username, password and code."),
+                status=401,
+                reason=reason,
+            )
         raise SignInRefused(
-            _("Sign-in failed: check your username, password and code."),
+            ngettext(
+                "Sign-in failed: check your username, password and code. Wait %(seconds)d"
+                " second before you try again: a code sent sooner is refused, even a right one.",
+                "Sign-in failed: check your username, password and code. Wait %(seconds)d"
+                " seconds before you try again: a code sent sooner is refused, even a right one.",
+                seconds,
+            )
+            % {"seconds": seconds},
             status=401,
             reason=reason,
         )
@@ -130,15 +147,31 @@ def _seconds_to_wait(*, address: str, username: str) -> float:
     return max(((until - now).total_seconds() for until in blocked if until), default=0.0)
 
 
-def _count_failure(*, address: str, username: str) -> None:
+def _code_pause(failures: int) -> int:
+    """How long a device refuses even a right code after `failures` wrong ones in a row: django-otp
+    holds each device back 2^(n-1) times its throttle factor seconds after its n-th. Counted here
+    from the failures of this address and username (wrong passwords too, which never reach a
+    device), so the pause named is never shorter than the device's."""
+    factor = max(
+        int(getattr(settings, "OTP_TOTP_THROTTLE_FACTOR", 1)),
+        int(getattr(settings, "OTP_STATIC_THROTTLE_FACTOR", 1)),
+    )
+    if failures < 1 or factor < 1:
+        return 0
+    return int(min(factor * 2 ** min(failures - 1, 30), settings.SIGNIN_MAX_DELAY_SECONDS))
+
+
+def _count_failure(*, address: str, username: str) -> int:
     """One more failure for the address and for the (address, username) pair; past the free
-    ones, the next attempt waits 2^(failures - free) seconds, capped."""
+    ones, the next attempt waits 2^(failures - free) seconds, capped. The pair's failures, this
+    one included."""
     now = timezone.now()
     forget = now - timedelta(seconds=settings.SIGNIN_FORGET_SECONDS)
     counts = [
         (username, settings.SIGNIN_MAX_FAILURES),
         ("", settings.SIGNIN_MAX_FAILURES_PER_ADDRESS),
     ]
+    pair = 0
     with transaction.atomic():
         SignInThrottle.objects.filter(last_failure_at__lte=forget).delete()
         for name, free in counts:
@@ -149,6 +182,9 @@ def _count_failure(*, address: str, username: str) -> None:
             row.last_failure_at = now
             row.blocked_until = _blocked_until(now, failures=row.failures, free=free)
             row.save(update_fields=["failures", "last_failure_at", "blocked_until"])
+            if name == username:
+                pair = row.failures
+    return pair
 
 
 def _blocked_until(now: datetime, *, failures: int, free: int) -> datetime | None:

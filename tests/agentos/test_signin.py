@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import time_machine
 from django.contrib.auth import SESSION_KEY
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -126,12 +126,60 @@ def test_it_says_the_same_whatever_was_wrong(client: Client, owner: Owner) -> No
         "wrong code": (owner.username, owner.password, wrong_code(owner)),
     }
 
+    # From three addresses: each attempt is the first failure from where it comes.
     answers = {
-        what: attempt(client, username=user, password=password, code=code)
-        for what, (user, password, code) in attempts.items()
+        what: attempt(client, username=user, password=password, code=code, address=address)
+        for (what, (user, password, code)), address in zip(
+            attempts.items(), ["192.0.2.1", "192.0.2.2", "192.0.2.3"], strict=True
+        )
     }
 
     assert {(r.status_code, error_text(r)) for r in answers.values()} == {(401, FAILED)}
+
+
+@override_settings(OTP_TOTP_THROTTLE_FACTOR=1, OTP_STATIC_THROTTLE_FACTOR=1)  # as in production
+def test_a_right_code_too_soon_after_a_wrong_one_says_how_long_to_wait(
+    client: Client, owner: Owner
+) -> None:
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        wrong = attempt(
+            client, username=owner.username, password=owner.password, code=wrong_code(owner)
+        )
+        too_soon = attempt(
+            client, username=owner.username, password=owner.password, code=owner.code()
+        )
+        assert wrong.status_code == too_soon.status_code == 401
+        assert "Wait 1 second before you try again" in error_text(wrong)
+        assert "Wait 2 seconds before you try again" in error_text(too_soon)
+        assert "a code sent sooner is refused, even a right one" in error_text(too_soon)
+
+        clock.shift(2)
+        assert sign_in(client, owner, code=owner.code()) == 302
+
+
+@override_settings(OTP_TOTP_THROTTLE_FACTOR=1, OTP_STATIC_THROTTLE_FACTOR=1)
+def test_the_wait_it_names_says_nothing_of_the_password(client: Client, owner: Owner) -> None:
+    """A wrong password names the same wait as a right password with a wrong code."""
+    with time_machine.travel(timezone.now(), tick=False):
+        answers = [
+            attempt(client, username=owner.username, password=password, code=code, address=where)
+            for password, code, where in [
+                ("not-the-password", owner.code(), "192.0.2.1"),
+                (owner.password, wrong_code(owner), "192.0.2.2"),
+            ]
+        ]
+
+    assert len({(r.status_code, error_text(r)) for r in answers}) == 1
+
+
+def test_the_code_field_takes_backup_codes_too(client: Client) -> None:
+    content = client.get(LOGIN).content.decode()
+
+    field = re.search(r'<input[^>]*name="code"[^>]*>', content)
+    assert field is not None
+    assert 'inputmode="text"' in field.group(0)
+    assert 'autocomplete="one-time-code"' in field.group(0)
+    assert 'autocapitalize="none"' in field.group(0)
 
 
 def test_it_refuses_a_replayed_code(client: Client, owner: Owner) -> None:
