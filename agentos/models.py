@@ -99,6 +99,7 @@ class AuditEvent(models.Model):
         RECONCILIATION_SETTLED = "reconciliation.settled", _("unknown outcome settled")
         RULE_ADDED = "rule.added", _("permission rule added")
         RULE_REMOVED = "rule.removed", _("permission rule removed")
+        KILL_SWITCH = "kill_switch", _("everything stopped (kill switch)")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

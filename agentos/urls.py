@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import tools_screen, views
+from agentos import killswitch, tools_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
 from missions import urls as missions_urls
@@ -17,6 +17,7 @@ console = (
         path("settings/", views.settings_view, name="settings"),
         path("settings/tokens/<int:token_id>/revoke", views.revoke_token_view, name="revoke-token"),
         path("offline/", views.offline, name="offline"),
+        path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
         path("tools/", tools_screen.tools_screen, name="tools"),
         path("tools/rules/<int:rule_id>/delete", tools_screen.delete_rule, name="tool-rule-delete"),
         *approvals_urls.urlpatterns,

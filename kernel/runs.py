@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from kernel import bus, journal, programs, scheduler
@@ -103,8 +105,8 @@ def _trust(by: str) -> Trust:
 def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "owner") -> int:
     """Stop a run and all its descendants; return how many runs were asked to stop.
 
-    Waiting or queued runs are woken so that a worker ends them; executing ones see the request
-    at their next lease renewal (their current step is interrupted) or step.
+    Waiting or queued runs are woken so that a worker ends them; an executing one's worker is
+    notified at commit (`kernel_run_steered`) and interrupts its step.
     """
     if reason not in (RunStatus.CANCELLED, RunStatus.BUDGET_EXHAUSTED):
         raise KernelError(f"A run stops as cancelled or budget_exhausted, not {reason!r}.")
@@ -144,9 +146,52 @@ def request_stop(run_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "o
     return len(ids)
 
 
+@dataclass(frozen=True)
+class Halted:
+    """What `halt_all` did: the runs asked to stop, and the leases it took back."""
+
+    stopped: list[int]
+    leases_revoked: int
+
+
+def halt_all(*, by: str = "owner") -> Halted:
+    """Stop every unfinished run tree and take every lease back, in one transaction.
+
+    Each tree stops as `request_stop` stops it (its open waits closed, its workers notified);
+    then every lease still held is voided by a fence bump, so a worker still executing — even
+    one stuck in a step that ignores the stop — can write nothing more (`LeaseLost`), and the
+    run, claimable at once, is ended `cancelled` by the next worker that takes it.
+    """
+    with transaction.atomic():
+        roots = list(
+            Run.objects.filter(parent__isnull=True)
+            .exclude(status__in=TERMINAL)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        for root in roots:
+            request_stop(root, reason=RunStatus.CANCELLED, by=by)
+        stopped = list(
+            Run.objects.exclude(status__in=TERMINAL)
+            .filter(cancel_requested=True)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        revoked = (
+            Run.objects.exclude(status__in=TERMINAL)
+            .filter(lease_expires_at__isnull=False)
+            .update(fence=F("fence") + 1, lease_expires_at=None, runnable_at=timezone.now())
+        )
+        journal.append_event(
+            "kernel.halted", trust=_trust(by), runs=stopped, leases_revoked=revoked, by=by
+        )
+        scheduler.ring()
+    return Halted(stopped=stopped, leases_revoked=revoked)
+
+
 def request_interrupt(run_id: int, *, by: str = "owner") -> None:
     """Interrupt the step the run is executing (a tool that runs too long, the wrong command);
-    the run itself goes on. The worker sees it at its next lease renewal."""
+    the run itself goes on. Its worker is notified at commit (`kernel_run_steered`)."""
     with transaction.atomic():
         updated = (
             Run.objects.filter(pk=run_id)
@@ -167,7 +212,7 @@ def request_interrupt(run_id: int, *, by: str = "owner") -> None:
 
 def pause_run(run_id: int, *, by: str = "owner") -> Run:
     """Pause a run: no worker claims it until it is resumed; if one is executing it, the step
-    under way finishes and the run parks before the next (seen at the next lease renewal)."""
+    under way finishes and the run parks before the next (its worker is notified at commit)."""
     return _set_paused(run_id, paused=True, by=by)
 
 

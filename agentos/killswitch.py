@@ -1,0 +1,64 @@
+"""The kill switch: one confirmed tap stops every run, takes every lease back and pauses every
+schedule, then says what it stopped. For when something is going wrong faster than the owner can
+read it; everything stopped can be looked at, forked or restarted afterwards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_http_methods
+
+from agentos import audit
+from agentos.models import AuditEvent
+from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from kernel import runs
+from kernel.models import TERMINAL, Run
+from missions.models import Schedule
+
+
+@dataclass(frozen=True)
+class Stopped:
+    runs: list[int]
+    leases_revoked: int
+    schedules: list[str]
+
+
+def engage(*, by: str, request: HttpRequest | None = None) -> Stopped:
+    """Stop everything in one transaction (all of it happens, or none), and log it."""
+    with transaction.atomic():
+        halted = runs.halt_all(by=by)
+        paused = list(Schedule.objects.filter(enabled=True).order_by("name"))
+        Schedule.objects.filter(pk__in=[schedule.pk for schedule in paused]).update(enabled=False)
+        stopped = Stopped(halted.stopped, halted.leases_revoked, [s.name for s in paused])
+        detail: dict[str, Any] = {
+            "runs": stopped.runs,
+            "leases_revoked": stopped.leases_revoked,
+            "schedules": [schedule.pk for schedule in paused],
+        }
+        if request is not None:
+            audit.record_request(AuditEvent.Kind.KILL_SWITCH, request, username=by, **detail)
+        else:
+            audit.record(AuditEvent.Kind.KILL_SWITCH, username=by, **detail)
+    return stopped
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def kill_switch(request: HttpRequest) -> HttpResponse:
+    context: dict[str, object] = {"screen": SCREENS_BY_SLUG["settings"]}
+    status = 200
+    if request.method == "POST":
+        if request.POST.get("confirm") == "yes":
+            context["stopped"] = engage(by=signed_in(request).get_username(), request=request)
+        else:
+            context["unconfirmed"] = True
+            status = 400
+    unfinished = Run.objects.exclude(status__in=TERMINAL)
+    context["unfinished"] = unfinished.count()
+    context["executing"] = unfinished.filter(lease_expires_at__isnull=False).count()
+    context["schedules"] = Schedule.objects.filter(enabled=True).count()
+    return render(request, "console/kill_switch.html", context, status=status)
