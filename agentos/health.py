@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import DatabaseError
@@ -89,4 +90,6 @@ def _workers() -> Component:
         return Component("unknown", "no worker has reported yet")
     if status.state == "stale":
         return Component("stale", "no worker beat recently", status.last_beat_at)
-    return Component("up", f"{status.live_workers} worker(s) beating", status.last_beat_at)
+    # Against the configured pool size: "1 of 2" tells the owner a worker is missing.
+    detail = f"{status.live_workers} of {settings.HUEY_WORKERS} workers live"
+    return Component("up", detail, status.last_beat_at)

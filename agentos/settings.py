@@ -69,6 +69,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outermost but security: every error under /api/v1, whoever answered it, leaves as JSON.
+    "agentos.api.json_errors",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -141,8 +143,8 @@ HUEY: dict[str, Any] = {
         "check_worker_health": True,
     },
 }
-# A worker pool whose last beat is older than this is reported `stale` (heartbeat runs each minute).
-WORKER_STALE_AFTER_SECONDS = env_int("AGENTOS_WORKER_STALE_AFTER", 150, minimum=10)
+# Each worker process beats this often; one silent for 3 beats is not live (kernel.heartbeats).
+WORKER_BEAT_SECONDS = env_int("AGENTOS_WORKER_BEAT", 15, minimum=1)
 
 # Telemetry: a span per step (agentos.telemetry). none | otlp | console.
 OTEL_EXPORTER = env_str("AGENTOS_OTEL_EXPORTER", "none").strip().lower()

@@ -7,8 +7,10 @@ huey's periodic tasks.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
+from django.db import DatabaseError
 from huey import crontab
 from huey.contrib.djhuey import HUEY, db_periodic_task
 
@@ -16,24 +18,34 @@ from kernel import events, heartbeats
 from kernel.worker import Worker
 
 _kernel_loop: Worker | None = None
+_beating = threading.Event()
 
 
 @HUEY.on_startup()  # type: ignore[untyped-decorator]  # huey ships no type hints
 def start_worker() -> None:
-    """Report at once, then start this process's kernel loop."""
+    """Report at once, then start this process's heartbeat and kernel loop."""
     global _kernel_loop
     from django.db import close_old_connections
 
     close_old_connections()
     heartbeats.record_beat(started=True)
+    # Each process beats for itself: the periodic task below runs on one worker only, so it
+    # alone would show one worker live however many run.
+    threading.Thread(
+        target=heartbeats.beat_until, args=(_beating,), name="heartbeat", daemon=True
+    ).start()
     _kernel_loop = Worker()
     threading.Thread(target=_kernel_loop.run_forever, name="kernel-loop", daemon=True).start()
 
 
 @HUEY.on_shutdown()  # type: ignore[untyped-decorator]  # huey ships no type hints
 def stop_worker() -> None:
+    _beating.set()
     if _kernel_loop is not None:
         _kernel_loop.stopping.set()
+    # Not live from now on; a database away at shutdown leaves the beat to go stale instead.
+    with contextlib.suppress(DatabaseError):
+        heartbeats.forget()
 
 
 @db_periodic_task(crontab(minute="*"))  # type: ignore[untyped-decorator]  # huey ships no hints
