@@ -1,19 +1,24 @@
 """The REST API at /api/v1: one NinjaAPI, owner authentication, and every error mapped here.
 
-Error bodies always have the shape `{"error": {"code": ..., "message": ..., "details": ...}}`.
+Error bodies always have the shape `{"error": {"code": ..., "message": ..., "details": ...}}`,
+whatever answered: a route, ninja, Django or a middleware (`json_errors` rewrites the rest).
 Apps add their routers in `agentos.urls`-free fashion: `api.add_router("/missions/", router)`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
+from http import HTTPStatus
 from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase, StreamingHttpResponse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from ninja import Field, NinjaAPI, Router, Schema, Status
@@ -31,6 +36,13 @@ class OwnerSession(APIKeyCookie):
     """The console's session: signed in with password and second factor, CSRF-checked."""
 
     param_name = settings.SESSION_COOKIE_NAME
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # CSRF guards a signed-in browser only: a caller without the owner's session (a script
+        # that forgot its token) is answered 401, not "CSRF check failed".
+        if self.authenticate(request, None) is None:
+            return None
+        return super()._get_key(request)
 
     def authenticate(self, request: HttpRequest, key: str | None) -> User | None:
         user = request.user
@@ -75,13 +87,30 @@ api.add_decorator(idempotency.guard_operation, mode="view")
 api.add_decorator(idempotency.guard_view, mode="operation")
 
 
+PREFIX = "/api/v1/"  # where agentos.urls mounts `api`
+
+
+def is_api_request(request: HttpRequest) -> bool:
+    return request.path.startswith(PREFIX) or request.path == PREFIX.rstrip("/")
+
+
 def error_response(
-    request: HttpRequest, *, status: int, code: str, message: str, details: Any = None
+    request: HttpRequest,
+    *,
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    challenge: str | None = None,
 ) -> HttpResponse:
     body: dict[str, Any] = {"code": code, "message": message}
     if details is not None:
         body["details"] = details
-    return api.create_response(request, {"error": body}, status=status)
+    response = api.create_response(request, {"error": body}, status=status)
+    if status == 401 or challenge:
+        # RFC 6750: a 401 says how to authenticate; a refused token says why (`challenge`).
+        response["WWW-Authenticate"] = f"Bearer {challenge}" if challenge else "Bearer"
+    return response
 
 
 _HTTP_CODES = {
@@ -90,14 +119,130 @@ _HTTP_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    409: "conflict",
+    413: "body_too_large",
+    422: "invalid_input",
     429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
 }
+
+
+def _unauthenticated_message() -> str:
+    return _(
+        "Sign in with your password and second factor, or send 'Authorization: Bearer <API token>'."
+    )
+
+
+def _status_message(request: HttpRequest, status: int) -> str:
+    """What a script is told for an error no route explained (Django's or a middleware's)."""
+    messages: dict[int, Callable[[], str]] = {
+        400: lambda: _("The request is malformed."),
+        401: _unauthenticated_message,
+        403: lambda: _("This is not allowed."),
+        404: lambda: _("No such API endpoint."),
+        409: lambda: _("The request conflicts with the current state; read it again."),
+        413: _body_too_large_message,
+        422: lambda: _("The request does not match the schema."),
+        429: lambda: _("Too many requests; retry later."),
+        500: lambda: _("Internal error; it was logged. Retry later, or report it."),
+        503: lambda: _("Unavailable for a moment; retry later."),
+    }
+    found = messages.get(status)
+    return found() if found else HTTPStatus(status).phrase
+
+
+def status_error(request: HttpRequest, status: int) -> HttpResponse:
+    """The API's JSON error for a bare status (the site's error handlers use it)."""
+    if status == 413:
+        return body_too_large(request)
+    return error_response(
+        request,
+        status=status,
+        code=_HTTP_CODES.get(status, "error"),
+        message=_status_message(request, status),
+    )
+
+
+def body_limit() -> str:
+    """DATA_UPLOAD_MAX_MEMORY_SIZE in words: "2.5 MB (2621440 bytes)"."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0
+    size = f"{limit / 2**20:.1f} MB" if limit >= 2**20 else f"{limit / 2**10:.1f} KB"
+    return f"{size} ({limit} bytes)"
+
+
+def _body_too_large_message() -> str:
+    return _("The request body is larger than the limit of %(limit)s.") % {"limit": body_limit()}
+
+
+def body_too_large(request: HttpRequest) -> HttpResponse:
+    return error_response(
+        request,
+        status=413,
+        code="body_too_large",
+        message=_body_too_large_message(),
+        details={"limit_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE},
+    )
+
+
+def _not_allowed(request: HttpRequest, response: HttpResponseBase) -> HttpResponse:
+    allowed = sorted(m.strip() for m in response.get("Allow", "").split(",") if m.strip())
+    answer = error_response(
+        request,
+        status=405,
+        code="method_not_allowed",
+        message=_("%(method)s is not allowed here; use %(allowed)s.")
+        % {"method": request.method, "allowed": _(" or ").join(allowed)},
+        details={"allowed": allowed},
+    )
+    answer["Allow"] = ", ".join(allowed)
+    return answer
+
+
+# Headers of the original answer that still mean something on its JSON replacement.
+_KEPT_HEADERS = ("WWW-Authenticate", "Retry-After")
+
+
+def json_errors(
+    get_response: Callable[[HttpRequest], HttpResponseBase],
+) -> Callable[[HttpRequest], HttpResponseBase]:
+    """Middleware: any error under /api/v1 that is not JSON yet (ninja's 405, Django's pages,
+    another middleware's refusal) is rewritten to the API's error shape, status kept."""
+
+    def middleware(request: HttpRequest) -> HttpResponseBase:
+        response = get_response(request)
+        if (
+            response.status_code < 400
+            or not is_api_request(request)
+            or isinstance(response, StreamingHttpResponse)
+            or response.get("Content-Type", "").startswith("application/json")
+        ):
+            return response
+        if response.status_code == 405:
+            return _not_allowed(request, response)
+        answer = status_error(request, response.status_code)
+        for header in _KEPT_HEADERS:
+            if header in response:
+                answer[header] = response[header]
+        return answer
+
+    return middleware
 
 
 @api.exception_handler(DomainError)
 def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    challenge = None
+    if isinstance(exc, tokens.TokenRefused):
+        challenge = 'error="invalid_token"'
+    elif isinstance(exc, tokens.ScopeMissing) and exc.scope is not None:
+        challenge = f'error="insufficient_scope", scope="{exc.scope.value}"'
     return error_response(
-        request, status=exc.status, code=exc.code, message=exc.message, details=exc.details
+        request,
+        status=exc.status,
+        code=exc.code,
+        message=exc.message,
+        details=exc.details,
+        challenge=challenge,
     )
 
 
@@ -105,14 +250,14 @@ def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     audit.record_request(AuditEvent.Kind.API_UNAUTHENTICATED, request, method=request.method)
     return error_response(
-        request,
-        status=401,
-        code="unauthenticated",
-        message=_(
-            "Sign in with your password and second factor, or send "
-            "'Authorization: Bearer <API token>'."
-        ),
+        request, status=401, code="unauthenticated", message=_unauthenticated_message()
     )
+
+
+@api.exception_handler(RequestDataTooBig)
+def _body_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # Django raises it reading a body over DATA_UPLOAD_MAX_MEMORY_SIZE; nothing was parsed.
+    return body_too_large(request)
 
 
 @api.exception_handler(HttpError)

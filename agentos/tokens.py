@@ -46,6 +46,7 @@ class TokenExpired(TokenRefused):
 class ScopeMissing(DomainError):
     status = 403
     code = "insufficient_scope"
+    scope: Scope | None = None  # the scope lacking, for the API's WWW-Authenticate challenge
 
 
 @dataclass(frozen=True)
@@ -186,13 +187,15 @@ def require_scope(request: HttpRequest, scope: Scope) -> None:
             token=token.pk,
         ),
     )
-    raise ScopeMissing(
+    refusal = ScopeMissing(
         _(
             "This API token lacks the '%(scope)s' scope (needed %(purpose)s); create a token "
             "with it in Settings."
         )
         % {"scope": scope.value, "purpose": SCOPE_PURPOSE[scope]}
     )
+    refusal.scope = scope
+    raise refusal
 
 
 def scope_for_method(method: str | None) -> Scope:

@@ -29,6 +29,13 @@ console = (
     "console",
 )
 
+# Django's own error pages are bare HTML 980 px wide on a phone; ours are in the console's shell,
+# and JSON under /api/v1.
+handler400 = "agentos.errorpages.bad_request"
+handler403 = "agentos.errorpages.permission_denied"
+handler404 = "agentos.errorpages.not_found"
+handler500 = "agentos.errorpages.server_error"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),

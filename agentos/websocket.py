@@ -1,4 +1,9 @@
-"""The console's WebSocket at /ws/events: owner-only, same-origin only.
+"""The WebSocket at /ws/events: the owner's console (session cookie, same origin only) or a
+script with an API token (`Authorization: Bearer aos_…` on the handshake, `read` scope).
+
+A token in a header needs no origin rule: a browser page cannot set that header on a WebSocket,
+so only the cookie, which a foreign page's socket would carry, is bound to our origin. When a
+token is sent it alone decides; a query-string token is not taken (it would land in logs).
 
 Server to client, one JSON object per frame, told apart by `type`:
 - `{"type": "hello"}` once accepted;
@@ -41,9 +46,9 @@ from django.utils.http import is_same_domain
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
-from agentos import audit
+from agentos import audit, tokens
 from agentos import events as events_api
-from agentos.models import AuditEvent
+from agentos.models import AuditEvent, Scope
 from kernel import stream
 from kernel.bus import OWNER_GROUP
 
@@ -130,7 +135,7 @@ class AuditedOriginValidator:
         self.application = application
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if origin_allowed(scope):
+        if bearer_token(scope) is not None or origin_allowed(scope):
             return await self.application(scope, receive, send)
         raw = dict(scope.get("headers", [])).get(b"origin")
         await database_sync_to_async(audit.record)(
@@ -140,6 +145,26 @@ class AuditedOriginValidator:
             origin=(raw or b"").decode("latin1")[:200],
         )
         return await WebsocketDenier()(scope, receive, send)
+
+
+def bearer_token(scope: dict[str, Any]) -> str | None:
+    """The API token of an `Authorization: Bearer …` header, if the handshake has one."""
+    sent = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin1")
+    scheme, _sep, secret = sent.partition(" ")
+    return secret.strip() or None if scheme.lower() == "bearer" else None
+
+
+@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
+def _token_refusal(scope: dict[str, Any], secret: str) -> str | None:
+    """Why this token may not open the stream (`invalid_token`, `missing_scope`), or None."""
+    address = _address(scope)
+    try:
+        token = tokens.authenticate_token(secret, address=address)
+    except tokens.TokenRefused:
+        return "invalid_token"  # audited by authenticate_token, with its precise reason
+    if Scope.READ not in token.scopes:
+        return "missing_scope"
+    return None
 
 
 @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
@@ -157,11 +182,16 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     pump: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        if not await _is_verified_owner(self.scope):
+        secret = bearer_token(self.scope)
+        if secret is not None:
+            refusal = await _token_refusal(self.scope, secret)
+        elif not await _is_verified_owner(self.scope):
+            refusal = "unauthenticated"
+        else:
+            refusal = None
+        if refusal is not None:
             await database_sync_to_async(audit.record)(
-                AuditEvent.Kind.WEBSOCKET_REFUSED,
-                address=_address(self.scope),
-                reason="unauthenticated",
+                AuditEvent.Kind.WEBSOCKET_REFUSED, address=_address(self.scope), reason=refusal
             )
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return

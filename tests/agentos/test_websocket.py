@@ -160,3 +160,87 @@ def _password_only_client() -> Client:
     client = Client()
     client.force_login(owner.user)
     return client
+
+
+# --- Scripts: an API token in the handshake's Authorization header ------------------------------
+
+
+def _token(*scopes: str) -> str:
+    from agentos import tokens
+    from tests.factories import make_owner
+
+    owner = make_owner()
+    return tokens.create_token(owner=owner.user, name="stream", scopes=list(scopes)).secret
+
+
+def token_communicator(
+    authorization: str, *, origin: bytes | None = None, client: Client | None = None
+) -> WebsocketCommunicator:
+    socket = communicator(origin=origin, client=client)
+    socket.scope["headers"].append((b"authorization", authorization.encode()))
+    return socket
+
+
+async def test_it_accepts_a_script_with_a_read_token_and_no_origin() -> None:
+    secret = await sync_to_async(_token)("read")
+    socket = token_communicator(f"Bearer {secret}")
+
+    connected, _code = await socket.connect()
+
+    assert connected
+    assert await socket.receive_json_from() == {"type": "hello"}
+    await socket.send_json_to({"type": "resume", "after": "now"})
+    await sync_to_async(bus.ring)("health")
+    assert await socket.receive_json_from() == {"type": "health"}
+    await socket.disconnect()
+
+
+async def test_a_token_needs_no_origin_because_no_page_can_send_one() -> None:
+    # A browser's WebSocket cannot set Authorization: a foreign page has only the owner's cookie,
+    # which the origin rule guards. A token is proof on its own, from wherever it is sent.
+    secret = await sync_to_async(_token)("read", "act")
+    socket = token_communicator(f"bearer {secret}", origin=b"https://elsewhere.example")
+
+    connected, _code = await socket.connect()
+
+    assert connected
+    await socket.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("scopes", "sent", "reason"),
+    [
+        (("read",), "Bearer aos_not-a-token", "invalid_token"),
+        (("act",), None, "missing_scope"),
+    ],
+)
+async def test_it_refuses_a_bad_token_or_one_without_read(
+    scopes: tuple[str, ...], sent: str | None, reason: str
+) -> None:
+    secret = await sync_to_async(_token)(*scopes)
+    socket = token_communicator(sent or f"Bearer {secret}")
+
+    connected, code = await socket.connect()
+
+    assert not connected
+    assert code == CLOSE_UNAUTHENTICATED
+    assert reason in [event["reason"] for event in await refusals()]
+
+
+async def test_a_bad_token_is_refused_even_beside_the_owners_session() -> None:
+    # The token, when sent, decides: a cookie never rescues a refused token.
+    owner = await sync_to_async(_verified_owner_client)()
+    socket = token_communicator("Bearer aos_not-a-token", origin=SAME_ORIGIN, client=owner)
+
+    connected, _code = await socket.connect()
+
+    assert not connected
+
+
+async def test_another_authorization_scheme_is_no_token() -> None:
+    socket = token_communicator("Basic b3duZXI6cGFzc3dvcmQ=")
+
+    connected, _code = await socket.connect()
+
+    assert not connected
+    assert [event["reason"] for event in await refusals()] == ["no_origin"]

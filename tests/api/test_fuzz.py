@@ -1,5 +1,6 @@
 """Fuzz /api/v1 from its own OpenAPI schema (schemathesis): no request gets a server error, and
-answers documented in the schema match it.
+answers documented in the schema match it. Then, for every operation of the schema, what it
+cannot describe: no token (401), a body over the limit (413), a method the path lacks (405).
 
 The schema is loaded from the app itself, through Django's WSGI handler, in the test's
 transaction; a database with one of everything (project, mission, runs with steps, artifact,
@@ -8,6 +9,7 @@ approval, question, schedule) gives the generated requests ids that exist, half 
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
 from collections.abc import Iterator
@@ -19,8 +21,10 @@ import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pytest_django.fixtures import Settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -143,3 +147,88 @@ def test_no_request_gets_a_server_error(target: Target, path: str, method: str) 
         )
 
     fuzz()
+
+
+# --- What the schema does not describe: no token, a body over the limit, a method it lacks ------
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def security(operation: Any) -> set[str]:
+    """The schemes that open an operation: none for the public ones (health)."""
+    return {name for scheme in operation.definition.raw.get("security", []) for name in scheme}
+
+
+def concrete(target: Target, path: str) -> str:
+    """The schema's path with an existing value for each parameter."""
+    for name, values in target.known.items():
+        path = path.replace("{" + name + "}", str(values[0]))
+    return path
+
+
+def assert_json_error(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"].startswith("application/json")
+    error: dict[str, Any] = json.loads(response.content)["error"]
+    assert isinstance(error["code"], str)
+    assert error["message"]
+    return error
+
+
+@pytest.mark.parametrize(("path", "method"), operations())
+def test_no_operation_answers_a_script_without_a_token_but_401(
+    target: Target, path: str, method: str
+) -> None:
+    operation = target.schema[path][method.upper()]
+    client = Client(enforce_csrf_checks=True)  # as a script meets production: CSRF enforced
+
+    response = client.generic(
+        method.upper(), concrete(target, path), "{}", content_type="application/json"
+    )
+
+    if not security(operation):  # public: health
+        assert response.status_code < 500
+    else:
+        assert_json_error(response, 401)
+        assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(("path", "method"), operations())
+def test_no_operation_fails_on_a_body_over_the_limit(
+    target: Target, settings: Settings, path: str, method: str
+) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    operation = target.schema[path][method.upper()]
+    body = json.dumps({"text": "x" * 5000, "name": "x" * 5000})
+
+    response = Client().generic(
+        method.upper(),
+        concrete(target, path),
+        body,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {target.secret}"},
+    )
+
+    assert response.status_code < 500, response.content[:300]
+    # With a token, an operation that reads a body refuses it first; the session-only ones
+    # (token management) answer 401 before reading anything.
+    if "requestBody" in operation.definition.raw and "OwnerToken" in security(operation):
+        assert assert_json_error(response, 413)["code"] == "body_too_large"
+
+
+@pytest.mark.parametrize("path", sorted({path for path, _method in operations()}))
+def test_every_path_answers_a_method_it_lacks_405_with_allow(target: Target, path: str) -> None:
+    from agentos.api import api
+
+    allowed = sorted(method.upper() for method in api.get_openapi_schema()["paths"][path])
+    for method in sorted(set(METHODS) - set(allowed)):
+        response = Client().generic(
+            method,
+            concrete(target, path),
+            "{}",
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {target.secret}"},
+        )
+
+        assert assert_json_error(response, 405)["details"] == {"allowed": allowed}
+        assert response["Allow"] == ", ".join(allowed)

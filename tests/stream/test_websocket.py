@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import websockets
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -19,6 +23,7 @@ from kernel.models import Event, Run, RunStatus, Wait
 from kernel.worker import Worker
 from tests.factories import make_owner, verified_client
 from tests.kernel.factories import make_mission
+from tests.live import running_stack
 from tests.stream import programs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -234,3 +239,51 @@ async def test_it_shows_an_approval_request_when_it_opens() -> None:
     assert event["mission"] is not None
     assert event["wait"]["type"] == "question"
     assert event["wait"]["text"] == "Go on?"
+
+
+def make_token() -> str:
+    from django.test import override_settings
+
+    from agentos import tokens
+
+    # The stack runs the product settings, which do not know the tests' fast password hasher.
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.PBKDF2PasswordHasher"]):
+        owner = make_owner()
+    return tokens.create_token(owner=owner.user, name="stream", scopes=["read"]).secret
+
+
+def test_a_script_streams_with_its_token_from_the_real_stack(tmp_path: Path) -> None:
+    """`manage.py serve` with two workers: health counts both, and a script with a `read` token
+    in its handshake's Authorization header streams events; without it, the handshake fails."""
+    secret = make_token()
+    append(3)
+
+    with running_stack(tmp_path, workers=2) as running:
+        report = running.wait_for_workers()
+        deadline = time.monotonic() + 60
+        while report["workers"]["detail"] != "2 of 2 workers live":
+            assert time.monotonic() < deadline, report
+            time.sleep(0.2)
+            report = running.health()
+        url = running.url.replace("http://", "ws://") + "/ws/events"
+
+        async def stream() -> list[dict[str, Any]]:
+            headers = {"Authorization": f"Bearer {secret}"}
+            async with websockets.connect(url, additional_headers=headers) as socket:
+                assert json.loads(await socket.recv()) == {"type": "hello"}
+                await socket.send(json.dumps({"type": "resume", "after": 0}))
+                received: list[dict[str, Any]] = []
+                while len(received) < 3:
+                    message = json.loads(await asyncio.wait_for(socket.recv(), 30))
+                    if message["type"] == "event":
+                        received.append(message)
+                return received
+
+        received = asyncio.run(stream())
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            asyncio.run(websockets.connect(url).__aenter__())
+
+    assert [(event["kind"], event["data"]) for event in received] == [
+        ("tick", {"index": index}) for index in range(3)
+    ]
+    assert refused.value.response.status_code == 403
