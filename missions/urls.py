@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from missions import project_views, run_views, views
+from missions import project_views, run_views, trace, views
 
 urlpatterns: list[URLPattern] = [
     path("missions/", views.mission_list, name="missions"),
@@ -18,6 +18,7 @@ urlpatterns: list[URLPattern] = [
     path("runs/<int:run_id>/stop/", run_views.run_stop, name="run-stop"),
     path("runs/<int:run_id>/fork/", run_views.run_fork, name="run-fork"),
     path("runs/<int:run_id>/restart/", run_views.run_restart, name="run-restart"),
+    path("runs/<int:run_id>/trace/", trace.run_trace, name="run-trace"),
     re_path(r"^artifacts/(?P<sha256>[0-9a-f]{64})$", views.artifact, name="artifact"),
     path("costs/", views.cost_report, name="costs"),
     path("projects/", project_views.project_list, name="projects"),
