@@ -113,7 +113,7 @@ class CapsOut(Schema):
 class RouteIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    provider: Literal["anthropic", "openai", "scripted"]
+    provider: Literal["anthropic", "openai", "compatible", "scripted"]
     model: Text = Field(min_length=1, max_length=100)
     effort: Literal["low", "medium", "high"] | None = None
 

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from missions.models import ModelInfo, Role, RoleRoute
+from missions.models import ModelInfo, ModelPrice, Role, RoleRoute
 from missions.providers import registry
 from missions.providers.base import (
     AuthenticationFailed,
@@ -77,11 +77,48 @@ def seed(price: Any, info: Any, route: Any) -> None:
 
 
 def default_model(provider: str) -> str | None:
-    """The executor's model when the executor runs on `provider`, else its first seeded model."""
+    """The executor's model when the executor runs on `provider`, else its first seeded model
+    (the compatible endpoint: the model the owner named for it)."""
     route = RoleRoute.objects.filter(role=Role.EXECUTOR, provider=provider).first()
     if route is not None:
         return route.model
+    if provider == "compatible":
+        from missions import endpoints
+
+        endpoint = endpoints.get(provider)
+        return endpoint.model if endpoint else None
     return next((model for name, model, *_ in PRICES if name == provider), None)
+
+
+# Owner-run models cost nothing per token unless the owner prices them (a newer ModelPrice row
+# in the admin wins: `pricing` takes the newest in force).
+LOCAL_VERSION = "local"
+LOCAL_SOURCE = "an owner-run endpoint: free unless priced in the admin"
+
+
+def register_local_model(
+    provider: str, model: str, *, context_window: int | None = None
+) -> ModelInfo:
+    """Enter an owner-run model in the catalog, priced zero if it has no price yet; a window
+    given is recorded, none given leaves the known one (or unknown)."""
+    info, _ = ModelInfo.objects.get_or_create(provider=provider, model=model)
+    if context_window is not None and info.context_window != context_window:
+        info.context_window = context_window
+        info.save(update_fields=["context_window"])
+    if not ModelPrice.objects.filter(provider=provider, model=model).exists():
+        ModelPrice.objects.create(
+            version=LOCAL_VERSION,
+            provider=provider,
+            model=model,
+            # In force for any run, whenever it started.
+            valid_from=datetime(2000, 1, 1, tzinfo=UTC),
+            input_per_mtok=0,
+            output_per_mtok=0,
+            cache_read_per_mtok=0,
+            cache_write_per_mtok=0,
+            source=LOCAL_SOURCE,
+        )
+    return info
 
 
 # --- Refresh from the model-listing APIs ----------------------------------------------------------
@@ -134,7 +171,7 @@ def refresh_if_stale(
 
     A failed refresh raises and stamps nothing, so the next call tries again.
     """
-    if not registry.has_key(provider):
+    if not registry.ready(provider):
         return None
     newest = ModelInfo.objects.filter(provider=provider).aggregate(newest=Max("fetched_at"))
     if newest["newest"] is not None and timezone.now() - newest["newest"] < max_age:
@@ -148,7 +185,9 @@ def _list_models(provider: str, client: Any | None) -> list[Listed]:
         return _list_anthropic(client)
     if provider == "openai":
         return _list_openai(client)
-    raise ValueError(f"Unknown provider {provider!r}; expected anthropic or openai.")
+    if provider == "compatible":
+        return _list_compatible(client)
+    raise ValueError(f"Unknown provider {provider!r}; expected anthropic, openai or compatible.")
 
 
 def _list_anthropic(client: Any | None) -> list[Listed]:
@@ -192,6 +231,35 @@ def _list_openai(client: Any | None) -> list[Listed]:
         return [Listed(model=entry.id) for entry in sdk.models.list()]
     except openai.APIStatusError as error:
         raise _listing_error(status_error(error)) from error
+    except openai.APIConnectionError as error:
+        raise StreamInterrupted(error.message) from error
+
+
+def _list_compatible(client: Any | None) -> list[Listed]:
+    import openai
+
+    from missions import endpoints, keys
+    from missions.providers.compatible import CompatibleProvider, error_from_status
+
+    endpoint = endpoints.get()
+    if endpoint is None and client is None:
+        raise BadRequest("The OpenAI-compatible endpoint has no base URL: set it in Settings.")
+    sdk = CompatibleProvider(
+        base_url=endpoint.base_url if endpoint else "",
+        api_key=keys.get("compatible"),
+        client=client,
+    ).client
+    try:
+        # vLLM says the window it serves (`max_model_len`); llama.cpp and Ollama say none.
+        return [
+            Listed(
+                model=entry.id,
+                context_window=_count((entry.model_extra or {}).get("max_model_len")),
+            )
+            for entry in sdk.models.list()
+        ]
+    except openai.APIStatusError as error:
+        raise _listing_error(error_from_status(error)) from error
     except openai.APIConnectionError as error:
         raise StreamInterrupted(error.message) from error
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 
+from django.utils.translation import gettext as _
+
 from agentos import vault
 from missions.errors import MissionError
 from missions.models import ProviderKey
@@ -18,7 +20,7 @@ from missions.providers.registry import KEYS
 
 logger = logging.getLogger(__name__)
 
-ENV = KEYS  # provider -> the environment variable its SDK reads
+ENV = KEYS  # provider -> the environment variable that wins over a stored key
 
 
 def _known(provider: str) -> str:
@@ -55,9 +57,9 @@ def put(provider: str, key: str) -> ProviderKey:
     key = key.strip()
     if len(key) < 8 or len(key) > 500 or any(c.isspace() for c in key):
         raise MissionError(
-            "An API key is 8 to 500 characters without spaces.", code="invalid_input"
+            _("An API key is 8 to 500 characters without spaces."), code="invalid_input"
         )
-    stored, _ = ProviderKey.objects.update_or_create(
+    stored, _created = ProviderKey.objects.update_or_create(
         provider=_known(provider),
         defaults={"ciphertext": vault.encrypt(key), "hint": key[-4:]},
     )
@@ -65,7 +67,7 @@ def put(provider: str, key: str) -> ProviderKey:
 
 
 def delete(provider: str) -> bool:
-    deleted, _ = ProviderKey.objects.filter(provider=_known(provider)).delete()
+    deleted, _by_model = ProviderKey.objects.filter(provider=_known(provider)).delete()
     return deleted > 0
 
 

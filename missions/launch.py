@@ -71,7 +71,7 @@ def start_mission(
 
 
 MISSION_CAPS = (*CAP_FIELDS, "max_concurrent_runs")
-PROVIDERS = ("anthropic", "openai", "scripted")
+PROVIDERS = ("anthropic", "openai", "compatible", "scripted")
 EFFORTS = ("low", "medium", "high")
 MAX_GOAL = 20_000
 

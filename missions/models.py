@@ -209,3 +209,16 @@ class ProviderKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider} key …{self.hint}"
+
+
+class ProviderEndpoint(models.Model):
+    """Where an OpenAI-compatible server answers (llama.cpp, vLLM, Ollama…) and the model it
+    serves, set from the console. Its key, optional, is a `ProviderKey` like the others'."""
+
+    provider = models.CharField(max_length=20, unique=True)
+    base_url = models.URLField(max_length=500)
+    model = models.CharField(max_length=100)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.model} at {self.base_url}"

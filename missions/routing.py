@@ -4,7 +4,8 @@ Rules (DESIGN.md §5): the model is fixed **per run** — changing model means d
 sub-agent; effort is the first cost lever; failover to the other provider happens only at a
 sub-agent boundary (a new child run), never inside a running conversation, whose transcript is
 in one provider's native format. Without the provider's API key, the offline scripted model
-stands in, and says so.
+stands in, and says so; the OpenAI-compatible endpoint (`compatible`) is routable like the two
+others once its base URL and model are set (its key is optional).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 
 from missions.errors import MissionError
 from missions.models import Mission, Role, RoleRoute
-from missions.providers.registry import has_key
+from missions.providers.registry import ready
 
+# The compatible endpoint has no partner: an owner-run model failing is not a cloud at capacity,
+# and a cloud model is never chosen behind the owner's back to replace a local one.
 OTHER_PROVIDER = {"anthropic": "openai", "openai": "anthropic"}
 
 
@@ -27,7 +30,8 @@ class Route:
 
 
 def route_for(mission: Mission, role: str) -> Route:
-    """The mission's override for `role`, else the role's default; scripted without a key."""
+    """The mission's override for `role`, else the role's default; scripted when the route's
+    provider cannot be called (no key; for the compatible endpoint, no base URL and model)."""
     if role not in Role.values:
         raise MissionError(f"Unknown role {role!r}; roles: {', '.join(Role.values)}.")
     override = mission.routes.get(role) if isinstance(mission.routes, dict) else None
@@ -38,7 +42,7 @@ def route_for(mission: Mission, role: str) -> Route:
         if default is None:
             raise MissionError(f"No route for role {role!r}: set one in the admin.")
         route = Route(default.provider, default.model, default.effort or None)
-    if route.provider != "scripted" and not has_key(route.provider):
+    if not ready(route.provider):
         return Route("scripted", "scripted", None, scripted_stand_in=True)
     return route
 
@@ -50,7 +54,7 @@ def failover_for(route: Route) -> Route | None:
     conversation is never moved to another provider.
     """
     other = OTHER_PROVIDER.get(route.provider)
-    if other is None or not has_key(other):
+    if other is None or not ready(other):
         return None
     default = RoleRoute.objects.filter(provider=other).order_by("role").first()
     return Route(other, default.model, route.effort) if default else None

@@ -20,6 +20,7 @@ KEY = "sk-ant-api03-secret-value-1234"
 def _no_environment_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("AGENTOS_COMPATIBLE_API_KEY", raising=False)
 
 
 # --- provider keys ------------------------------------------------------------------------------
@@ -42,6 +43,7 @@ def test_it_sets_a_provider_key_without_ever_showing_it(api: Api) -> None:
     assert KEY not in listed.content.decode()
     assert [(p["provider"], p["configured"]) for p in listed.json()] == [
         ("anthropic", True),
+        ("compatible", False),
         ("openai", False),
     ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,10 +22,16 @@ from typing import Any
 @dataclass(frozen=True)
 class Stream:
     """`events` as (event name, data) pairs; with `cut_after`, the connection drops after that
-    many events, mid-stream, without a terminating chunk."""
+    many events, mid-stream, without a terminating chunk.
+
+    An empty name sends a bare `data:` line (Chat Completions names no events); `done` ends the
+    stream with `data: [DONE]`. With `hold_after`, the server stops after that many events and
+    keeps the connection open (SSE comments) until the client hangs up, counted in `hangups`."""
 
     events: list[tuple[str, dict[str, Any]]]
     cut_after: int | None = None
+    done: bool = False
+    hold_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,7 @@ class WireServer:
     def __init__(self) -> None:
         self.answers: deque[Answer] = deque()
         self.received: list[Received] = []
+        self.hangups = 0
         self._lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -129,9 +137,31 @@ class WireServer:
                         self.close_connection = True
                         self.connection.shutdown(2)  # drop it mid-stream, no final chunk
                         return
-                    chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    if answer.hold_after is not None and index >= answer.hold_after:
+                        self._hold()
+                        return
+                    line = f"data: {json.dumps(data)}\n\n"
+                    self._chunk(f"event: {name}\n{line}" if name else line)
+                if answer.done:
+                    self._chunk("data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
+
+            def _chunk(self, text: str) -> None:
+                data = text.encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _hold(self) -> None:
+                # A comment every 20 ms: writing is how a server learns the client hung up.
+                self.close_connection = True
+                for _ in range(250):
+                    try:
+                        self._chunk(": waiting\n\n")
+                    except OSError:
+                        with server._lock:
+                            server.hangups += 1
+                        return
+                    time.sleep(0.02)
 
         return Handler
 
