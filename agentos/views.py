@@ -21,9 +21,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from agentos import audit, health, owner, signin, tokens
+from agentos import audit, health, owner, provider_settings, signin, tokens
 from agentos.errors import DomainError
 from agentos.forms import SignInForm, TokenForm
 from agentos.models import ApiToken, AuditEvent
@@ -226,11 +227,17 @@ def more(request: HttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "HEAD", "POST"])
 @owner_required
+@sensitive_post_parameters(*provider_settings.KEY_FIELDS)
 def settings_view(request: HttpRequest) -> HttpResponse:
-    form = TokenForm(request.POST or None)
+    # Provider keys, the compatible endpoint and tests post here too, told apart by `action`.
+    providers = provider_settings.handle(request)
+    if isinstance(providers, HttpResponse):
+        return providers
+    token_post = request.method == "POST" and not providers.posted
+    form = TokenForm(request.POST if token_post else None)
     created: tokens.NewToken | None = None
-    status = 200
-    if request.method == "POST":
+    status = providers.status
+    if token_post:
         if form.is_valid():
             try:
                 created = tokens.create_token(
@@ -251,6 +258,7 @@ def settings_view(request: HttpRequest) -> HttpResponse:
         "form": form,
         "created": created,
         "tokens": ApiToken.objects.filter(owner=signed_in(request)),
+        "providers": providers.providers,
     }
     return render(request, "console/settings.html", context, status=status)
 
