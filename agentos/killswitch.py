@@ -11,8 +11,10 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
+from ninja import Field, Router, Schema
 
-from agentos import audit
+from agentos import audit, tokens
+from agentos.errors import DomainError
 from agentos.models import AuditEvent
 from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
 from kernel import runs
@@ -62,3 +64,32 @@ def kill_switch(request: HttpRequest) -> HttpResponse:
     context["executing"] = unfinished.filter(lease_expires_at__isnull=False).count()
     context["schedules"] = Schedule.objects.filter(enabled=True).count()
     return render(request, "console/kill_switch.html", context, status=status)
+
+
+# --- the same over /api/v1, for a script that sees something going wrong ------------------------
+
+router = Router(tags=["system"])
+
+
+class KillSwitchIn(Schema):
+    confirm: bool = Field(description="must be true: nothing is stopped without it")
+
+
+class KillSwitchOut(Schema):
+    runs: list[int] = Field(description="the runs asked to stop")
+    leases_revoked: int
+    schedules: list[str] = Field(description="the schedules paused, by name")
+
+
+@router.post(
+    "/stop-everything",
+    response=KillSwitchOut,
+    summary="Kill switch: stop every run, take every lease back, pause every schedule",
+)
+def stop_everything(request: HttpRequest, payload: KillSwitchIn) -> Stopped:
+    if not payload.confirm:
+        raise DomainError(
+            "Nothing was stopped: send confirm: true to stop everything.",
+            code="confirm_required",
+        )
+    return engage(by=tokens.actor(request), request=request)
