@@ -104,3 +104,7 @@ def stop_everything_while_a_step_is_stuck(owner_client: Client, approval: Approv
     event = AuditEvent.objects.get(kind=AuditEvent.Kind.KILL_SWITCH)
     assert sorted(event.detail["runs"]) == sorted([stuck.pk, approval.run_id])
     assert event.detail["schedules"] == [schedule.pk]
+
+
+def test_settings_leads_to_it(owner_client: Client) -> None:
+    assert 'href="/stop-everything/"' in owner_client.get("/settings/").content.decode()
