@@ -253,7 +253,7 @@ def test_it_says_a_mission_needs_a_project(owner_client: Client) -> None:
     content = text_of(owner_client.get("/missions/new/"))
 
     assert "there is none yet" in content
-    assert 'href="/admin/missions/project/add/"' in content
+    assert 'href="/projects/"' in content
 
 
 # --- Mission ------------------------------------------------------------------------------------
