@@ -100,6 +100,7 @@ class AuditEvent(models.Model):
         RULE_ADDED = "rule.added", _("permission rule added")
         RULE_REMOVED = "rule.removed", _("permission rule removed")
         KILL_SWITCH = "kill_switch", _("everything stopped (kill switch)")
+        POLICY_CHANGED = "policy.changed", _("a role's route or the global budget changed")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

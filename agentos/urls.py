@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import killswitch, tools_screen, views
+from agentos import agents_screen, killswitch, tools_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
 from missions import urls as missions_urls
@@ -18,6 +18,7 @@ console = (
         path("settings/tokens/<int:token_id>/revoke", views.revoke_token_view, name="revoke-token"),
         path("offline/", views.offline, name="offline"),
         path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
+        path("agents/", agents_screen.agents_screen, name="agents"),
         path("tools/", tools_screen.tools_screen, name="tools"),
         path("tools/rules/<int:rule_id>/delete", tools_screen.delete_rule, name="tool-rule-delete"),
         *approvals_urls.urlpatterns,

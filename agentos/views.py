@@ -75,7 +75,6 @@ SCREENS = [
         "agents",
         gettext_lazy("Agents & policies"),
         gettext_lazy("Roles, routing and permission policies."),
-        built=False,
     ),
     Screen(
         "tools",

@@ -1,0 +1,161 @@
+"""The Agents & policies screen: which model and effort each role runs on, the global budget
+(a daily spend cap and a cap on runs executing at once), and a summary of the permission rules
+(edited on the Tools screen). Every change is in the security log; runs already started keep the
+model they started with (a run's model is fixed for its life)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_http_methods
+
+from agentos import audit
+from agentos.models import AuditEvent
+from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from kernel.models import GlobalBudget
+from missions.models import ModelInfo, Role, RoleRoute
+from missions.providers.registry import ready
+from tools.models import Decision, PermissionRule
+
+MICROS = Decimal(1_000_000)
+EFFORTS = [
+    ("", _("provider default")),
+    ("low", _("low")),
+    ("medium", _("medium")),
+    ("high", _("high")),
+]
+
+
+class RouteForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices, widget=forms.HiddenInput)
+    model = forms.ChoiceField(label=_("Model"))
+    effort = forms.ChoiceField(label=_("Effort"), choices=EFFORTS, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["model"].choices = [  # type: ignore[attr-defined]  # a ChoiceField
+            (f"{info.provider}/{info.model}", f"{info.provider}/{info.model}")
+            for info in ModelInfo.objects.order_by("provider", "model")
+        ]
+
+
+class BudgetForm(forms.Form):
+    daily_usd = forms.DecimalField(
+        label=_("Daily spend cap ($)"),
+        required=False,
+        min_value=Decimal(0),
+        max_digits=12,
+        decimal_places=6,
+        help_text=_("Across every mission, per UTC day; empty for none."),
+        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+    )
+    max_running_runs = forms.IntegerField(
+        label=_("Runs executing at once, at most"),
+        min_value=0,
+        max_value=10_000,
+        help_text=_("0 holds every run back."),
+    )
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@owner_required
+def agents_screen(request: HttpRequest) -> HttpResponse:
+    budget = GlobalBudget.objects.first() or GlobalBudget()
+    routes = {route.role: route for route in RoleRoute.objects.all()}
+    route_forms = {role: _route_form(role, routes.get(role)) for role in Role.values}
+    budget_form = BudgetForm(
+        prefix="budget",
+        initial={
+            "daily_usd": None
+            if budget.daily_usd_micros is None
+            else Decimal(budget.daily_usd_micros) / MICROS,
+            "max_running_runs": budget.max_running_runs,
+        },
+    )
+    status = 200
+    refused: list[str] = []  # errors of a form posted for a role this page does not show
+    action = request.POST.get("action")
+    if request.method == "POST" and action == "route":
+        posted = RouteForm(request.POST, prefix="route")
+        if posted.is_valid():
+            _save_route(request, posted.cleaned_data)
+            return redirect("console:agents")
+        role = request.POST.get("route-role", "")
+        if role in route_forms:
+            route_forms[role] = posted
+        else:
+            refused = [str(error) for error in posted.errors.get("role", [_("Unknown role.")])]
+        status = 400
+    elif request.method == "POST" and action == "budget":
+        budget_form = BudgetForm(request.POST, prefix="budget")
+        if budget_form.is_valid():
+            _save_budget(request, budget, budget_form.cleaned_data)
+            return redirect("console:agents")
+        status = 400
+    elif request.method == "POST":
+        status = 400
+    rules = PermissionRule.objects.all()
+    context = {
+        "screen": SCREENS_BY_SLUG["agents"],
+        "roles": [
+            {
+                "label": label,
+                "route": routes.get(role),
+                "ready": role in routes and ready(routes[role].provider),
+                "form": route_forms[role],
+            }
+            for role, label in Role.choices
+        ],
+        "route_refused": refused,
+        "budget_form": budget_form,
+        "rule_counts": [
+            (decision.label, rules.filter(decision=decision).count()) for decision in Decision
+        ],
+    }
+    return render(request, "console/agents.html", context, status=status)
+
+
+def _route_form(role: str, route: RoleRoute | None) -> RouteForm:
+    initial: dict[str, Any] = {"role": role}
+    if route is not None:
+        initial.update(model=f"{route.provider}/{route.model}", effort=route.effort)
+    return RouteForm(prefix="route", initial=initial, auto_id=f"id_{role}_%s")
+
+
+def _save_route(request: HttpRequest, data: dict[str, Any]) -> None:
+    provider, model = str(data["model"]).split("/", 1)
+    with transaction.atomic():
+        route, _created = RoleRoute.objects.update_or_create(
+            role=data["role"],
+            defaults={"provider": provider, "model": model, "effort": data["effort"] or ""},
+        )
+        audit.record_request(
+            AuditEvent.Kind.POLICY_CHANGED,
+            request,
+            username=signed_in(request).get_username(),
+            role=route.role,
+            provider=provider,
+            model=model,
+            effort=route.effort,
+        )
+
+
+def _save_budget(request: HttpRequest, budget: GlobalBudget, data: dict[str, Any]) -> None:
+    daily = data["daily_usd"]
+    budget.daily_usd_micros = None if daily is None else int(daily * MICROS)
+    budget.max_running_runs = data["max_running_runs"]
+    with transaction.atomic():
+        budget.save()
+        audit.record_request(
+            AuditEvent.Kind.POLICY_CHANGED,
+            request,
+            username=signed_in(request).get_username(),
+            daily_usd_micros=budget.daily_usd_micros,
+            max_running_runs=budget.max_running_runs,
+        )
