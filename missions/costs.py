@@ -114,6 +114,14 @@ class MissionRow:
 
 
 @dataclass(frozen=True)
+class RunRow:
+    run_id: int
+    mission_id: int
+    goal: str
+    spend: Spend
+
+
+@dataclass(frozen=True)
 class Completed:
     mission_id: int
     goal: str
@@ -129,6 +137,7 @@ class Report:
     days: list[DayRow]  # newest first; days without a recorded step are left out
     models: list[ModelRow]  # costliest first
     missions: list[MissionRow]  # costliest first
+    runs: list[RunRow]  # costliest first: what each run's own steps cost (not its sub-runs')
     completed: list[Completed]  # newest first
     completed_average_usd_micros: int | None  # None: no completed mission in the window
     collected_at: datetime
@@ -167,11 +176,33 @@ def report(*, days: int = WINDOW_DAYS, limit: int = 50) -> Report:
         MissionRow(row["mission_id"], goals.get(row["mission_id"], ""), Spend.of(row))
         for row in mission_rows
     ]
+    run_rows = list(
+        steps.values("run_id", mission_id=F("run__account_id"))
+        .annotate(**_sums())
+        .order_by("-usd_micros", "-run_id")[:limit]
+    )
+    goals.update(
+        Mission.objects.filter(
+            pk__in={row["mission_id"] for row in run_rows} - set(goals)
+        ).values_list("pk", "goal")
+    )
+    per_run = [
+        RunRow(row["run_id"], row["mission_id"], goals.get(row["mission_id"], ""), Spend.of(row))
+        for row in run_rows
+    ]
     # Every completed mission of the window counts in the average, not only those listed.
     completed = completed_missions(since=day_start(since))
     average = sum(item.usd_micros for item in completed) // len(completed) if completed else None
     return Report(
-        since, total, per_day, per_model, per_mission, completed[:limit], average, collected_at
+        since,
+        total,
+        per_day,
+        per_model,
+        per_mission,
+        per_run,
+        completed[:limit],
+        average,
+        collected_at,
     )
 
 

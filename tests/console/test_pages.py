@@ -619,6 +619,11 @@ def test_it_shows_spend_per_mission_model_and_day(owner_client: Client, priced: 
     assert [(row.model, row.spend.calls, row.spend.usd_micros) for row in report.models] == [
         ("scripted", 2, 13_500)
     ]
+    assert [(row.mission_id, row.spend.usd_micros, row.goal) for row in report.runs] == [
+        (first.pk, 10_500, "Write the notes"),
+        (second.pk, 3_000, "Tidy the tracker"),
+    ]
+    assert f'href="/runs/{report.runs[0].run_id}/trace/"' in response.content.decode()
     assert len(report.days) == 1
     assert report.days[0].spend.cache_read_tokens == 10_000
     assert report.total.usd_micros == 13_500
