@@ -9,6 +9,9 @@ class AgentosConfig(AppConfig):
 
     def ready(self) -> None:
         from agentos import checks  # noqa: F401  # registers the system checks
+        from agentos.vault import register
+
+        register("agentos.PushState", "vapid_private")  # rotated with the other secrets
 
 
 class OwnerAdminConfig(admin_apps.AdminConfig):

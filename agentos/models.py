@@ -101,6 +101,13 @@ class AuditEvent(models.Model):
         RULE_REMOVED = "rule.removed", _("permission rule removed")
         KILL_SWITCH = "kill_switch", _("everything stopped (kill switch)")
         POLICY_CHANGED = "policy.changed", _("a role's route or the global budget changed")
+        SESSIONS_ENDED = "sessions.ended", _("other sessions signed out")
+        SECOND_FACTOR_REFUSED = "second_factor.refused", _("second factor refused")
+        DEVICE_ADDED = "device.added", _("authenticator added")
+        DEVICE_REMOVED = "device.removed", _("authenticator removed")
+        BACKUP_CODES_RENEWED = "backup_codes.renewed", _("backup codes renewed")
+        PUSH_SUBSCRIBED = "push.subscribed", _("notifications turned on for a device")
+        PUSH_UNSUBSCRIBED = "push.unsubscribed", _("notifications turned off for a device")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)
@@ -120,7 +127,51 @@ class AuditEvent(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind} {self.username}"
 
 
+class PushSubscription(models.Model):
+    """A browser's Web Push subscription: where to post (its push service's endpoint, itself a
+    secret: whoever has it may send) and the keys payloads are encrypted to. Written only by
+    `agentos.push`; dropped when the push service says it is gone (404, 410)."""
+
+    endpoint = models.URLField(max_length=1000, unique=True)
+    p256dh = models.CharField(max_length=128)
+    auth = models.CharField(max_length=64)
+    # The browser that subscribed, as it named itself: lets the owner tell devices apart.
+    agent = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"push subscription {self.pk} ({self.agent or 'browser'})"
+
+
+class PushState(models.Model):
+    """The one row of Web Push's own state: the VAPID key pair (the private half encrypted by
+    the vault, never shown or logged) and how far the event stream was followed. Its row lock
+    lets one process at a time advance the cursor (`agentos.push.deliver_one`)."""
+
+    vapid_private = models.BinaryField()
+    # The public half, url-safe base64 of the uncompressed point: what browsers subscribe with.
+    vapid_public = models.CharField(max_length=100)
+    # Number of the last stream event looked at (`kernel.stream`); waits opened later notify.
+    cursor = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return "push state"
+
+
 # Declared beside the code that uses it; imported here so that Django registers it.
 from agentos.idempotency import IdempotencyKey  # noqa: E402
 
-__all__ = ["ApiToken", "AuditEvent", "IdempotencyKey", "Scope", "SignInThrottle"]
+__all__ = [
+    "ApiToken",
+    "AuditEvent",
+    "IdempotencyKey",
+    "PushState",
+    "PushSubscription",
+    "Scope",
+    "SignInThrottle",
+]

@@ -28,7 +28,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django_otp.models import Device
 
-from agentos import audit
+from agentos import audit, security_settings
 from agentos.models import AuditEvent, SignInThrottle
 
 
@@ -119,6 +119,7 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
 
     login(request, user)
     django_otp.login(request, device)
+    security_settings.note_sign_in(request)
     audit.record_request(
         AuditEvent.Kind.SIGNIN_SUCCEEDED, request, username=username, device=device.persistent_id
     )

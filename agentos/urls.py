@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import agents_screen, killswitch, tools_screen, views
+from agentos import agents_screen, killswitch, security_screen, tools_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
 from missions import urls as missions_urls
@@ -16,6 +16,37 @@ console = (
         path("more/", views.more, name="more"),
         path("settings/", views.settings_view, name="settings"),
         path("settings/tokens/<int:token_id>/revoke", views.revoke_token_view, name="revoke-token"),
+        path(
+            "settings/sessions/sign-out-others",
+            security_screen.sign_out_others,
+            name="sign-out-others",
+        ),
+        path(
+            "settings/authenticators/add",
+            security_screen.add_authenticator,
+            name="authenticator-add",
+        ),
+        path(
+            "settings/authenticators/<int:device_id>/confirm",
+            security_screen.confirm_authenticator,
+            name="authenticator-confirm",
+        ),
+        path(
+            "settings/authenticators/<int:device_id>/cancel",
+            security_screen.cancel_authenticator,
+            name="authenticator-cancel",
+        ),
+        path(
+            "settings/authenticators/<int:device_id>/remove",
+            security_screen.remove_authenticator,
+            name="authenticator-remove",
+        ),
+        path(
+            "settings/backup-codes", security_screen.renew_backup_codes, name="backup-codes-renew"
+        ),
+        path("settings/push/subscribe", security_screen.subscribe, name="push-subscribe"),
+        path("settings/push/unsubscribe", security_screen.unsubscribe, name="push-unsubscribe"),
+        path("settings/push/test", security_screen.test_notification, name="push-test"),
         path("offline/", views.offline, name="offline"),
         path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
         path("agents/", agents_screen.agents_screen, name="agents"),

@@ -24,7 +24,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from agentos import audit, health, owner, provider_settings, signin, tokens
+from agentos import audit, health, owner, provider_settings, push, security_settings, signin, tokens
 from agentos.errors import DomainError
 from agentos.forms import SignInForm, TokenForm
 from agentos.models import ApiToken, AuditEvent
@@ -109,6 +109,7 @@ def owner_required[V: Callable[..., HttpResponseBase]](view: V) -> V:
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         user = request.user
         if owner.is_verified_owner(user):
+            security_settings.note_seen(request)  # the Settings screen's "last seen"
             return view(request, *args, **kwargs)
         query = {"next": request.get_full_path()}
         if user.is_authenticated:
@@ -252,12 +253,44 @@ def settings_view(request: HttpRequest) -> HttpResponse:
                 status = 400
         else:
             status = 400
+    return settings_page(
+        request,
+        form=form,
+        created=created,
+        providers=providers.providers,
+        status=status,
+    )
+
+
+def settings_page(
+    request: HttpRequest,
+    *,
+    form: TokenForm | None = None,
+    created: tokens.NewToken | None = None,
+    providers: list[Any] | None = None,
+    backup_codes: list[str] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The Settings page; `backup_codes` are new codes to show this once (never stored in clear,
+    never in a redirect)."""
+    user = signed_in(request)
+    if providers is None:
+        # Read only: the pages that call this post no provider `action`.
+        panel = provider_settings.handle(request)
+        providers = [] if isinstance(panel, HttpResponse) else panel.providers
     context = {
         "screen": SCREENS_BY_SLUG["settings"],
-        "form": form,
+        "form": form or TokenForm(),
         "created": created,
-        "tokens": ApiToken.objects.filter(owner=signed_in(request)),
-        "providers": providers.providers,
+        "tokens": ApiToken.objects.filter(owner=user),
+        "providers": providers,
+        "sessions": security_settings.sessions_of(user, current_key=request.session.session_key),
+        "authenticators": security_settings.authenticators(user),
+        "pending_authenticators": security_settings.pending(user),
+        "backup_codes_left": security_settings.unused_backup_codes(user),
+        "backup_codes": backup_codes,
+        "push_public_key": push.public_key(),
+        "push_subscriptions": push.subscriptions(),
     }
     return render(request, "console/settings.html", context, status=status)
 

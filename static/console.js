@@ -199,6 +199,103 @@
     connectLive(wsPath);
   }
 
+  // Settings' notifications panel: subscribe this device with the server's public key, post
+  // the subscription, or unsubscribe. Texts are in the page (translated); this only shows them.
+  const pushPanel = document.querySelector("[data-push]");
+
+  function pushKey(base64url) {
+    const padded = (base64url + "===".slice((base64url.length + 3) % 4))
+      .replace(/-/g, "+")
+      .replace(/_/g, "/");
+    return Uint8Array.from(atob(padded), (c) => c.charCodeAt(0));
+  }
+
+  function csrfToken() {
+    try {
+      return JSON.parse(body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
+    } catch {
+      return "";
+    }
+  }
+
+  function postJson(url, data) {
+    return fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify(data),
+    });
+  }
+
+  function setupPush(panel) {
+    const state = panel.querySelector("[data-push-state]");
+    const on = panel.querySelector("[data-push-subscribe]");
+    const off = panel.querySelector("[data-push-unsubscribe]");
+    function show(name) {
+      for (const p of panel.querySelectorAll("[data-push-text]")) p.hidden = true;
+      const text = panel.querySelector('[data-push-text="' + name + '"]');
+      if (state && text) state.textContent = text.textContent;
+      panel.dataset.pushStatus = name;
+      on.hidden = !(name === "off" || name === "failed");
+      off.hidden = name !== "on";
+    }
+    if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) {
+      show("unsupported");
+      return;
+    }
+    if (Notification.permission === "denied") {
+      show("denied");
+      return;
+    }
+    const ready = navigator.serviceWorker.ready;
+    ready
+      .then((reg) => reg.pushManager.getSubscription())
+      .then((sub) => show(sub ? "on" : "off"))
+      .catch(() => show("off"));
+    on.addEventListener("click", async () => {
+      on.disabled = true;
+      try {
+        if ((await Notification.requestPermission()) !== "granted") {
+          show("denied");
+          return;
+        }
+        const reg = await ready;
+        const sub = await reg.pushManager.subscribe({
+          userVisibleOnly: true,
+          applicationServerKey: pushKey(panel.dataset.publicKey || ""),
+        });
+        const answer = await postJson(panel.dataset.subscribeUrl, sub.toJSON());
+        if (!answer.ok) throw new Error("subscription refused: " + answer.status);
+        show("on");
+        window.location.reload(); // the list of devices and the test button
+      } catch (err) {
+        console.error("agentos: notifications", err);
+        show("failed");
+      } finally {
+        on.disabled = false;
+      }
+    });
+    off.addEventListener("click", async () => {
+      off.disabled = true;
+      try {
+        const reg = await ready;
+        const sub = await reg.pushManager.getSubscription();
+        if (sub) {
+          await postJson(panel.dataset.unsubscribeUrl, { endpoint: sub.endpoint });
+          await sub.unsubscribe();
+        }
+        show("off");
+        window.location.reload();
+      } catch (err) {
+        console.error("agentos: notifications", err);
+      } finally {
+        off.disabled = false;
+      }
+    });
+  }
+
+  if (pushPanel) setupPush(pushPanel);
+
   if ("serviceWorker" in navigator) {
     // Register after "load" so the worker's precache doesn't compete with the first page's own fetches.
     const register = () => {

@@ -3,8 +3,8 @@
 "use strict";
 
 // Bump these to drop every cached copy on the next activation.
-const SHELL_CACHE = "agentos-shell-v2";
-const STATIC_CACHE = "agentos-static-v2"; // runtime cache: hashed /static/ names only known at run time
+const SHELL_CACHE = "agentos-shell-v3";
+const STATIC_CACHE = "agentos-static-v3"; // runtime cache: hashed /static/ names only known at run time
 const STATIC_MAX_ENTRIES = 80; // old hashed files pile up after each deploy; keep the newest N
 const OFFLINE_URL = "/offline/";
 
@@ -116,4 +116,48 @@ async function cleanRedirect(response) {
     statusText: response.statusText,
     headers: response.headers,
   });
+}
+
+// Web Push: the server says what waits for the owner ({title, body, url, tag}); a tap opens its
+// page, in a console window already open if there is one.
+self.addEventListener("push", (event) => {
+  let data = {};
+  try {
+    data = event.data ? event.data.json() : {};
+  } catch {
+    data = {};
+  }
+  const title = typeof data.title === "string" && data.title ? data.title : "agentos";
+  event.waitUntil(
+    self.registration.showNotification(title, {
+      body: typeof data.body === "string" ? data.body : "",
+      tag: typeof data.tag === "string" ? data.tag : undefined,
+      icon: "/static/icons/icon-192.png",
+      badge: "/static/icons/icon-192.png",
+      data: { url: sameOriginPath(data.url) },
+    }),
+  );
+});
+
+self.addEventListener("notificationclick", (event) => {
+  event.notification.close();
+  const url = new URL(sameOriginPath(event.notification.data && event.notification.data.url), self.location.origin).href;
+  event.waitUntil(
+    (async () => {
+      const windows = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
+      for (const client of windows) {
+        if (new URL(client.url).origin === self.location.origin && "navigate" in client) {
+          await client.focus();
+          return client.navigate(url);
+        }
+      }
+      return self.clients.openWindow(url);
+    })(),
+  );
+});
+
+// Only a path of this site: a payload never sends the owner elsewhere.
+function sameOriginPath(value) {
+  if (typeof value !== "string" || !value.startsWith("/") || value.startsWith("//")) return "/";
+  return value;
 }
