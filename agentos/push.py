@@ -337,7 +337,7 @@ def _post(subscription: PushSubscription, message: Message, vapid: Vapid) -> str
 
 def _contact() -> str:
     # Push services want a way to reach the sender (RFC 8292 `sub`).
-    return str(getattr(settings, "PUSH_CONTACT", "") or "mailto:owner@agentos.invalid")
+    return str(settings.PUSH_CONTACT)
 
 
 def _host(endpoint: str) -> str:
