@@ -17,7 +17,7 @@ from typing import Any, Literal
 from django.db.models import Count, Q
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
-from pydantic import ConfigDict, StrictBool, StrictInt
+from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 
 from agentos.schemas import Text
 from kernel import budgets
@@ -118,16 +118,35 @@ class RouteIn(Schema):
     effort: Literal["low", "medium", "high"] | None = None
 
 
+# The offline missions' keys, spelled out for the schema (a test keeps them equal).
+OfflineKey = Literal["run-tests", "survey"]
+
+
 class MissionIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     project_id: int
-    goal: Text = Field(max_length=launch.MAX_GOAL)
+    goal: Text = Field(
+        "", max_length=launch.MAX_GOAL, description="Required, unless `offline` is given"
+    )
     definition_of_done: Text = Field("", max_length=launch.MAX_GOAL)
     caps: CapsIn | None = None
     routes: dict[RoleName, RouteIn] = Field(
         default_factory=dict, description="Per-role overrides of the default model routes"
     )
+    offline: OfflineKey | None = Field(
+        None,
+        description="An offline mission, played on the project's repository without any model"
+        " key: run-tests (run the tests and report what fails), survey (survey the repository)."
+        " It has its own goal and model: leave goal, definition_of_done and routes out.",
+    )
+
+    @model_validator(mode="after")
+    def _goal_or_offline(self) -> MissionIn:
+        # Refused with the schema's errors (422), as a missing goal always was.
+        if self.offline is None and "goal" not in self.model_fields_set:
+            raise ValueError("goal is required unless offline is given")
+        return self
 
 
 class SpentOut(Schema):
@@ -155,6 +174,7 @@ class MissionOut(Schema):
 
 class MissionCreatedOut(MissionOut):
     run_id: int
+    offline: str | None = Field(description="The offline mission the offline model plays")
 
 
 class MissionDetailOut(MissionOut):
@@ -214,15 +234,23 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     summary="Create a mission and start its root run (the console's path, trigger 'api')",
 )
 def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str, Any]]:
-    mission, run = launch.create_mission(
-        project=project_or_404(payload.project_id),
-        goal=payload.goal,
-        definition_of_done=payload.definition_of_done,
-        caps=payload.caps.model_dump(exclude_unset=True) if payload.caps else {},
-        routes={role: route.model_dump() for role, route in payload.routes.items()},
-        trigger="api",
-    )
-    return Status(201, {**mission_out(mission), "run_id": run.pk})
+    try:
+        mission, run = launch.create_mission(
+            project=project_or_404(payload.project_id),
+            goal=payload.goal,
+            definition_of_done=payload.definition_of_done,
+            caps=payload.caps.model_dump(exclude_unset=True) if payload.caps else {},
+            routes={role: route.model_dump() for role, route in payload.routes.items()},
+            trigger="api",
+            offline=payload.offline,
+        )
+    except MissionError as refused:
+        # A client is not on this origin's pages: the Settings screen by its full URL.
+        if refused.code == "no_provider" and isinstance(refused.details, dict):
+            settings_path = refused.details.get("settings", "")
+            refused.details["settings"] = request.build_absolute_uri(settings_path)
+        raise
+    return Status(201, {**mission_out(mission), "run_id": run.pk, "offline": payload.offline})
 
 
 @router.get(

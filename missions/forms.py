@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from missions import steering
+from missions import offline, steering
 from missions.launch import MAX_GOAL
 from missions.models import ModelInfo, Project, Role, RoleRoute
 
@@ -32,12 +32,28 @@ def executor_choices() -> list[tuple[str, str]]:
     return choices
 
 
+def offline_choices() -> list[tuple[str, Any]]:
+    return [("", _("A goal of mine, pursued by a model")), *offline.choices()]
+
+
 class MissionForm(forms.Form):
     project = forms.ModelChoiceField(
         label=_("Project"), queryset=Project.objects.order_by("name"), empty_label=None
     )
+    offline = forms.ChoiceField(
+        label=_("What to run"),
+        required=False,
+        choices=offline_choices,
+        widget=forms.RadioSelect,
+        help_text=_(
+            "The offline missions need no model key: the offline model runs the tools on the"
+            " project's repository and its report quotes what they returned. For them, the"
+            " goal, the definition of done and the executor model below are not used."
+        ),
+    )
     goal = forms.CharField(
         label=_("Goal"),
+        required=False,  # unless no offline mission is chosen (`clean`)
         max_length=MAX_GOAL,
         widget=forms.Textarea(attrs={"rows": 4}),
         help_text=_("What the agent should achieve, in your words."),
@@ -66,6 +82,26 @@ class MissionForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["executor"].choices = executor_choices()  # type: ignore[attr-defined]  # a ChoiceField
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not data.get("offline") and "goal" in data and not data["goal"].strip():
+            self.add_error("goal", forms.Field.default_error_messages["required"])
+        return data
+
+    def launch_arguments(self) -> dict[str, Any]:
+        """What `create_mission` takes from this form: an offline mission brings its own goal
+        and model, so the fields for a goal of the owner's are left out."""
+        data = self.cleaned_data
+        if data.get("offline"):
+            return {"project": data["project"], "caps": self.caps(), "offline": data["offline"]}
+        return {
+            "project": data["project"],
+            "goal": data["goal"],
+            "definition_of_done": data["definition_of_done"],
+            "caps": self.caps(),
+            "routes": self.routes(),
+        }
+
     def caps(self) -> dict[str, int]:
         """Budget caps as `create_mission` takes them (micro-dollars); absent: no cap."""
         data = self.cleaned_data
@@ -86,20 +122,34 @@ class MissionForm(forms.Form):
 
 
 def initial_from(mission: Any) -> dict[str, Any]:
-    """A new mission's form filled from an earlier one (relaunch)."""
+    """A new mission's form filled from an earlier one (relaunch): an offline mission again as
+    the same offline mission (its first root run's contract says which)."""
     route = mission.routes.get("executor") if isinstance(mission.routes, dict) else None
+    first = mission.runs.filter(parent__isnull=True).order_by("pk").first()
+    contract = first.contract if first is not None and isinstance(first.contract, dict) else {}
+    if contract.get("offline") in offline.MISSIONS:
+        return {
+            "project": mission.project_id,
+            "offline": contract["offline"],
+            "max_usd": _dollars(mission.max_usd_micros),
+            "max_tokens": mission.max_tokens,
+            "max_turns": mission.max_turns,
+            "max_tool_calls": mission.max_tool_calls,
+        }
     return {
         "project": mission.project_id,
         "goal": mission.goal,
         "definition_of_done": mission.definition_of_done,
-        "max_usd": Decimal(mission.max_usd_micros) / MICROS
-        if mission.max_usd_micros is not None
-        else None,
+        "max_usd": _dollars(mission.max_usd_micros),
         "max_tokens": mission.max_tokens,
         "max_turns": mission.max_turns,
         "max_tool_calls": mission.max_tool_calls,
         "executor": f"{route['provider']}/{route['model']}" if isinstance(route, dict) else "",
     }
+
+
+def _dollars(micros: int | None) -> Decimal | None:
+    return Decimal(micros) / MICROS if micros is not None else None
 
 
 class MessageForm(forms.Form):

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.urls import reverse
 
 from kernel import runs
 from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.models import Run
+from missions import offline as offline_missions
 from missions.errors import MissionError
 from missions.models import Mission, Project, Role
 from missions.routing import route_for
@@ -28,17 +30,16 @@ def start_mission(
     *,
     trigger: str = "owner",
     script: dict[str, Any] | None = None,
+    offline: str | None = None,
     max_turns: int = 50,
 ) -> Run:
     """Start the mission's executor run on its route (the scripted model when the route's
-    provider has no key: then `script` is what it plays)."""
+    provider has no key: then `script` is what it plays, or the offline mission `offline`'s)."""
     route = route_for(mission, "executor")
+    if offline is not None:
+        script = offline_missions.get(offline).script
     if route.provider == "scripted" and script is None:
-        raise MissionError(
-            "No API key for the executor's provider and no script for the offline model: set"
-            " ANTHROPIC_API_KEY or OPENAI_API_KEY.",
-            code="no_provider",
-        )
+        raise needs_a_model(stand_in=route.scripted_stand_in)
     constraints = []
     if mission.definition_of_done.strip():
         constraints.append(f"Definition of done: {mission.definition_of_done.strip()}")
@@ -66,7 +67,33 @@ def start_mission(
         program="agent",
         input=spec,
         model=route.model,
-        contract={"trigger": trigger, "scripted_stand_in": route.scripted_stand_in},
+        contract={
+            "trigger": trigger,
+            "scripted_stand_in": route.scripted_stand_in,
+            # Read by the run page (who ran it) and by a relaunch (offline again).
+            **({"offline": offline} if offline is not None else {}),
+        },
+    )
+
+
+def needs_a_model(*, stand_in: bool) -> MissionError:
+    """The refusal of a goal no model can pursue: where keys are set, and what runs without."""
+    offered = ", ".join(
+        f"{m.key} ({m.goal.rstrip('.')})" for m in offline_missions.MISSIONS.values()
+    )
+    why = (
+        "no provider can be called (no API key, or no endpoint)"
+        if stand_in
+        else "the offline model only plays the offline missions"
+    )
+    return MissionError(
+        f"This goal needs a language model, and {why}. Set a provider key in Settings, or start"
+        f" an offline mission instead: {offered}.",
+        code="no_provider",
+        details={
+            "settings": reverse("console:settings"),
+            "offline": list(offline_missions.MISSIONS),
+        },
     )
 
 
@@ -79,16 +106,35 @@ MAX_GOAL = 20_000
 def create_mission(
     *,
     project: Project,
-    goal: str,
+    goal: str = "",
     definition_of_done: str = "",
     caps: dict[str, Any] | None = None,
     routes: dict[str, Any] | None = None,
     trigger: str,
     script: dict[str, Any] | None = None,
+    offline: str | None = None,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
-    whoever pulled the trigger)."""
+    whoever pulled the trigger).
+
+    With `offline` (a key of `missions.offline.MISSIONS`), the offline model plays that mission
+    on the project's repository: its goal and model are the offline mission's own."""
+    if offline is not None:
+        chosen = offline_missions.get(offline)
+        if (isinstance(goal, str) and goal.strip()) or definition_of_done.strip() or routes:
+            raise MissionError(
+                "An offline mission has its own goal and model: leave the goal, the definition"
+                " of done and the routes empty.",
+                code="invalid_input",
+            )
+        if not project.repository:
+            raise MissionError(
+                "The offline missions run on a project's repository, and this project has none.",
+                code="invalid_input",
+            )
+        goal, definition_of_done = chosen.goal, chosen.definition_of_done
+        routes = offline_missions.ROUTES
     goal = goal.strip() if isinstance(goal, str) else ""
     if not goal:
         raise MissionError("A mission needs a goal.", code="invalid_input")
@@ -104,7 +150,7 @@ def create_mission(
             routes=clean_routes,
             **clean_caps,
         )
-        run = start_mission(mission, trigger=trigger, script=script)
+        run = start_mission(mission, trigger=trigger, script=script, offline=offline)
     return mission, run
 
 

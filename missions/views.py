@@ -22,7 +22,8 @@ from missions import costs, keys, overview
 from missions.errors import MissionError
 from missions.forms import MissionForm, initial_from
 from missions.launch import create_mission
-from missions.models import Mission, Project
+from missions.models import Mission, Project, Role, RoleRoute
+from missions.providers import registry
 
 # Served inline only when a browser cannot run them as a page of this origin; everything else
 # (HTML, SVG, scripts...) is a download, whatever the agent named it.
@@ -54,30 +55,30 @@ def mission_new(request: HttpRequest) -> HttpResponse:
         initial = initial_from(earlier) if earlier else {}
     form = MissionForm(request.POST or None, initial=initial)
     status = 200
+    refusal = ""
     if request.method == "POST":
         if form.is_valid():
             try:
-                mission, _run = create_mission(
-                    project=form.cleaned_data["project"],
-                    goal=form.cleaned_data["goal"],
-                    definition_of_done=form.cleaned_data["definition_of_done"],
-                    caps=form.caps(),
-                    routes=form.routes(),
-                    trigger="console",
-                )
+                mission, _run = create_mission(**form.launch_arguments(), trigger="console")
             # The mission's refusal (goal, routes) or the kernel's (caps, the account's limits).
             except (MissionError, KernelError) as refused:
                 form.add_error(None, refused.message)
-                status = refused.status
+                status, refusal = refused.status, refused.code
             else:
                 return redirect("console:mission", mission_id=mission.pk)
         else:
             status = 400
+    default = RoleRoute.objects.filter(role=Role.EXECUTOR).first()
     context = {
         "screen": SCREENS_BY_SLUG["missions"],
         "form": form,
         "has_projects": Project.objects.exists(),
         "keys": keys.status(),
+        # A goal of the owner's needs a model: say so before the owner writes one.
+        "model_ready": default is not None
+        and default.provider != "scripted"
+        and registry.ready(default.provider),
+        "needs_a_model": refusal == "no_provider",
     }
     return render(request, "missions/new.html", context, status=status)
 

@@ -9,12 +9,17 @@ saw); compaction requests get a fixed summary and use no turn.
 
 It reads the results of its own calls as a model would: a turn with `"on_error": {turn}` plays
 that turn instead when a call of the turn before failed or was refused, its `{error}` replaced by
-the first such result. What it reports is then what happened, not what the script hoped.
+the first such result. A turn's text may also quote what an earlier call returned: `{output:T.N}`
+is the output of the N-th call of turn T (both from 1), as the tool gave it (out of its data
+block), long outputs cut in the middle. Both are filled from the conversation alone, so a replay
+after a crash writes the same bytes. What it reports is then what happened, not what the script
+hoped.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,10 +68,9 @@ class ScriptedProvider:
         turn = self.turns[index]
         failed = _first_error(conversation.items)
         if isinstance(turn.get("on_error"), dict) and failed is not None:
-            alternative = dict(turn["on_error"])
-            alternative["text"] = str(alternative.get("text", "")).replace("{error}", failed)
-            turn = alternative
-        text = LABEL + str(turn.get("text", "")) if turn.get("text") else ""
+            turn = turn["on_error"]
+        written = _fill(str(turn.get("text", "")), conversation.items, failed or "")
+        text = LABEL + written if written else ""
         if turn.get("echo_context"):
             text = LABEL + json.dumps(
                 {"system": conversation.system, "items": conversation.items}, ensure_ascii=False
@@ -143,6 +147,40 @@ class ScriptedProvider:
 
 
 ERROR_CHARS = 500  # of a failed result, quoted in an answer
+OUTPUT_CHARS = 6000  # of an output quoted with {output:T.N}: its start and its end
+
+# `{error}`, or `{output:T.N}`: filled in one pass, so what a tool returned is never read as one.
+_PLACEHOLDER = re.compile(r"\{error\}|\{output:(\d+)\.(\d+)\}")
+# A tool result rendered as data (`missions.engine.framing.render`): its content is quoted.
+_DATA_BLOCK = re.compile(r"<data-([0-9a-f]{16}) [^>\n]*>\n(.*)\n</data-\1>", re.DOTALL)
+
+
+def _fill(text: str, items: list[dict[str, Any]], error: str) -> str:
+    """`text` with its placeholders replaced from the conversation: a pure function of it."""
+
+    def one(found: re.Match[str]) -> str:
+        if found.group(1) is None:
+            return error
+        turn, number = int(found.group(1)), int(found.group(2))
+        return _output(items, f"call_{turn - 1}_{number - 1}") or (
+            f"[no output of call {number} of turn {turn} in the conversation]"
+        )
+
+    return _PLACEHOLDER.sub(one, text)
+
+
+def _output(items: list[dict[str, Any]], call_id: str) -> str | None:
+    for item in items:
+        if item.get("role") == "tool" and item.get("call_id") == call_id:
+            output = str(item.get("output", ""))
+            framed = _DATA_BLOCK.fullmatch(output)
+            output = framed.group(2) if framed else output
+            if len(output) <= OUTPUT_CHARS:
+                return output
+            half = OUTPUT_CHARS // 2
+            left_out = len(output) - 2 * half
+            return f"{output[:half]}\n[... {left_out} characters left out ...]\n{output[-half:]}"
+    return None
 
 
 def _first_error(items: list[dict[str, Any]]) -> str | None:

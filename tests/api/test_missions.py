@@ -138,6 +138,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         },
         "created_at": body["created_at"],
         "run_id": run.pk,
+        "offline": None,
     }
     assert (run.account_id, run.status, run.contract["trigger"]) == (mission.pk, "queued", "api")
     assert run.model == "claude-opus-5-5"

@@ -211,7 +211,9 @@ def test_it_shows_why_a_mission_could_not_start_and_creates_nothing(
     assert response.status_code == 400
     content = text_of(response)
     assert 'id="mission-error"' in content
-    assert "No API key for the executor&#x27;s provider" in content
+    assert "This goal needs a language model" in content
+    assert "the offline model only plays the offline missions" in content
+    assert '<a href="/settings/">Set a provider key in Settings</a>' in content
     assert "Write the notes</textarea>" in content  # what was typed is kept
     assert not Mission.objects.exists()
     assert not Run.objects.exists()

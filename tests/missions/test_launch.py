@@ -141,7 +141,7 @@ def test_without_a_key_or_a_script_nothing_is_created(
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(MissionError, match="No API key"):
+    with pytest.raises(MissionError, match="This goal needs a language model, and no provider"):
         create_mission(project=project, goal="x", trigger="api")
     assert not Mission.objects.exists()
 
