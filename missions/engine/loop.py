@@ -56,8 +56,8 @@ RETRIES = 3
 MAX_STOP_REFUSALS = 3  # then the run ends `blocked`, for the owner to look at
 STOP_HOOK_PREFIX = "You may not stop yet: "
 
-# Stop hooks by name: (answer, run input) -> None to accept, or the reason to refuse. The
-# verification issue adds the definition-of-done checks; the mechanism is here.
+# Stop hooks by name: (answer, run input) -> None to accept, or the reason to refuse. None is
+# registered yet: the definition-of-done checks are to come; the mechanism is here.
 StopHook = Callable[[str, dict[str, Any]], str | None]
 STOP_HOOKS: dict[
     str, StopHook
