@@ -158,7 +158,7 @@ def test_it_stops_a_run_from_its_page_after_confirming(
     expect(page.get_by_role("link", name=GOAL)).to_be_visible()
     screenshot(page, "console-missions")
     page.goto(f"{stack.url}/missions/new/")
-    expect(page.get_by_label("Goal")).to_be_visible()
+    expect(page.get_by_role("textbox", name="Goal", exact=True)).to_be_visible()
     screenshot(page, "console-mission-new")
     page.goto(f"{stack.url}/costs/")
     expect(page.locator("#costs-models")).to_contain_text("scripted")
