@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 
 from approvals import inbox
 from kernel.models import TERMINAL, Artifact, Run, RunStatus, Wait, WaitKind
-from missions.models import Mission
+from missions.models import Mission, Project
 
 # Pill colours by status: green for done, red for the ends that need a look, amber for what
 # is paused or waits, grey for the rest (the classes are in console.css).
@@ -238,10 +238,14 @@ def mission_state(roots: list[Run]) -> RunState | None:
     return state_of(roots[-1]) if roots else None
 
 
-def missions(*, limit: int = 100) -> list[MissionRow]:
-    """Missions newest first, each with its state (`mission_state`) and its spend (the sum of
-    its root runs' ledgers, which count their subtrees)."""
-    found = list(Mission.objects.select_related("project").order_by("-created_at", "-id")[:limit])
+def missions(*, limit: int = 100, project: Project | None = None) -> list[MissionRow]:
+    """Missions newest first (of `project` only, if given), each with its state
+    (`mission_state`) and its spend (the sum of its root runs' ledgers, which count their
+    subtrees)."""
+    chosen = Mission.objects.select_related("project")
+    if project is not None:
+        chosen = chosen.filter(project=project)
+    found = list(chosen.order_by("-created_at", "-id")[:limit])
     roots: dict[int, list[Run]] = {}
     for run in Run.objects.filter(
         account_id__in=[m.pk for m in found], parent__isnull=True

@@ -67,14 +67,6 @@ def project_list(request: HttpRequest) -> HttpResponse:
 @owner_required
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
-    missions = list(
-        Mission.objects.filter(project=project).order_by("-created_at")[:MISSIONS_SHOWN]
-    )
-    roots: dict[int, list[Run]] = {}
-    for root in Run.objects.filter(
-        account_id__in=[mission.pk for mission in missions], parent__isnull=True
-    ).order_by("created_at", "id"):
-        roots.setdefault(root.account_id, []).append(root)
     with_worktree = (
         Run.objects.filter(account__mission__project=project)
         .exclude(workspace="")
@@ -83,9 +75,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     context: dict[str, Any] = {
         "screen": SCREENS_BY_SLUG["projects"],
         "project": project,
-        "missions": [
-            (mission, overview.mission_state(roots.get(mission.pk, []))) for mission in missions
-        ],
+        "missions": overview.missions(limit=MISSIONS_SHOWN, project=project),
         "mission_total": Mission.objects.filter(project=project).count(),
         "worktrees": [(run, retention.keeping(run)) for run in with_worktree],
         "worktree_days": settings.WORKTREE_DAYS,
