@@ -45,12 +45,28 @@ def project_or_404(project_id: int) -> Project:
 # --- Projects -----------------------------------------------------------------------------------
 
 
+class CredentialIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["token", "ssh_key"]
+    secret: str = Field(min_length=1, max_length=20_000)
+    username: Text = Field("", max_length=200, description="For a token; x-access-token if empty")
+
+
 class ProjectIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     name: Text = Field(max_length=120)
     description: Text = Field("", max_length=20_000)
     repository: Text = Field("", max_length=500, description="Absolute path of a git repository")
+    clone_url: Text = Field(
+        "",
+        max_length=500,
+        description="Or a remote to clone: https://host/path, ssh://user@host/path, user@host:path",
+    )
+    credential: CredentialIn | None = Field(
+        None, description="What the remote asks for; kept encrypted, never shown again"
+    )
 
 
 class ProjectOut(Schema):
@@ -58,6 +74,7 @@ class ProjectOut(Schema):
     name: str
     description: str
     repository: str
+    clone_url: str
     created_at: datetime
 
 
@@ -70,13 +87,30 @@ def list_projects(request: HttpRequest) -> list[Project]:
     "/projects",
     response={201: ProjectOut},
     tags=["projects"],
-    summary="Create a project (a repository must be a git repository)",
+    summary="Create a project from a local git repository or a clone URL",
 )
 def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
+    credential = payload.credential
     project = projects.create_project(
-        name=payload.name, description=payload.description, repository=payload.repository
+        name=payload.name,
+        description=payload.description,
+        repository=payload.repository,
+        clone_url=payload.clone_url,
+        credential=projects.Credential(**credential.dict()) if credential else None,
     )
     return Status(201, project)
+
+
+@router.post(
+    "/projects/{project_id}/refresh",
+    response=ProjectOut,
+    tags=["projects"],
+    summary="Update a cloned project's repository from its remote",
+)
+def refresh_project(request: HttpRequest, project_id: int) -> Project:
+    project = project_or_404(project_id)
+    projects.refresh(project)
+    return project
 
 
 @router.get("/projects/{project_id}", response=ProjectOut, tags=["projects"], summary="A project")

@@ -13,6 +13,8 @@ class Project(models.Model):
     description = models.TextField(_("description"), blank=True)
     # A local git repository: each writing run works in its own worktree of it.
     repository = models.CharField(_("git repository (local path)"), max_length=500, blank=True)
+    # Where `repository` was cloned from, when the owner gave a URL: its `origin`.
+    clone_url = models.CharField(_("cloned from"), max_length=500, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

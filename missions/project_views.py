@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib import messages
 from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -19,7 +20,7 @@ from missions import overview, projects
 from missions.errors import MissionError
 from missions.models import Mission, Project
 from tools import retention
-from tools.models import PermissionRule, RemoteCredential
+from tools.models import CredentialKind, PermissionRule, RemoteCredential
 
 MISSIONS_SHOWN = 50
 WORKTREES_SHOWN = 50
@@ -33,9 +34,54 @@ class ProjectForm(forms.Form):
         required=False,
         help_text=_("The absolute path of a git repository on this machine; empty for none."),
     )
+    clone_url = forms.CharField(
+        label=_("Or clone it from a URL"),
+        max_length=500,
+        required=False,
+        help_text=_("https://host/path, ssh://user@host/path or user@host:path."),
+        widget=forms.TextInput(attrs={"inputmode": "url", "autocapitalize": "none"}),
+    )
+    credential_kind = forms.ChoiceField(
+        label=_("The remote asks for"),
+        required=False,
+        choices=[("", _("nothing (public)")), *CredentialKind.choices],
+    )
+    credential_username = forms.CharField(
+        label=_("User name for the token"),
+        max_length=200,
+        required=False,
+        help_text=_("Empty for x-access-token (GitHub, GitLab and Gitea accept it)."),
+    )
+    credential_secret = forms.CharField(
+        label=_("Token or SSH private key"),
+        max_length=20_000,
+        required=False,
+        strip=False,
+        help_text=_(
+            "Kept encrypted on this machine, used for this project's fetches and pushes"
+            " only, never shown again."
+        ),
+        widget=forms.Textarea(
+            attrs={
+                "rows": 2,
+                "autocomplete": "off",
+                "spellcheck": "false",
+                "autocapitalize": "none",
+            }
+        ),
+    )
     description = forms.CharField(
         label=_("Description"), required=False, widget=forms.Textarea(attrs={"rows": 3})
     )
+
+    def credential(self) -> projects.Credential | None:
+        kind = self.cleaned_data["credential_kind"]
+        secret = self.cleaned_data["credential_secret"]
+        if not kind and not secret.strip():
+            return None
+        return projects.Credential(
+            kind=kind, secret=secret, username=self.cleaned_data["credential_username"].strip()
+        )
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -46,9 +92,17 @@ def project_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         if form.is_valid():
             try:
-                project = projects.create_project(**form.cleaned_data)
+                project = projects.create_project(
+                    name=form.cleaned_data["name"],
+                    description=form.cleaned_data["description"],
+                    repository=form.cleaned_data["repository"],
+                    clone_url=form.cleaned_data["clone_url"],
+                    credential=form.credential(),
+                )
             except MissionError as refused:
+                fields = {"credential": "credential_secret"}
                 for field, messages in (refused.details or {}).get("fields", {}).items():
+                    field = fields.get(field, field)
                     for message in messages:
                         form.add_error(field if field in form.fields else None, message)
                 status = refused.status
@@ -83,3 +137,16 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "rules": PermissionRule.objects.filter(project=project).count(),
     }
     return render(request, "missions/project.html", context)
+
+
+@require_http_methods(["POST"])
+@owner_required
+def project_refresh(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        projects.refresh(project)
+    except MissionError as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("Updated from %(url)s.") % {"url": project.clone_url})
+    return redirect("console:project", project_id=project.pk)

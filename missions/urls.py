@@ -23,4 +23,9 @@ urlpatterns: list[URLPattern] = [
     path("costs/", views.cost_report, name="costs"),
     path("projects/", project_views.project_list, name="projects"),
     path("projects/<int:project_id>/", project_views.project_detail, name="project"),
+    path(
+        "projects/<int:project_id>/refresh/",
+        project_views.project_refresh,
+        name="project-refresh",
+    ),
 ]

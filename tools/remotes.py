@@ -23,6 +23,9 @@ from tools.errors import ToolConfigError
 from tools.models import CredentialKind, RemoteCredential
 
 URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
+REMOTE_URL = re.compile(r"(?:https?|ssh)://[A-Za-z0-9._~%@\[\]:-]+(?:/\S*)?", re.IGNORECASE)
+SCP_LIKE = re.compile(r"[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!/?-)[^\s:]\S*")
+TOKEN_USER = "x-access-token"  # noqa: S105  # a user name GitHub, GitLab and Gitea accept
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,16 @@ def credentials(project_id: int | None, remote: str, url: str) -> Iterator[Auth]
             " set it again in the admin.",
             code="credential_unreadable",
         ) from None
-    if stored.kind == CredentialKind.TOKEN:
-        basic = base64.b64encode(f"{stored.username}:{secret}".encode()).decode()
+    with given(kind=stored.kind, secret=secret, username=stored.username, url=url) as auth:
+        yield auth
+
+
+@contextlib.contextmanager
+def given(*, kind: str, secret: str, username: str, url: str) -> Iterator[Auth]:
+    """What host git needs in its environment to reach `url` with a credential in hand (a
+    project's clone, before the credential is stored with the project)."""
+    if kind == CredentialKind.TOKEN:
+        basic = base64.b64encode(f"{username or TOKEN_USER}:{secret}".encode()).decode()
         header = f"Authorization: Basic {basic}"
         yield Auth(
             env={
@@ -88,6 +99,25 @@ def credentials(project_id: int | None, remote: str, url: str) -> Iterator[Auth]
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def check_url(url: str) -> str:
+    """`url` if it names a remote repository git may clone from the host: HTTPS, HTTP, SSH or
+    the scp-like `user@host:path`. Never a local path, `file://`, `ext::` (runs a command) or
+    anything git could take for an option."""
+    url = url.strip()
+    if not url or len(url) > 500 or any(c.isspace() or ord(c) < 32 for c in url):
+        raise ToolConfigError(
+            "A clone URL is 1 to 500 characters without spaces.", code="invalid_input"
+        )
+    hidden_option = url.startswith("-") or "@-" in url or "://-" in url
+    if hidden_option or not (REMOTE_URL.fullmatch(url) or SCP_LIKE.fullmatch(url)):
+        raise ToolConfigError(
+            f"{url!r} is not a remote repository's URL: give https://host/path,"
+            " ssh://user@host/path or user@host:path.",
+            code="invalid_input",
+        )
+    return url
+
+
 def put(*, project_id: int, remote: str, kind: str, secret: str, username: str = "") -> None:
     """Store (or replace) the credential of a project's remote, encrypted."""
     secret = secret.strip()
@@ -100,7 +130,7 @@ def put(*, project_id: int, remote: str, kind: str, secret: str, username: str =
         remote=remote,
         defaults={
             "kind": kind,
-            "username": username or ("x-access-token" if kind == CredentialKind.TOKEN else ""),
+            "username": username or (TOKEN_USER if kind == CredentialKind.TOKEN else ""),
             "ciphertext": vault.encrypt(secret),
             "hint": secret[-4:] if kind == CredentialKind.TOKEN else "",
         },

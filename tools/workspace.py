@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -128,6 +129,7 @@ def host_git(
         **(env or {}),
     }
     argv = ["git", *HARDENED, *args]
+    command = _subcommand(args)
     process = subprocess.Popen(  # noqa: S603  # an argv list, no shell
         argv,
         cwd=cwd,
@@ -157,11 +159,22 @@ def host_git(
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.communicate()
-                raise ToolError(f"git {args[0]}: {why}.") from None
+                raise ToolError(f"git {command}: {why}.") from None
     done = subprocess.CompletedProcess(argv, process.returncode, out, err)
     if check and done.returncode != 0:
-        raise ToolError(f"git {args[0]} failed: {(done.stderr or done.stdout).strip()}")
+        raise ToolError(f"git {command} failed: {(done.stderr or done.stdout).strip()}")
     return done
+
+
+def _subcommand(args: tuple[str, ...]) -> str:
+    """The git command among `args` (after any `-c name=value`)."""
+    words = iter(args)
+    for word in words:
+        if word == "-c":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return args[0] if args else "git"
 
 
 # --- The staging repository -----------------------------------------------------------------
@@ -238,6 +251,74 @@ def _locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+# --- A project cloned from a URL -------------------------------------------------------------
+
+# A clone or fetch talks to the network with the protocols a remote uses, never `file` or `ext`.
+PROTOCOLS = (
+    "-c",
+    "protocol.allow=never",
+    *("-c", "protocol.https.allow=always"),
+    *("-c", "protocol.http.allow=always"),
+    *("-c", "protocol.ssh.allow=always"),
+)
+
+
+def clone(url: str, env: Mapping[str, str]) -> Path:
+    """A bare copy of the repository at `url`, owned by us and kept under the workspaces root:
+    the project's repository from then on (runs fetch from it; pushes go to its `origin`).
+
+    Nothing of the remote is interpreted: a bare clone checks out no tree and takes no config
+    or hook from it, and every received object is checked. Made beside its final path and
+    renamed into place, so a clone cut short leaves nothing a project could point at.
+    """
+    folder = root() / "projects"
+    make_dirs(folder, 0o700)
+    path = folder / f"{uuid.uuid4().hex}.git"
+    building = path.with_name(path.name + ".new")
+    try:
+        _from_remote(
+            folder,
+            *PROTOCOLS,
+            "-c",
+            "transfer.fsckObjects=true",
+            "clone",
+            "--quiet",
+            "--bare",
+            "--",
+            url,
+            str(building),
+            env=env,
+        )
+        # `fetch` keeps its branches equal to the remote's (a bare clone sets no refspec).
+        host_git(building, "config", "remote.origin.fetch", "+refs/heads/*:refs/heads/*")
+        host_git(building, "config", "gc.auto", "0")
+        building.rename(path)
+    except BaseException:
+        if building.exists():
+            remove(building)
+        raise
+    return path
+
+
+def refresh(repository: Path, env: Mapping[str, str]) -> None:
+    """The project's cloned repository brought up to its remote's branches."""
+    _from_remote(repository, *PROTOCOLS, "fetch", "--quiet", "--prune", "origin", env=env)
+
+
+def _from_remote(cwd: Path, *args: str, env: Mapping[str, str]) -> None:
+    """`host_git` talking to a remote, its failure said in the remote's words (git's last
+    `fatal:` line), a credential asked for or refused said as such."""
+    done = host_git(cwd, *args, env=env, check=False)
+    if done.returncode == 0:
+        return
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    fatal = [line.removeprefix("fatal: ") for line in lines if line.startswith("fatal:")]
+    said = fatal[-1] if fatal else (lines[-1] if lines else f"exit code {done.returncode}")
+    if "could not read Username" in said or "Authentication failed" in said:
+        said = "the remote asks for a credential, or refused the one given"
+    raise ToolError(said)
 
 
 # --- A run's repository -----------------------------------------------------------------------
