@@ -38,3 +38,17 @@ def record_request(
 ) -> AuditEvent:
     detail.setdefault("path", request.path)
     return record(kind, username=username, address=client_address(request), **detail)
+
+
+def provider_changed(request: HttpRequest, provider: str, change: str) -> AuditEvent:
+    """A provider's key set or forgotten, its endpoint set or removed — by whom, never what."""
+    from agentos import tokens  # tokens records through this module: imported when called
+
+    return record_request(
+        AuditEvent.Kind.PROVIDER_CHANGED,
+        request,
+        username=request.user.get_username(),
+        provider=provider,
+        change=change,
+        by=tokens.actor(request),
+    )

@@ -108,6 +108,7 @@ class AuditEvent(models.Model):
         BACKUP_CODES_RENEWED = "backup_codes.renewed", _("backup codes renewed")
         PUSH_SUBSCRIBED = "push.subscribed", _("notifications turned on for a device")
         PUSH_UNSUBSCRIBED = "push.unsubscribed", _("notifications turned off for a device")
+        PROVIDER_CHANGED = "provider.changed", _("a provider's key or endpoint changed")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

@@ -14,11 +14,13 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from agentos import audit
 from missions import endpoints, keys
 from missions.errors import MissionError
 from missions.models import ModelInfo, RoleRoute
@@ -173,13 +175,17 @@ def _act(request: HttpRequest, action: str, provider: str) -> HttpResponse | Tri
     if action == "test":
         return try_provider(provider)
     if action == "forget_key":
-        keys.delete(provider)
+        with transaction.atomic():
+            if keys.delete(provider):
+                audit.provider_changed(request, provider, "key forgotten")
         messages.success(
             request, _("%(provider)s: the stored key is forgotten.") % {"provider": label}
         )
         return redirect("console:settings")
     if action == "forget_endpoint":
-        endpoints.delete()
+        with transaction.atomic():
+            if endpoints.delete():
+                audit.provider_changed(request, provider, "endpoint removed")
         messages.success(request, _("The compatible endpoint is removed."))
         return redirect("console:settings")
     if action == "save_endpoint":
@@ -187,13 +193,16 @@ def _act(request: HttpRequest, action: str, provider: str) -> HttpResponse | Tri
         if not form.is_valid():
             return form
         try:
-            endpoints.put(
-                base_url=form.cleaned_data["base_url"],
-                model=form.cleaned_data["model"],
-                context_window=form.cleaned_data["context_window"],
-            )
-            if form.cleaned_data["key"]:
-                keys.put(provider, form.cleaned_data["key"])
+            with transaction.atomic():
+                endpoints.put(
+                    base_url=form.cleaned_data["base_url"],
+                    model=form.cleaned_data["model"],
+                    context_window=form.cleaned_data["context_window"],
+                )
+                audit.provider_changed(request, provider, "endpoint set")
+                if form.cleaned_data["key"]:
+                    keys.put(provider, form.cleaned_data["key"])
+                    audit.provider_changed(request, provider, "key set")
         except MissionError as error:
             form.add_error(None, error.message)
             return form
@@ -203,7 +212,9 @@ def _act(request: HttpRequest, action: str, provider: str) -> HttpResponse | Tri
     if not form.is_valid():
         return form
     try:
-        keys.put(provider, form.cleaned_data["key"])
+        with transaction.atomic():
+            keys.put(provider, form.cleaned_data["key"])
+            audit.provider_changed(request, provider, "key set")
     except MissionError as error:
         form.add_error("key", error.message)
         return form

@@ -14,16 +14,18 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
+from django.db import transaction
 from django.db.models import Count, Q
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 
+from agentos import audit
 from agentos.schemas import Text
 from kernel import budgets
-from missions import keys, launch, projects, schedules
+from missions import endpoints, keys, launch, projects, schedules
 from missions.errors import MissionError
-from missions.models import Mission, Project, Schedule
+from missions.models import Mission, Project, ProviderEndpoint, Schedule
 
 router = Router()
 
@@ -433,6 +435,19 @@ class ProviderKeyIn(Schema):
     key: Text = Field(max_length=500)
 
 
+class EndpointIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: Text = Field(max_length=500, description="e.g. http://127.0.0.1:8080/v1")
+    model: Text = Field(max_length=100, description="The model the server serves")
+    context_window: StrictInt | None = Field(None, ge=1024, le=10_000_000)
+
+
+class EndpointOut(Schema):
+    base_url: str
+    model: str
+
+
 class BudgetOut(Schema):
     daily_usd_micros: int | None = Field(description="Daily spend cap, micro-dollars; null: none")
     max_running_runs: int = Field(description="Runs executing at once, all missions together")
@@ -462,7 +477,9 @@ def list_provider_keys(request: HttpRequest) -> list[dict[str, object]]:
     summary="Set a provider's key (write-only: it is never shown again)",
 )
 def put_provider_key(request: HttpRequest, provider: str, payload: ProviderKeyIn) -> object:
-    keys.put(provider, payload.key)
+    with transaction.atomic():
+        keys.put(provider, payload.key)
+        audit.provider_changed(request, provider, "key set")
     return next(item for item in keys.status() if item["provider"] == provider)
 
 
@@ -473,7 +490,50 @@ def put_provider_key(request: HttpRequest, provider: str, payload: ProviderKeyIn
     summary="Forget a key set from the console (an environment variable still wins)",
 )
 def delete_provider_key(request: HttpRequest, provider: str) -> Status[None]:
-    keys.delete(provider)
+    with transaction.atomic():
+        if keys.delete(provider):
+            audit.provider_changed(request, provider, "key forgotten")
+    return Status(204, None)
+
+
+@router.get(
+    "/settings/compatible-endpoint",
+    response=EndpointOut,
+    tags=["settings"],
+    summary="Where the OpenAI-compatible server answers and the model it serves",
+)
+def get_endpoint(request: HttpRequest) -> endpoints.Endpoint:
+    endpoint = endpoints.get()
+    if endpoint is None:
+        raise MissionError("No compatible endpoint is set.", code="not_found", status=404)
+    return endpoint
+
+
+@router.put(
+    "/settings/compatible-endpoint",
+    response=EndpointOut,
+    tags=["settings"],
+    summary="Set the OpenAI-compatible endpoint (its key, optional, is a provider key)",
+)
+def put_endpoint(request: HttpRequest, payload: EndpointIn) -> ProviderEndpoint:
+    with transaction.atomic():
+        stored = endpoints.put(
+            base_url=payload.base_url, model=payload.model, context_window=payload.context_window
+        )
+        audit.provider_changed(request, endpoints.PROVIDER, "endpoint set")
+    return stored
+
+
+@router.delete(
+    "/settings/compatible-endpoint",
+    response={204: None},
+    tags=["settings"],
+    summary="Remove the OpenAI-compatible endpoint",
+)
+def delete_endpoint(request: HttpRequest) -> Status[None]:
+    with transaction.atomic():
+        if endpoints.delete():
+            audit.provider_changed(request, endpoints.PROVIDER, "endpoint removed")
     return Status(204, None)
 
 

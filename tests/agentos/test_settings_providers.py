@@ -9,6 +9,7 @@ import re
 import pytest
 from django.test import Client
 
+from agentos.models import AuditEvent
 from missions import endpoints, keys, pricing
 from missions.models import ModelInfo, ModelPrice, ProviderEndpoint, ProviderKey
 from missions.providers.base import Usage
@@ -58,6 +59,13 @@ def test_it_saves_a_key_and_never_shows_it_back(owner_client: Client) -> None:
     assert "set on" in anthropic
     assert ">ready<" in anthropic
     assert "Anthropic: the key is saved." in content
+    (logged,) = AuditEvent.objects.filter(kind=AuditEvent.Kind.PROVIDER_CHANGED)
+    assert logged.detail == {
+        "provider": "anthropic",
+        "change": "key set",
+        "by": "owner",
+        "path": "/settings/",
+    }
 
 
 @pytest.mark.parametrize(

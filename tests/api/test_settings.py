@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from agentos.models import AuditEvent
 from kernel.models import GlobalBudget
 from missions import keys
-from missions.models import ProviderKey, Schedule
+from missions.models import ModelInfo, ProviderEndpoint, ProviderKey, Schedule
 from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
 from tests.api.factories import make_project
@@ -46,6 +48,57 @@ def test_it_sets_a_provider_key_without_ever_showing_it(api: Api) -> None:
         ("compatible", False),
         ("openai", False),
     ]
+
+
+def test_each_key_change_is_in_the_security_log_without_the_key(api: Api) -> None:
+    api.put("/settings/provider-keys/anthropic", {"key": KEY})
+    api.delete("/settings/provider-keys/anthropic")
+    api.delete("/settings/provider-keys/anthropic")  # nothing left to forget: nothing logged
+
+    logged = AuditEvent.objects.filter(kind=AuditEvent.Kind.PROVIDER_CHANGED).order_by("id")
+    assert [(e.detail["provider"], e.detail["change"], e.detail["by"]) for e in logged] == [
+        ("anthropic", "key set", "token:tests"),
+        ("anthropic", "key forgotten", "token:tests"),
+    ]
+    assert KEY not in json.dumps([e.detail for e in logged])
+    assert KEY[-4:] not in json.dumps([e.detail for e in logged])
+
+
+def test_it_sets_shows_and_removes_the_compatible_endpoint(api: Api) -> None:
+    assert api.get("/settings/compatible-endpoint").status_code == 404
+
+    saved = api.put(
+        "/settings/compatible-endpoint",
+        {"base_url": "http://127.0.0.1:8080/v1/", "model": "llama3.1", "context_window": 8192},
+    )
+
+    assert saved.status_code == 200, saved.content
+    assert saved.json() == {"base_url": "http://127.0.0.1:8080/v1", "model": "llama3.1"}
+    assert api.get("/settings/compatible-endpoint").json() == saved.json()
+    assert ModelInfo.objects.get(provider="compatible", model="llama3.1").context_window == 8192
+    assert api.delete("/settings/compatible-endpoint").status_code == 204
+    assert api.get("/settings/compatible-endpoint").status_code == 404
+    changes = AuditEvent.objects.filter(kind=AuditEvent.Kind.PROVIDER_CHANGED)
+    assert sorted(e.detail["change"] for e in changes) == ["endpoint removed", "endpoint set"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"base_url": "ftp://host/v1", "model": "m"}, "starts with http:// or https://"),
+        ({"base_url": "http://u:p@host/v1", "model": "m"}, "no user or password"),
+        ({"base_url": "http://host/v1", "model": "two words"}, "without spaces"),
+    ],
+)
+def test_it_refuses_a_bad_endpoint_and_sets_nothing(
+    api: Api, body: dict[str, Any], message: str
+) -> None:
+    refused = api.put("/settings/compatible-endpoint", body)
+
+    assert refused.status_code == 400
+    assert message in refused.json()["error"]["message"]
+    assert not ProviderEndpoint.objects.exists()
+    assert not AuditEvent.objects.filter(kind=AuditEvent.Kind.PROVIDER_CHANGED).exists()
 
 
 def test_the_environment_key_wins_and_is_reported_so(

@@ -11,7 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from missions import catalog
+from missions import catalog, endpoints
+from tests.providers import compatible_wire
 from tests.providers.anthropic_wire import error_body, reply, text
 from tests.providers.openai_wire import Responses
 from tests.providers.wire import Failure, Stream, WireServer
@@ -118,3 +119,24 @@ def test_it_reports_an_unknown_model_in_the_providers_words(server: WireServer) 
         CommandError, match=r"unknown_model \(model 'claude-nope'.*model: claude-nope"
     ):
         check("--provider", "anthropic", "--model", "claude-nope")
+
+
+def test_it_checks_the_compatible_endpoint_without_a_key_on_the_endpoint_s_model(
+    server: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENTOS_COMPATIBLE_API_KEY", raising=False)
+    endpoints.put(base_url=server.url + "/v1", model=compatible_wire.MODEL)
+    server.queue(compatible_wire.Chat().text("Hello.").finish())
+
+    lines = check("--provider", "compatible")
+
+    assert lines[0] == {"event": "text_delta", "text": "Hello."}
+    assert lines[-1]["usd_micros"] == 0  # a local model is free unless priced
+    (request,) = server.received
+    assert request.path == "/v1/chat/completions"
+    assert request.body["model"] == compatible_wire.MODEL
+
+
+def test_it_says_when_no_compatible_endpoint_is_set(server: WireServer) -> None:
+    with pytest.raises(CommandError, match="No compatible endpoint is set"):
+        check("--provider", "compatible")

@@ -1,5 +1,6 @@
-"""`manage.py provider_check --provider anthropic|openai [--model M] [PROMPT]`: one small request
-with the configured key, through the same adapter a run uses.
+"""`manage.py provider_check --provider anthropic|openai|compatible [--model M] [PROMPT]`: one
+small request with the configured key (optional for the compatible endpoint, whose model is the
+endpoint's), through the same adapter a run uses.
 
 Prints every normalised event as one JSON line, then `{"usage": ..., "usd_micros": ...,
 "price_version": ...}`. ANTHROPIC_BASE_URL / OPENAI_BASE_URL are read by the SDKs, which is how an
@@ -15,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from missions import catalog, pricing
+from missions import catalog, endpoints, pricing
 from missions.providers import registry
 from missions.providers.base import Completed, Conversation, Event, Options, ProviderError
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
     help = "Send one small request to a provider with the configured key and print what came back."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--provider", required=True, help="anthropic or openai")
+        parser.add_argument("--provider", required=True, help="anthropic, openai or compatible")
         parser.add_argument("--model", help="Default: the executor's model, else the first seeded.")
         parser.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=repr(DEFAULT_PROMPT))
 
@@ -39,7 +40,15 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Unknown provider {provider!r}; expected {' or '.join(registry.KEYS)}."
             )
-        if not registry.has_key(provider):
+        if provider == endpoints.PROVIDER:
+            endpoint = endpoints.get()
+            if endpoint is None:
+                raise CommandError(
+                    "No compatible endpoint is set: save its base URL and model in Settings"
+                    " (or PUT /api/v1/settings/compatible-endpoint)."
+                )
+            model = model or endpoint.model
+        elif not registry.has_key(provider):
             raise CommandError(f"{registry.KEYS[provider]} is not set: no key for {provider}.")
         model = model or catalog.default_model(provider)
         if model is None:
