@@ -154,6 +154,8 @@ APPROVAL_TTL_HOURS = env_int("AGENTOS_APPROVAL_TTL_HOURS", 168, minimum=1)
 # A finished run's worktree is removed this many days after the run ended (sooner once all it
 # committed is pushed: `tools.retention`).
 WORKTREE_DAYS = env_int("AGENTOS_WORKTREE_DAYS", 14, minimum=1)
+# Durable memory: one git repository per scope (the truth; PostgreSQL holds its index).
+MEMORY_DIR = env_path("AGENTOS_MEMORY_DIR", DATA_DIR / "memory")
 # Who push services may contact about this sender (VAPID `sub`): a mailto: or https: URL. Apple's
 # service refuses a placeholder, so an owner with an iPhone sets it.
 PUSH_CONTACT = env_str("AGENTOS_PUSH_CONTACT", "mailto:owner@agentos.invalid")

@@ -6,9 +6,12 @@ class MissionsConfig(AppConfig):
     verbose_name = "Missions and agent engine"
 
     def ready(self) -> None:
+        from agentos import scrubber
         from kernel import programs
+        from missions import keys
         from missions.start_mission import START_MISSION
         from tools import registry
 
         programs.register("agent", "missions.engine.loop:agent")
         registry.register(START_MISSION)
+        scrubber.register(keys.values)

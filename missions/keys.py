@@ -86,3 +86,8 @@ def status() -> list[dict[str, object]]:
         }
         for provider, variable in sorted(ENV.items())
     ]
+
+
+def values() -> list[str]:
+    """Every provider key in use, for the scrubber (never shown anywhere)."""
+    return [key for provider in ENV if (key := get(provider))]

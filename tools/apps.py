@@ -6,7 +6,9 @@ class ToolsConfig(AppConfig):
     verbose_name = "Tools and permissions"
 
     def ready(self) -> None:
-        from agentos import vault
+        from agentos import scrubber, vault
+        from tools import remotes
 
         # A vault rotation re-encrypts the remotes' credentials too.
         vault.register("tools.RemoteCredential", "ciphertext")
+        scrubber.register(remotes.values)

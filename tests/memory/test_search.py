@@ -1,0 +1,114 @@
+"""`memory_search`: full text and vectors fused, restricted to the scopes and the moment asked."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memory import embeddings, search, store
+from memory.models import Note
+from memory.notes import NoteError
+from memory.store import Draft
+
+pytestmark = pytest.mark.django_db
+
+JAN = datetime(2026, 1, 10, 9, 0, tzinfo=UTC)
+MAR = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def project() -> dict[str, str]:
+    drafts = {
+        "ci": Draft("CI runs on Jenkins", "The job ci-main builds every branch.", valid_from=JAN),
+        "db": Draft("Staging database", "Staging runs PostgreSQL 16 on db-stage-2.",
+                    valid_from=JAN),
+        "pet": Draft("Owner's dog", "The owner adopted a beagle puppy called Biscuit.",
+                     valid_from=JAN),
+        "deploy": Draft("Release procedure", "Tag, wait for green checks, then promote to prod.",
+                        type="procedure", valid_from=JAN, verified=True),
+    }  # fmt: skip
+    paths = store.write("project/7", list(drafts.values()), author="run:1", message="facts")
+    store.write("project/8", [Draft("CI runs on Jenkins", "Other project.", valid_from=JAN)],
+                author="run:2", message="other")  # fmt: skip
+    embeddings.embed_pending()
+    return dict(zip(drafts, paths, strict=True))
+
+
+def test_it_finds_by_words_within_the_scopes_asked(project: dict[str, str]) -> None:
+    hits = search.search("Jenkins job", scopes=["project/7"])
+
+    assert hits[0].path == project["ci"]
+    assert hits[0].scope == "project/7"
+    assert "ci-main" in hits[0].snippet
+    assert {hit.scope for hit in hits} == {"project/7"}
+    both = search.search("Jenkins", scopes=["project/7", "project/8"])
+    assert {hit.scope for hit in both[:2]} == {"project/7", "project/8"}
+
+
+def test_it_finds_by_meaning_what_no_word_matches(project: dict[str, str]) -> None:
+    hits = search.search("does the owner have a pet animal?", scopes=["project/7"], k=3)
+
+    assert hits[0].path == project["pet"]
+
+
+def test_every_note_gets_a_vector_and_the_cache_makes_a_rewrite_free(
+    project: dict[str, str],
+) -> None:
+    assert not Note.objects.filter(embedding__isnull=True).exists()
+    store.write("project/9", [Draft("CI runs on Jenkins", "Other project.", valid_from=JAN)],
+                author="run:3", message="same text")  # fmt: skip
+
+    assert embeddings.fill_from_cache() == 1  # the same text: no model call
+
+
+def test_it_answers_as_of_a_date(project: dict[str, str]) -> None:
+    store.invalidate("project/7", project["ci"], at=MAR, author="run:2", reason="moved")
+    (actions,) = store.write(
+        "project/7", [Draft("CI runs on GitHub Actions", "Since March.", valid_from=MAR)],
+        author="run:2", message="moved",
+    )  # fmt: skip
+    embeddings.embed_pending()
+
+    now = [hit.path for hit in search.search("CI runs on", scopes=["project/7"])]
+    in_february = [
+        hit.path
+        for hit in search.search("CI runs on", scopes=["project/7"], as_of=MAR - timedelta(days=20))
+    ]
+
+    assert actions in now
+    assert project["ci"] not in now
+    assert project["ci"] in in_february
+    assert actions not in in_february
+    (old,) = [h for h in search.search("Jenkins", scopes=["project/7"], as_of=JAN + timedelta(1))
+              if h.path == project["ci"]]  # fmt: skip
+    assert old.invalid_at == MAR
+
+
+def test_a_note_not_valid_yet_is_not_found_before_its_time(project: dict[str, str]) -> None:
+    soon = datetime.now(UTC) + timedelta(days=3)
+    (freeze,) = store.write("project/7", [Draft("Code freeze", "Freeze before the audit.",
+                                                 valid_from=soon)],
+                            author="owner", message="freeze")  # fmt: skip
+    embeddings.embed_pending()
+
+    assert freeze not in [h.path for h in search.search("code freeze", scopes=["project/7"])]
+    later = search.search("code freeze", scopes=["project/7"], as_of=soon + timedelta(hours=1))
+    assert later[0].path == freeze
+
+
+@pytest.mark.parametrize(
+    ("query", "scopes", "k", "message"),
+    [
+        ("  ", ["global"], 10, "Say what to search for"),
+        ("x", ["../x"], 10, "not a memory scope"),
+        ("x", ["global"], 0, "k is 1 to 100"),
+    ],
+)
+def test_bad_searches_are_refused(query: str, scopes: list[str], k: int, message: str) -> None:
+    with pytest.raises(NoteError, match=message):
+        search.search(query, scopes=scopes, k=k)
+
+
+def test_an_unknown_scope_finds_nothing() -> None:
+    assert search.search("anything", scopes=["project/404"]) == []
