@@ -33,7 +33,14 @@ $(VENV)/.installed-dev: requirements.lock requirements-dev.lock | $(BIN)/python
 run: system-deps $(VENV)/.installed-run ## Run agentos on the embedded database (http://127.0.0.1:8000)
 	$(BIN)/python manage.py serve
 
-test: system-deps $(VENV)/.installed-dev ## Run the whole test suite (browser tests need Chromium: see .ci/run)
+# axe-core, which the browser tests run on every screen, pinned by package-lock.json (npm ci
+# installs exactly that, and fails rather than drift from it).
+node_modules/.installed: package.json package-lock.json
+	@scripts/system-deps --tests
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+test: system-deps $(VENV)/.installed-dev node_modules/.installed ## Run the whole test suite (browser tests need Chromium: see .ci/run)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev ## Check formatting and lint with ruff, and the import layers

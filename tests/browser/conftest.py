@@ -4,15 +4,31 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import override_settings
-from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    Route,
+    ViewportSize,
+    sync_playwright,
+)
 
 from tests.factories import Owner, make_owner
 from tests.live import Stack, running_stack
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / ".artifacts" / "screenshots"
+# axe-core, pinned in package-lock.json and installed by `make test` (npm ci).
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+# Where pages load it from: a path of the stack's own origin that Playwright answers itself, so the
+# console's CSP (script-src 'self') admits it unchanged and the CSP watcher stays meaningful. Not
+# under /static/: the service worker answers those from its cache, out of Playwright's reach.
+AXE_PATH = "/__axe__/axe.min.js"
+BLOCKING = frozenset({"serious", "critical"})
 PHONE: ViewportSize = {"width": 390, "height": 844}
 # As root in a container Chromium needs --no-sandbox; the network flags keep it from calling home
 # (this machine has no network, and each refused call slows the start).
@@ -90,3 +106,39 @@ def stack(live_owner: Owner, tmp_path: Path) -> Iterator[Stack]:
 def screenshot(page: Page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
+
+
+def _serve_axe(route: Route) -> None:
+    route.fulfill(path=AXE, content_type="text/javascript")
+
+
+def axe_violations(page: Page) -> list[str]:
+    """Run axe-core on the page as it is now: its serious and critical violations, each with its
+    rule, impact, what to do and the elements (CSS selectors), in words."""
+    if not AXE.exists():
+        pytest.fail("axe-core is not installed: run `npm ci` (`make test` does it).")
+    context = page.context
+    if not getattr(context, "axe_routed", False):
+        context.route(f"**{AXE_PATH}", _serve_axe)
+        context.axe_routed = True  # type: ignore[attr-defined]  # route once per context
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.add_script_tag(url=page.evaluate("location.origin") + AXE_PATH)
+    results: dict[str, Any] = page.evaluate(
+        "() => axe.run(document, {resultTypes: ['violations']})"
+    )
+    found = []
+    for violation in results["violations"]:
+        if violation["impact"] not in BLOCKING:
+            continue
+        found.append(f"{violation['id']} ({violation['impact']}): {violation['help']}")
+        for node in violation["nodes"]:
+            summary = " ".join(node["failureSummary"].split())
+            found.append(f"    {' '.join(map(str, node['target']))}: {summary}")
+    return found
+
+
+def assert_accessible(page: Page) -> None:
+    """Fail on any serious or critical axe-core violation of the page as it is now."""
+    found = axe_violations(page)
+    if found:
+        pytest.fail("\n".join([f"axe-core on {page.url}:", *found]), pytrace=False)

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 
 from approvals.models import Reconciliation
 from kernel.models import ChaosEffect, Run, Step
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import assert_accessible, screenshot
 from tests.browser.test_approvals_browser import eventually
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
@@ -58,6 +58,7 @@ def test_it_answers_an_unknown_outcome_from_home_on_a_phone(
     expect(page.locator("#probe")).to_contain_text("no check of its own")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scroll
     screenshot(page, "reconciliation-pending")
+    assert_accessible(page)
 
     page.get_by_label("What it returned (optional)").fill("paid, receipt 42")
     page.get_by_role("button", name="It happened").click()
@@ -65,6 +66,7 @@ def test_it_answers_an_unknown_outcome_from_home_on_a_phone(
     expect(page.locator("#outcome")).to_contain_text("You said it happened")
     expect(page.locator("#outcome")).to_contain_text("paid, receipt 42")
     screenshot(page, "reconciliation-happened")
+    assert_accessible(page)
     assert page.csp_violations == []  # type: ignore[attr-defined]
 
     def settled() -> Step | None:

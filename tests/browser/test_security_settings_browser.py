@@ -10,7 +10,7 @@ from django_otp.oath import totp
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import assert_accessible, screenshot
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
@@ -44,6 +44,7 @@ def test_it_manages_sessions_authenticators_and_backup_codes_on_a_phone(
     expect(card.get_by_role("img", name="QR code for the authenticator app")).to_be_visible()
     no_sideways_scroll(page)
     screenshot(page, "settings-authenticator-qr")
+    assert_accessible(page)
     new = TOTPDevice.objects.get(name="new phone")
     code = totp(new.bin_key, new.step, new.t0, new.digits, new.drift)
     card.get_by_label("Code from the new app").fill(f"{code:06d}")
@@ -60,4 +61,5 @@ def test_it_manages_sessions_authenticators_and_backup_codes_on_a_phone(
     assert all(re.fullmatch(r"\w+", code) for code in shown)
     no_sideways_scroll(page)
     screenshot(page, "settings-backup-codes")
+    assert_accessible(page)
     assert not page.csp_violations  # type: ignore[attr-defined]
