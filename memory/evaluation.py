@@ -1,0 +1,659 @@
+"""The memory evaluation: a question-answering data set asked of `memory_search`, next to a grep.
+
+A data set is JSON: `{"name", "conversations": [{"id", "documents": [{"id", "text", "time"}],
+"questions": [{"id", "text", "evidence": [document ids], "category"}]}]}`. Each conversation
+becomes its own scope, `eval/<name>-<digest>/<conversation>` (`<name>-<digest>-pad<N>` with
+padding), its documents are written through `store.write` with their time as `valid_from`, and
+each question is searched in its conversation's scope only. The digest is the documents'
+(`<digest>`): a rerun on the same file writes nothing new (the store does not add a note twice)
+and takes its embeddings back from the cache, while a changed file gets scopes of its own instead
+of finding the old version's notes beside the new ones.
+
+Measures, over the top k results:
+
+- hit@k: the share of questions with at least one evidence document among the top k;
+- MRR: the mean over questions of 1/rank of the first evidence document, 0 when none is in the
+  top k (MRR@k: a hit at rank 11 counts as a miss, as it does for hit@k);
+- the grep baseline on the same notes: a document's score is the number of distinct non-stopword
+  query words it contains (lowercased, as a substring, like `grep -i`); documents that contain
+  none are not results; ties go to the newest document;
+- p95 search latency: `perf_counter` around the search call only, after one untimed warm-up
+  search (the embedding model loads on first use), by the nearest-rank method.
+
+`--pad-to N` pads one scope, the conversation with the most questions (the first of equals), with
+synthetic notes until it holds N, and measures latency there: its own questions are scored as
+usual (against the padding too, grep included), and every other question of the data set is also
+searched in it, timed but not scored, for enough samples. Padding one scope rather than each
+keeps a 100,000-note run within an hour of embedding on a laptop; the other conversations' small
+scopes are still searched beside the big one, which is the case of a project next to `global`.
+
+The padding is text from a word-pair chain over the other conversations' documents (all of them
+for a one-conversation set), seeded by the data set's and the conversation's names: the same
+style and vocabulary as the real notes, so it competes with them in full text and vectors, but
+no copy of the padded conversation's own facts, which would be relevant notes scored as misses.
+
+Loading, the grep, the metrics and the padding text need no database; `run` needs a `Memory`
+(`StoreMemory` is the real one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+HIT_TARGET = 0.75  # hit@10, at least
+MRR_TARGET = 0.52  # at least
+P95_TARGET_MS = 50.0  # at most, with P95_TARGET_NOTES notes in the searched scope
+P95_TARGET_NOTES = 100_000
+PAD_BATCH = 2000  # notes per store.write (one commit each) while padding
+AUTHOR = "memory_eval"
+NOTE_TYPE = "event"  # each document is something said at a time
+
+Say = Callable[[str], None]
+
+
+class DatasetError(Exception):
+    """The data set file is unreadable or not in the expected shape; the message names where
+    (a JSON path such as `$.conversations[1].questions[3].evidence[0]`)."""
+
+
+# --- the data set ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    time: datetime
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    text: str
+    evidence: frozenset[str]
+    category: str
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    documents: tuple[Document, ...]
+    questions: tuple[Question, ...]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    conversations: tuple[Conversation, ...]
+
+    @property
+    def questions(self) -> int:
+        return sum(len(conversation.questions) for conversation in self.conversations)
+
+    @property
+    def documents(self) -> int:
+        return sum(len(conversation.documents) for conversation in self.conversations)
+
+
+def load(path: Path) -> Dataset:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DatasetError(f"{path}: cannot read it ({error})") from error
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DatasetError(
+            f"{path}: not JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from error
+    try:
+        return parse(data)
+    except DatasetError as error:
+        raise DatasetError(f"{path}: {error}") from error
+
+
+def parse(data: object) -> Dataset:
+    """The data set in `data` (decoded JSON), or DatasetError naming the first problem's path.
+    Keys other than the expected ones are ignored (a question's `answer`, say)."""
+    root = _object(data, "$")
+    name = _text(root, "name", "$")
+    items = _list(root, "conversations", "$")
+    if not items:
+        raise DatasetError("$.conversations: is empty")
+    conversations = []
+    seen: dict[str, str] = {}
+    for index, item in enumerate(items):
+        where = f"$.conversations[{index}]"
+        conversation = _conversation(item, where)
+        _unique(seen, slug(conversation.id), f"{where}.id", "conversation id")
+        conversations.append(conversation)
+    if not slug(name):
+        raise DatasetError(f"$.name: {name!r} has no letter or digit to name a scope with")
+    return Dataset(name=name, conversations=tuple(conversations))
+
+
+def _conversation(item: object, where: str) -> Conversation:
+    fields = _object(item, where)
+    conversation_id = _text(fields, "id", where)
+    if not slug(conversation_id):
+        raise DatasetError(f"{where}.id: {conversation_id!r} has no letter or digit")
+    documents = []
+    seen: dict[str, str] = {}
+    for index, entry in enumerate(_list(fields, "documents", where)):
+        path = f"{where}.documents[{index}]"
+        document = _object(entry, path)
+        doc_id = _text(document, "id", path)
+        _unique(seen, doc_id, f"{path}.id", "document id")
+        text = _text(document, "text", path)
+        documents.append(Document(id=doc_id, text=text, time=_time(document, path)))
+    questions = []
+    asked: dict[str, str] = {}
+    for index, entry in enumerate(_list(fields, "questions", where)):
+        path = f"{where}.questions[{index}]"
+        question = _object(entry, path)
+        question_id = _text(question, "id", path)
+        _unique(asked, question_id, f"{path}.id", "question id")
+        evidence: list[str] = []
+        for position, cited in enumerate(_list(question, "evidence", path)):
+            at = f"{path}.evidence[{position}]"
+            if not isinstance(cited, str):
+                raise DatasetError(f"{at}: expected a string, got {_kind(cited)}")
+            if cited not in seen:
+                raise DatasetError(
+                    f"{at}: {cited!r} is not a document of conversation {conversation_id!r}"
+                )
+            evidence.append(cited)
+        if not evidence:
+            raise DatasetError(f"{path}.evidence: is empty (nothing to score the question by)")
+        questions.append(
+            Question(
+                id=question_id,
+                text=_text(question, "text", path),
+                evidence=frozenset(evidence),
+                category=_text(question, "category", path),
+            )
+        )
+    return Conversation(id=conversation_id, documents=tuple(documents), questions=tuple(questions))
+
+
+def _object(value: object, where: str) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise DatasetError(f"{where}: expected an object, got {_kind(value)}")
+    return value
+
+
+def _field(fields: dict[str, object], key: str, where: str) -> object:
+    if key not in fields:
+        raise DatasetError(f"{where}: missing key {key!r}")
+    return fields[key]
+
+
+def _text(fields: dict[str, object], key: str, where: str) -> str:
+    value = _field(fields, key, where)
+    if not isinstance(value, str):
+        raise DatasetError(f"{where}.{key}: expected a string, got {_kind(value)}")
+    if not value.strip():
+        raise DatasetError(f"{where}.{key}: is empty")
+    return value
+
+
+def _list(fields: dict[str, object], key: str, where: str) -> list[object]:
+    value = _field(fields, key, where)
+    if not isinstance(value, list):
+        raise DatasetError(f"{where}.{key}: expected an array, got {_kind(value)}")
+    return value
+
+
+def _time(fields: dict[str, object], where: str) -> datetime:
+    value = _text(fields, "time", where)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as error:
+        raise DatasetError(f"{where}.time: {value!r} is not an ISO-8601 time") from error
+    if moment.tzinfo is None:
+        # valid_from is an instant: a naive time would be read in whatever zone the server has.
+        raise DatasetError(f"{where}.time: {value!r} has no UTC offset (add Z or +hh:mm)")
+    return moment
+
+
+def _unique(seen: dict[str, str], key: str, where: str, what: str) -> None:
+    if key in seen:
+        raise DatasetError(f"{where}: duplicate {what} {key!r} (first at {seen[key]})")
+    seen[key] = where
+
+
+def _kind(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "a number"
+    return names.get(type(value), type(value).__name__)
+
+
+def slug(name: str) -> str:
+    """A scope segment (`[a-z0-9_-]`, at most 64) for a data set or conversation name."""
+    return re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-")[:64]
+
+
+def scopes(dataset: Dataset, *, pad_to: int = 0) -> dict[str, str]:
+    """Conversation id → its scope: named by the data set and its documents' digest, and the
+    padding (another size is another scope, not a bigger one)."""
+    base = f"{slug(dataset.name)[:40]}-{digest(dataset)}" + (f"-pad{pad_to}" if pad_to else "")
+    return {c.id: f"eval/{base}/{slug(c.id)}" for c in dataset.conversations}
+
+
+def digest(dataset: Dataset) -> str:
+    """Of what the scopes hold: every conversation's documents."""
+    content = hashlib.sha256()
+    for conversation in dataset.conversations:
+        for document in conversation.documents:
+            line = [conversation.id, document.id, document.text, document.time.isoformat()]
+            content.update(json.dumps(line).encode() + b"\n")
+    return content.hexdigest()[:8]
+
+
+# --- the grep baseline -------------------------------------------------------------------------
+
+# A common English list (NLTK's, with the contractions' fragments): question words are in it, so
+# "when did Maya…" does not match every message that says "did".
+STOPWORDS = frozenset(
+    """
+    a about above after again against ain all am an and any are aren as at be because been before
+    being below between both but by can couldn d did didn do does doesn doing don down during each
+    few for from further had hadn has hasn have haven having he her here hers herself him himself
+    his how i if in into is isn it its itself just ll m ma me mightn more most mustn my myself
+    needn no nor not now o of off on once only or other our ours ourselves out over own re s same
+    shan she should shouldn so some such t than that the their theirs them themselves then there
+    these they this those through to too under until up ve very was wasn we were weren what when
+    where which while who whom why will with won wouldn y you your yours yourself yourselves
+    """.split()  # noqa: SIM905 -- a word list reads better as words than as 150 quoted strings
+)
+_WORD = re.compile(r"[^\W_]+")  # letters and digits, in any script
+
+
+def query_words(text: str) -> list[str]:
+    """The query's distinct non-stopword words, lowercased, in order."""
+    words = dict.fromkeys(_WORD.findall(text.lower()))
+    return [word for word in words if word not in STOPWORDS]
+
+
+def grep(query: str, documents: Sequence[Document], k: int) -> list[str]:
+    """Document ids of the top k: most distinct query words contained, then newest, then last
+    in the data set."""
+    words = query_words(query)
+    scored = []
+    for index, document in enumerate(documents):
+        text = document.text.lower()
+        score = sum(word in text for word in words)
+        if score:
+            scored.append((score, document.time, index, document.id))
+    scored.sort(reverse=True)
+    return [doc_id for _, _, _, doc_id in scored[:k]]
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+def first_relevant_rank(
+    ranked: Sequence[str | Collection[str]], evidence: Iterable[str], k: int
+) -> int | None:
+    """1-based rank of the first evidence document in the top k, None if none is there. A
+    result is a document id, or the ids of the documents one note stands for."""
+    relevant = set(evidence)
+    for rank, result in enumerate(ranked[:k], start=1):
+        ids = {result} if isinstance(result, str) else result
+        if not relevant.isdisjoint(ids):
+            return rank
+    return None
+
+
+@dataclass
+class Tally:
+    questions: int = 0
+    hits: int = 0
+    reciprocal_ranks: float = 0.0
+
+    def add(self, rank: int | None) -> None:
+        self.questions += 1
+        if rank is not None:
+            self.hits += 1
+            self.reciprocal_ranks += 1 / rank
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.questions if self.questions else 0.0
+
+    @property
+    def mrr(self) -> float:
+        return self.reciprocal_ranks / self.questions if self.questions else 0.0
+
+
+@dataclass
+class Scores:
+    """Per category, and `all`."""
+
+    by_category: dict[str, Tally] = field(default_factory=dict)
+    overall: Tally = field(default_factory=Tally)
+
+    def add(self, category: str, rank: int | None) -> None:
+        self.by_category.setdefault(category, Tally()).add(rank)
+        self.overall.add(rank)
+
+
+def p95(samples: Sequence[float]) -> float:
+    """Nearest-rank 95th percentile: the smallest sample with at least 95 % of them at or below."""
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    return ordered[math.ceil(0.95 * len(ordered)) - 1]
+
+
+# --- padding -----------------------------------------------------------------------------------
+
+
+def padded_conversation(dataset: Dataset) -> Conversation:
+    """The conversation whose scope `--pad-to` fills: the one with the most questions."""
+    return max(dataset.conversations, key=lambda conversation: len(conversation.questions))
+
+
+class Chain:
+    """A word-pair (bigram) chain: each word followed by one of the words that follow it in the
+    source texts. Texts start as sources start (with a speaker's name, in a chat)."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.starts: list[str] = []
+        self.next: dict[str, list[str]] = {}
+        for text in texts:
+            words = text.split()
+            if not words:
+                continue
+            self.starts.append(words[0])
+            for word, following in itertools.pairwise(words):
+                self.next.setdefault(word, []).append(following)
+
+    def text(self, rng: random.Random, *, shortest: int = 10, longest: int = 40) -> str:
+        """Words until a sentence ends past `shortest` words, or `longest` words."""
+        words = [rng.choice(self.starts)]
+        while len(words) < longest:
+            if len(words) >= shortest and words[-1].endswith((".", "!", "?")):
+                break
+            choices = self.next.get(words[-1])
+            if not choices:
+                break
+            words.append(rng.choice(choices))
+        return " ".join(words)
+
+
+def padding(dataset: Dataset, conversation: Conversation, count: int) -> list[Document]:
+    """`count` synthetic documents for `conversation`'s scope, the same for the same data set:
+    chain text from the other conversations, times spread over the conversation's span."""
+    others = [c for c in dataset.conversations if c.id != conversation.id] or [conversation]
+    chain = Chain(document.text for other in others for document in other.documents)
+    # Seeded so two runs pad alike; a data set, not a secret.
+    rng = random.Random(f"{dataset.name}/{conversation.id}")  # noqa: S311
+    times = [document.time for document in conversation.documents] or [datetime.now(UTC)]
+    start, span = min(times), max(times) - min(times)
+    taken = {document.id for document in conversation.documents}
+    documents = []
+    for index in range(count):
+        # A padding id never equals a real one, so it is never relevant.
+        doc_id = f"padding-{index}"
+        while doc_id in taken:
+            doc_id = f"_{doc_id}"
+        at = start + timedelta(seconds=rng.uniform(0, span.total_seconds()))
+        documents.append(Document(id=doc_id, text=chain.text(rng), time=at))
+    return documents
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Note:
+    title: str
+    body: str
+    time: datetime
+
+
+def note_of(document: Document) -> Note:
+    """The note a document becomes: its text, titled by its first words."""
+    return Note(title=title_of(document.text), body=document.text, time=document.time)
+
+
+def title_of(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    cut = line[:limit].rsplit(" ", 1)[0]
+    return f"{cut}…"
+
+
+class Memory(Protocol):
+    """What the evaluation needs of memory; `StoreMemory` is the real one."""
+
+    def write(self, scope: str, notes: Sequence[Note], *, message: str) -> list[str]:
+        """The notes' paths, in order."""
+        ...
+
+    def embed_pending(self, scope: str) -> int: ...
+
+    def search(self, query: str, scope: str, k: int) -> list[str]:
+        """The paths of the top k notes."""
+        ...
+
+
+class StoreMemory:
+    """memory.store, memory.search and memory.embeddings. Imported on first use: the rest of
+    this module loads without the database."""
+
+    def write(self, scope: str, notes: Sequence[Note], *, message: str) -> list[str]:
+        from memory import store
+
+        drafts = [
+            store.Draft(title=note.title, body=note.body, type=NOTE_TYPE, valid_from=note.time)
+            for note in notes
+        ]
+        return store.write(scope, drafts, author=AUTHOR, message=message)
+
+    def embed_pending(self, scope: str) -> int:
+        from memory import embeddings
+
+        return embeddings.embed_pending(scope)
+
+    def search(self, query: str, scope: str, k: int) -> list[str]:
+        from memory import search
+
+        return [hit.path for hit in search.search(query, scopes=[scope], k=k)]
+
+
+@dataclass
+class Report:
+    name: str
+    k: int
+    memory: Scores
+    grep: Scores
+    latencies_ms: list[float]
+    notes: int  # in the largest searched scope: the padded one, if any
+    padded: Scores | None = None  # the padded conversation's questions alone
+
+    @property
+    def p95_ms(self) -> float:
+        return p95(self.latencies_ms)
+
+    def lines(self) -> list[str]:
+        k = self.k
+        header = f"{'category':<14}{'questions':>10}{f'hit@{k}':>9}{'mrr':>8}"
+        header += f"{f'grep_hit@{k}':>14}{'grep_mrr':>10}"
+        lines = [header]
+        rows = [
+            (category, tally, self.grep.by_category[category])
+            for category, tally in sorted(self.memory.by_category.items())
+        ]
+        rows.append(("all", self.memory.overall, self.grep.overall))
+        for category, tally, grep_tally in rows:
+            lines.append(
+                f"{category:<14}{tally.questions:>10}{tally.hit_rate:>9.3f}{tally.mrr:>8.3f}"
+                f"{grep_tally.hit_rate:>14.3f}{grep_tally.mrr:>10.3f}"
+            )
+        if self.padded is not None:
+            tally = self.padded.overall
+            lines.append(
+                f"{'padded scope':<14}{tally.questions:>10}{tally.hit_rate:>9.3f}{tally.mrr:>8.3f}"
+                f"   (its questions among {self.notes:,} notes)"
+            )
+        ordered = sorted(self.latencies_ms)
+        median = ordered[len(ordered) // 2] if ordered else 0.0
+        lines.append(
+            f"latency: p50 {median:.1f} ms, p95 {self.p95_ms:.1f} ms over {len(ordered)}"
+            f" searches, {self.notes:,} notes in the searched scope"
+        )
+        return lines + self.verdicts()
+
+    def verdicts(self) -> list[str]:
+        """One line per target: its figure, then met, MISSED or why it was not checked."""
+        overall = self.memory.overall
+        below = [
+            f"{category} {tally.hit_rate:.3f} < {self.grep.by_category[category].hit_rate:.3f}"
+            for category, tally in sorted(self.memory.by_category.items())
+            if tally.hit_rate < self.grep.by_category[category].hit_rate
+        ]
+        at_scale = self.notes >= P95_TARGET_NOTES
+        return [
+            f"target hit@{self.k} ≥ {HIT_TARGET:g}: {overall.hit_rate:.3f}"
+            f" {_verdict(overall.hit_rate >= HIT_TARGET)}",
+            f"target mrr ≥ {MRR_TARGET:g}: {overall.mrr:.3f} {_verdict(overall.mrr >= MRR_TARGET)}",
+            "target no category below grep: "
+            + (f"MISSED ({', '.join(below)})" if below else "met"),
+            f"target p95 ≤ {P95_TARGET_MS:g} ms at {P95_TARGET_NOTES:,} notes: {self.p95_ms:.1f} ms"
+            + (
+                f" {_verdict(self.p95_ms <= P95_TARGET_MS)}"
+                if at_scale
+                else f" not checked at {self.notes:,} notes (--pad-to {P95_TARGET_NOTES})"
+            ),
+        ]
+
+    def summary(self) -> str:
+        """The last line, read by scripts: keep its keys stable."""
+        return (
+            f"memory hit@{self.k}={self.memory.overall.hit_rate:.3f}"
+            f" mrr={self.memory.overall.mrr:.3f} p95_ms={self.p95_ms:.1f} notes={self.notes}"
+            f" grep_hit@{self.k}={self.grep.overall.hit_rate:.3f}"
+        )
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def run(
+    dataset: Dataset,
+    memory: Memory,
+    *,
+    k: int = 10,
+    pad_to: int = 0,
+    say: Say = print,
+) -> Report:
+    """Write, pad, embed, then ask every question of memory and of the grep.
+
+    1. Each conversation's documents go into its scope in one write; the paths it returns map
+       search hits back to document ids.
+    2. With `pad_to`, the padded conversation's scope gets synthetic notes in batches of
+       PAD_BATCH until it holds `pad_to`.
+    3. Every scope's embeddings are computed before any search.
+    4. One untimed warm-up search, then each question in its own scope (timed when no scope is
+       padded); with padding, every question again in the padded scope, timed only.
+    """
+    scope_of = scopes(dataset, pad_to=pad_to)
+    say(f"scopes {next(iter(scope_of.values())).rsplit('/', 1)[0]}/…")
+    # scope → note path → document ids (two documents saying the same at the same time are one
+    # note: the store does not add a note twice)
+    documents_at: dict[str, dict[str, set[str]]] = {}
+    corpus: dict[str, list[Document]] = {}  # what each scope holds, for the grep
+    for conversation in dataset.conversations:
+        scope = scope_of[conversation.id]
+        paths = memory.write(
+            scope,
+            [note_of(document) for document in conversation.documents],
+            message=f"Evaluation {dataset.name}: conversation {conversation.id}",
+        )
+        at = documents_at[scope] = {}
+        for path, document in zip(paths, conversation.documents, strict=True):
+            at.setdefault(path, set()).add(document.id)
+        corpus[scope] = list(conversation.documents)
+
+    padded = padded_conversation(dataset) if pad_to else None
+    if padded is not None:
+        scope = scope_of[padded.id]
+        extra = padding(dataset, padded, max(0, pad_to - len(padded.documents)))
+        started = time.perf_counter()
+        for first in range(0, len(extra), PAD_BATCH):
+            batch = extra[first : first + PAD_BATCH]
+            memory.write(
+                scope,
+                [note_of(document) for document in batch],
+                message=f"Evaluation {dataset.name}: padding {first + 1}-{first + len(batch)}",
+            )
+            say(f"padding {scope}: {first + len(batch):,} of {len(extra):,} notes written")
+        say(f"padding written in {time.perf_counter() - started:.0f} s")
+        corpus[scope].extend(extra)
+
+    started = time.perf_counter()
+    embedded = sum(memory.embed_pending(scope) for scope in scope_of.values())
+    say(f"{embedded:,} embeddings computed in {time.perf_counter() - started:.0f} s")
+
+    first_conversation = dataset.conversations[0]
+    if first_conversation.questions:
+        memory.search(first_conversation.questions[0].text, scope_of[first_conversation.id], k)
+
+    scores, grep_scores, padded_scores = Scores(), Scores(), Scores()
+    latencies: list[float] = []
+    padded_scope = scope_of[padded.id] if padded is not None else None
+    for conversation in dataset.conversations:
+        scope = scope_of[conversation.id]
+        for question in conversation.questions:
+            started = time.perf_counter()
+            paths = memory.search(question.text, scope, k)
+            elapsed = time.perf_counter() - started
+            if padded_scope is None or scope == padded_scope:
+                latencies.append(elapsed * 1e3)
+            rank = first_relevant_rank(
+                [documents_at[scope].get(path, set()) for path in paths], question.evidence, k
+            )
+            scores.add(question.category, rank)
+            if scope == padded_scope:
+                padded_scores.add(question.category, rank)
+            grep_ranked = grep(question.text, corpus[scope], k)
+            grep_scores.add(
+                question.category, first_relevant_rank(grep_ranked, question.evidence, k)
+            )
+    if padded_scope is not None:
+        for conversation in dataset.conversations:
+            if scope_of[conversation.id] == padded_scope:
+                continue
+            for question in conversation.questions:
+                started = time.perf_counter()
+                memory.search(question.text, padded_scope, k)
+                latencies.append((time.perf_counter() - started) * 1e3)
+
+    largest = max(len(documents) for documents in corpus.values())
+    return Report(
+        name=dataset.name,
+        k=k,
+        memory=scores,
+        grep=grep_scores,
+        latencies_ms=latencies,
+        notes=largest,
+        padded=padded_scores if padded is not None else None,
+    )

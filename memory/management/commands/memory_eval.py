@@ -1,0 +1,64 @@
+"""`manage.py memory_eval FILE [--k 10] [--pad-to N]`: a question set asked of memory_search.
+
+Per-category hit@k and MRR next to a grep baseline on the same notes, then the last line
+`memory hit@10=… mrr=… p95_ms=… notes=… grep_hit@10=…`. A missed target is reported, not an
+error: only a file that cannot be evaluated exits non-zero. See memory/evaluation.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from kernel import bench
+from memory import evaluation
+
+
+class Command(BaseCommand):
+    help = "Evaluate memory search on a question set (hit@k, MRR, latency) against a grep."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", type=Path, help="The data set (JSON).")
+        parser.add_argument("--k", type=int, default=10, help="Results per question scored.")
+        parser.add_argument(
+            "--pad-to",
+            type=int,
+            default=0,
+            metavar="N",
+            help="Fill one conversation's scope with synthetic notes up to N notes.",
+        )
+        parser.add_argument(
+            "--any-database",
+            action="store_true",
+            help="Pad on the configured database even if it is not a dedicated bench one.",
+        )
+
+    def handle(
+        self, *args: Any, file: Path, k: int, pad_to: int, any_database: bool, **options: Any
+    ) -> None:
+        if not 1 <= k <= 100 or pad_to < 0:
+            raise CommandError("--k is 1 to 100 (what a search returns), --pad-to at least 0.")
+        # Padding writes up to N notes for good: never into the owner's memory by accident.
+        if pad_to and not any_database and not bench.is_dedicated_database():
+            raise CommandError(
+                f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
+                " `make bench-memory` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
+            )
+        if bench.is_dedicated_database():
+            bench.call_migrate()  # a new benchmark data dir starts empty
+        try:
+            dataset = evaluation.load(file)
+        except evaluation.DatasetError as error:
+            raise CommandError(str(error)) from error
+        say = self.stdout.write
+        say(
+            f"memory evaluation of {dataset.name}: {len(dataset.conversations)} conversations,"
+            f" {dataset.documents:,} documents, {dataset.questions} questions, k = {k}"
+        )
+        report = evaluation.run(dataset, evaluation.StoreMemory(), k=k, pad_to=pad_to, say=say)
+        for line in report.lines():
+            say(line)
+        say(report.summary())
