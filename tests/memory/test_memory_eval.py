@@ -12,8 +12,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from memory import devset, evaluation
-from memory.evaluation import DatasetError, Document, Note
+from memory import devset, evalsets, evaluation
+from memory.evalsets import DatasetError, Document
+from memory.evaluation import Note
 
 DEV_SET = Path(__file__).resolve().parent.parent / "data" / "memory_dev.json"
 LAST_LINE = re.compile(
@@ -69,7 +70,7 @@ def write(tmp_path: Path, data: object) -> Path:
 
 
 def test_it_loads_a_data_set() -> None:
-    dataset = evaluation.parse(tiny())
+    dataset = evalsets.parse(tiny())
     assert [c.id for c in dataset.conversations] == ["c1", "c2"]
     assert dataset.documents == 5
     assert dataset.questions == 4
@@ -134,7 +135,7 @@ def broken(change: str) -> dict[str, Any]:
 )  # fmt: skip
 def test_it_names_where_a_data_set_is_wrong(change: str, message: str) -> None:
     with pytest.raises(DatasetError) as raised:
-        evaluation.parse(broken(change))
+        evalsets.parse(broken(change))
     assert message in str(raised.value)
 
 
@@ -155,14 +156,14 @@ def test_it_pads_only_on_a_dedicated_database(tmp_path: Path) -> None:
 
 
 def test_it_names_scopes_by_content_and_padding() -> None:
-    dataset = evaluation.parse(tiny())
+    dataset = evalsets.parse(tiny())
     scopes = evaluation.scopes(dataset)
     assert re.fullmatch(r"eval/tiny-[0-9a-f]{8}/c1", scopes["c1"])
     assert evaluation.scopes(dataset) == scopes
     assert evaluation.scopes(dataset, pad_to=500)["c1"].endswith("-pad500/c1")
     changed = tiny()
     changed["conversations"][0]["documents"][0]["text"] = "Maya: My sister Lena is a doctor."
-    assert evaluation.scopes(evaluation.parse(changed))["c1"] != scopes["c1"]
+    assert evaluation.scopes(evalsets.parse(changed))["c1"] != scopes["c1"]
 
 
 # --- the grep baseline and the metrics ---------------------------------------------------------
@@ -177,7 +178,7 @@ def test_it_keeps_distinct_non_stopword_words() -> None:
 
 
 def test_it_greps_by_words_contained_ties_to_the_newest() -> None:
-    documents = evaluation.parse(tiny()).conversations[0].documents
+    documents = evalsets.parse(tiny()).conversations[0].documents
     # "lena": d1 and d2; the newer first. "live": nowhere.
     assert evaluation.grep("Where does Lena live?", documents, 10) == ["d2", "d1"]
     # "maya" + "sister" in d1, "maya" in d2: more words first.
@@ -241,7 +242,7 @@ class ListMemory:
 
 
 def test_it_reports_memory_next_to_grep() -> None:
-    dataset = evaluation.parse(tiny())
+    dataset = evalsets.parse(tiny())
     memory = ListMemory()
     lines: list[str] = []
     report = evaluation.run(dataset, memory, k=10, say=lines.append)
@@ -262,7 +263,7 @@ def test_it_reports_memory_next_to_grep() -> None:
 
 
 def test_it_pads_the_scope_with_the_most_questions(monkeypatch: pytest.MonkeyPatch) -> None:
-    dataset = evaluation.parse(tiny())
+    dataset = evalsets.parse(tiny())
     memory = ListMemory()
     monkeypatch.setattr(evaluation, "PAD_BATCH", 7)
     report = evaluation.run(dataset, memory, k=10, pad_to=20, say=lambda line: None)
@@ -279,7 +280,7 @@ def test_it_pads_the_scope_with_the_most_questions(monkeypatch: pytest.MonkeyPat
 
 
 def test_it_pads_with_the_other_conversations_words_the_same_each_time() -> None:
-    dataset = evaluation.parse(json.loads(DEV_SET.read_text()))
+    dataset = evalsets.parse(json.loads(DEV_SET.read_text()))
     target = evaluation.padded_conversation(dataset)
     extra = evaluation.padding(dataset, target, 300)
     assert extra == evaluation.padding(dataset, target, 300)
@@ -302,7 +303,7 @@ def test_it_pads_with_the_other_conversations_words_the_same_each_time() -> None
 
 def test_it_ships_the_development_set_its_script_makes() -> None:
     assert json.loads(DEV_SET.read_text()) == devset.build(devset.SMALL)
-    dataset = evaluation.parse(json.loads(DEV_SET.read_text()))
+    dataset = evalsets.parse(json.loads(DEV_SET.read_text()))
     categories = {q.category for c in dataset.conversations for q in c.questions}
     assert categories == {"single-hop", "multi-hop", "temporal", "open-domain", "paraphrase"}
 
@@ -329,7 +330,7 @@ def test_it_evaluates_the_development_set_on_the_real_search() -> None:
     lines = out.getvalue().splitlines()
     last = LAST_LINE.fullmatch(lines[-1])
     assert last is not None, lines[-1]
-    dataset = evaluation.parse(json.loads(DEV_SET.read_text()))
+    dataset = evalsets.parse(json.loads(DEV_SET.read_text()))
     assert int(last["notes"]) == max(len(c.documents) for c in dataset.conversations)
     assert 0 < float(last["p95"]) < 5000
     assert float(last["grep"]) > 0

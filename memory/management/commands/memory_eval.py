@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernel import bench
-from memory import evaluation
+from memory import evalsets, evaluation
 
 
 class Command(BaseCommand):
@@ -50,8 +50,8 @@ class Command(BaseCommand):
         if bench.is_dedicated_database():
             bench.call_migrate()  # a new benchmark data dir starts empty
         try:
-            dataset = evaluation.load(file)
-        except evaluation.DatasetError as error:
+            dataset = evalsets.load(file)
+        except evalsets.DatasetError as error:
             raise CommandError(str(error)) from error
         say = self.stdout.write
         say(
