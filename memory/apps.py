@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class MemoryConfig(AppConfig):
     name = "memory"
     verbose_name = "Memory"
+
+    def ready(self) -> None:
+        from memory.tools import MEMORY_TOOLS
+        from tools import registry
+
+        for tool in MEMORY_TOOLS:
+            registry.register(tool)

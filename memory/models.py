@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 from pgvector.django import HnswIndex, VectorField
@@ -43,13 +43,9 @@ class Note(models.Model):
     confidence = models.FloatField(default=0.5)
     valid_from = models.DateTimeField()
     invalid_at = models.DateTimeField(null=True)
-    # Title words weigh more than body words; English stemming (see `memory.search`).
-    search = models.GeneratedField(
-        expression=SearchVector("title", weight="A", config=TEXT_SEARCH)
-        + SearchVector("body", weight="B", config=TEXT_SEARCH),
-        output_field=SearchVectorField(),
-        db_persist=True,
-    )
+    # Set by a trigger (migration 0002) from title (weight A) and body (B), English stemming.
+    # Not a generated field: Django checks those against a live database, even offline.
+    search = SearchVectorField(null=True, editable=False)
     embedding = VectorField(dimensions=DIMENSIONS, null=True, editable=False)
 
     class Meta:

@@ -63,22 +63,24 @@ def ensure(scope: str) -> Path:
     return path
 
 
-def head(scope: str) -> str:
+def head(scope: str, branch: str = BRANCH) -> str:
     """The branch's tip, or "" for a scope with no commit (or no repository) yet."""
     path = path_of(scope)
     if not (path / "HEAD").is_file():
         return ""
-    done = _git(path, "rev-parse", "--verify", "--quiet", BRANCH, check=False)
+    done = _git(path, "rev-parse", "--verify", "--quiet", branch, check=False)
     return done.stdout.decode().strip()
 
 
-def commit(scope: str, parent: str, changes: list[Change], message: str) -> str:
-    """A commit of `changes` on top of `parent` ("" for the first); its id. Fails, changing
-    nothing, if the branch is no longer at `parent`."""
+def commit(
+    scope: str, parent: str, changes: list[Change], message: str, *, branch: str = BRANCH
+) -> str:
+    """A commit of `changes` on top of `parent` ("" for the first) on `branch`; its id. Fails,
+    changing nothing, if the branch is no longer at `parent` (or, new, does not start there)."""
     path = ensure(scope)
     stream = bytearray()
     stamp = f"{AUTHOR} {int(time.time())} +0000\n".encode()
-    stream += f"commit {BRANCH}\n".encode()
+    stream += f"commit {branch}\n".encode()
     stream += b"author " + stamp + b"committer " + stamp
     encoded = message.encode()
     stream += b"data %d\n" % len(encoded) + encoded + b"\n"
@@ -102,7 +104,20 @@ def commit(scope: str, parent: str, changes: list[Change], message: str) -> str:
     )
     if done.returncode != 0:
         raise RepositoryError(f"memory commit on {scope} failed: {done.stderr.decode().strip()}")
-    return head(scope)
+    return head(scope, branch)
+
+
+def drop(scope: str, branch: str) -> None:
+    """Delete a branch other than main (a proposal, once landed)."""
+    if branch != BRANCH and head(scope, branch):
+        _git(path_of(scope), "update-ref", "-d", branch)
+
+
+def branches(scope: str, prefix: str) -> list[str]:
+    if not head(scope):
+        return []
+    listed = _git(path_of(scope), "for-each-ref", "--format=%(refname)", prefix).stdout
+    return listed.decode().split()
 
 
 def files(scope: str, commit_id: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ shaped like one, reaches a note.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,19 +45,7 @@ def write(scope: str, drafts: Sequence[Draft], *, author: str, message: str) -> 
     already in the scope (the same title, body, type and time) is not added again."""
     notes.check_scope(scope)
     now = timezone.now()
-    made = [
-        notes.new_note(
-            title=scrubber.scrub(draft.title),
-            body=scrubber.scrub(draft.body),
-            type=draft.type,
-            author=author,
-            valid_from=draft.valid_from or now,
-            source_events=draft.source_events,
-            verified=draft.verified,
-            confidence=draft.confidence,
-        )
-        for draft in drafts
-    ]
+    made = [_made(draft, author, now) for draft in drafts]
     if not made:
         return []
     with _locked(scope) as row:
@@ -80,19 +69,120 @@ def invalidate(
     author: str,
     reason: str,
     source_events: Sequence[int] = (),
+    tolerate_invalid: bool = False,
 ) -> notes.Note:
     """The note at `path` marked as no longer holding from `at` (now by default): its header's
-    `invalid_at` set, its text kept. `NoteError` if it does not exist or is already invalid."""
+    `invalid_at` set, its text kept. `NoteError` if it does not exist or is already invalid
+    (unless `tolerate_invalid`: then the note as it is, for a retried call)."""
     notes.check_scope(scope)
     with _locked(scope) as row:
         indexed = Note.objects.filter(scope=row, path=path).first()
         if indexed is None:
             raise NoteError(f"No note {path} in {scope}.")
+        if indexed.invalid_at is not None and tolerate_invalid:
+            return _note_of(indexed)
         ended = _note_of(indexed).invalidated(at or timezone.now())
         events = sorted({*ended.source_events, *source_events})
         summary = f"Invalidate {path}: {scrubber.scrub(reason)}"
         _commit(row, [ended], _message(summary, author, [ended], events), replace=True)
     return ended
+
+
+SHARED = ("global", "skills", "agent")  # scopes whose writes wait for the owner's approval
+PROPOSALS = "refs/heads/proposals/"
+
+
+def shared(scope: str) -> bool:
+    """Whether writes to `scope` are proposals the owner approves (global memory, skills,
+    agent manuals), rather than a project's own."""
+    return scope.split("/", 1)[0] in SHARED
+
+
+@dataclass(frozen=True)
+class Proposal:
+    branch: str
+    path: str
+    valid_from: datetime  # what `land` is given back, so it lands the very note proposed
+    diff: str
+
+
+def propose(scope: str, draft: Draft, *, author: str, replaces: str = "") -> Proposal:
+    """The draft (and the invalidation of `replaces`) committed on a proposals branch of its own
+    on top of the scope's tip, and the diff the owner approves. Nothing reaches the index; the
+    same draft proposes the same branch."""
+    notes.check_scope(scope)
+    note = _made(draft, author, timezone.now())
+    with _locked(scope) as row:
+        changes, diff = [], []
+        if replaces:
+            indexed = Note.objects.filter(scope=row, path=replaces).first()
+            if indexed is None:
+                raise NoteError(f"No note {replaces} in {scope}.")
+            old = _note_of(indexed)
+            new = old.invalidated(note.valid_from)
+            changes.append(repository.Change(replaces, new.render().encode()))
+            diff.append(_diff(replaces, old.render(), new.render()))
+        changes.append(repository.Change(note.path, note.render().encode()))
+        diff.append(_diff(note.path, "", note.render()))
+        branch = f"{PROPOSALS}{note.id}"
+        if not repository.head(scope, branch):
+            summary = f"Proposal: {note.title}"
+            repository.commit(
+                scope, row.head, changes, _message(summary, author, [note]), branch=branch
+            )
+    return Proposal(branch=branch, path=note.path, valid_from=note.valid_from, diff="".join(diff))
+
+
+def land(scope: str, draft: Draft, *, author: str, replaces: str = "") -> str:
+    """An approved proposal written to the scope (idempotent: the same draft, the same note),
+    its branch dropped; the note's path. `draft.valid_from` is the proposal's."""
+    if draft.valid_from is None:
+        raise NoteError("A proposal lands with the time it was proposed at.")
+    note = _made(draft, author, draft.valid_from)
+    if replaces:
+        current = Note.objects.filter(scope__name=scope, path=replaces).first()
+        if current is not None and current.invalid_at is None:
+            invalidate(scope, replaces, at=note.valid_from, author=author,
+                       reason=f"replaced by {note.path}")  # fmt: skip
+    (path,) = write(scope, [draft], author=author, message=f"Approved: {note.title}")
+    repository.drop(scope, f"{PROPOSALS}{note.id}")
+    return path
+
+
+def replace(scope: str, old: str, draft: Draft, *, author: str) -> list[str]:
+    """One commit: the note at `old` invalidated from the new note's time, and `draft` added —
+    an edit by delta, never a rewrite. Retried, it changes nothing more."""
+    notes.check_scope(scope)
+    note = _made(draft, author, timezone.now())
+    with _locked(scope) as row:
+        indexed = Note.objects.filter(scope=row, path=old).first()
+        if indexed is None:
+            raise NoteError(f"No note {old} in {scope}.")
+        written = []
+        if indexed.invalid_at is None:
+            written.append(_note_of(indexed).invalidated(note.valid_from))
+        if not Note.objects.filter(scope=row, path=note.path).exists():
+            written.append(note)
+        if written:
+            summary = f"Replace {old} by {note.path}: {note.title}"
+            _commit(row, written, _message(summary, author, written), replace=True)
+    _embed_later()
+    return [note.path]
+
+
+def read_file(scope: str, path: str) -> str:
+    """A note's file, or the scope's index, as its repository holds them now."""
+    notes.check_scope(scope)
+    if path != notes.INDEX_FILE and not path.startswith(notes.NOTES_DIR + "/"):
+        raise NoteError(f"{path} is not a note of {scope}.")
+    tip = repository.head(scope)
+    try:
+        if not tip:
+            raise repository.RepositoryError("no commit yet")
+        ((_spec, content),) = repository.read(scope, [f"{tip}:{path}"])
+    except repository.RepositoryError:
+        raise NoteError(f"No note {path} in {scope}.") from None
+    return content.decode()
 
 
 def sync(scope: str) -> Scope:
@@ -115,6 +205,29 @@ def reindex(scope: str) -> int:
 
     embeddings.fill_from_cache(scope)
     return Note.objects.filter(scope=row).count()
+
+
+def _made(draft: Draft, author: str, now: datetime) -> notes.Note:
+    return notes.new_note(
+        title=scrubber.scrub(draft.title),
+        body=scrubber.scrub(draft.body),
+        type=draft.type,
+        author=author,
+        valid_from=draft.valid_from or now,
+        source_events=draft.source_events,
+        verified=draft.verified,
+        confidence=draft.confidence,
+    )
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"a/{path}" if old else "/dev/null",
+        tofile=f"b/{path}",
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
 
 
 # --- inside the scope's lock ------------------------------------------------------------------
@@ -255,3 +368,23 @@ def _embed_later() -> None:
     from memory import embeddings
 
     transaction.on_commit(embeddings.schedule)
+
+
+def prompt_index(scopes: Sequence[str], *, per_scope: int = 40) -> str:
+    """The memory index a run starts with (frozen in its prompt): for each scope, its verified
+    valid notes, newest first, one line each — never an unverified one (what came from a web page
+    or a tool's output alone is not put before a model as knowledge)."""
+    parts = []
+    for scope in scopes:
+        notes.check_scope(scope)
+        rows = Note.objects.filter(scope__name=scope, verified=True, invalid_at__isnull=True)
+        newest = list(rows.order_by("-valid_from", "path")[:per_scope])
+        if not newest:
+            continue
+        total = rows.count()
+        lines = [f"{scope}:"]
+        lines += [f"- {n.title} ({n.type}, {n.valid_from:%Y-%m-%d}) — {n.path}" for n in newest]
+        if total > len(newest):
+            lines.append(f"- … and {total - len(newest)} more (memory_search, scope {scope!r}).")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)

@@ -11,6 +11,8 @@ from django.urls import reverse
 from kernel import runs
 from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.models import Run
+from memory import store as memory_store
+from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
 from missions.errors import MissionError
 from missions.models import Mission, Project, Role
@@ -51,7 +53,9 @@ def start_mission(
         "effort": route.effort,
         # The model decides how much to think (DESIGN.md §5); effort steers the spend.
         "thinking": route.provider != "scripted",
-        "tools": CODING_TOOLS if repository else [],
+        "tools": [*(CODING_TOOLS if repository else []), *MEMORY_TOOL_NAMES],
+        # Frozen in the prompt: what the owner's and this project's verified memory says.
+        "memory_index": memory_store.prompt_index(memory_scopes(mission)),
         "constraints": constraints,
         "instructions": CODING_INSTRUCTIONS if repository else "",
         "repository": repository,
@@ -74,6 +78,11 @@ def start_mission(
             **({"offline": offline} if offline is not None else {}),
         },
     )
+
+
+def memory_scopes(mission: Mission) -> list[str]:
+    """The memory a mission's runs see in their prompt: global, and their project's."""
+    return ["global", *([f"project/{mission.project_id}"] if mission.project_id else [])]
 
 
 def needs_a_model(*, stand_in: bool) -> MissionError:

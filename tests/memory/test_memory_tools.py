@@ -1,0 +1,132 @@
+"""Agents use memory through tools: a note one mission records, a later mission of the same project
+finds; a proposal to shared memory waits for the owner's approval on a diff and lands as a commit
+after it; only verified notes enter a run's prompt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from approvals import service
+from approvals.models import Approval
+from kernel import runs
+from kernel.models import Run
+from kernel.worker import Worker
+from memory import repository, store
+from memory.models import Note
+from memory.store import Draft
+from memory.tools import MEMORY_TOOL_NAMES
+from missions import launch
+from missions.models import Mission, Project
+from tests.tools.conftest import FINISH, calls, outputs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def agent(mission: Mission, turns: list[dict[str, Any]]) -> Run:
+    run = runs.start_run(
+        account=mission,
+        program="agent",
+        input={
+            "goal": "Do as told.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": MEMORY_TOOL_NAMES,
+            "script": {"turns": turns},
+        },
+    )
+    Worker(lease_seconds=30).run_until_idle()
+    run.refresh_from_db()
+    return run
+
+
+@pytest.fixture
+def project(seeded_catalog: None) -> Project:
+    return Project.objects.create(name="shop")
+
+
+def test_a_later_mission_finds_what_an_earlier_one_recorded(project: Project) -> None:
+    first = Mission.objects.create(project=project, goal="Find how the shop deploys.")
+    note = {
+        "title": "Deploys go through the blue-green switch",
+        "body": "Flip the load balancer flag `live=green` after the smoke test passes.",
+        "type": "procedure",
+    }
+    recorded = agent(first, [calls(("memory_write", note)), FINISH])
+    assert recorded.status == "done", recorded.error
+    (written,) = outputs(recorded, "memory_write")
+    assert written["output"].startswith(f"Written to project/{project.pk}: notes/")
+
+    second = Mission.objects.create(project=project, goal="Deploy the fix.")
+    found = agent(second, [calls(("memory_search", {"query": "how do we deploy?"})), FINISH])
+
+    (search,) = outputs(found, "memory_search")
+    assert "Deploys go through the blue-green switch" in search["output"]
+    assert "unverified" in search["output"]
+    assert f"source events {recorded.pk}" not in search["output"]  # event ids, not run ids
+    row = Note.objects.get(title=note["title"])
+    assert row.author == f"run:{recorded.pk}"
+    assert row.source_events  # the journal up to the call
+    other = Mission.objects.create(project=Project.objects.create(name="other"), goal="x")
+    elsewhere = agent(other, [calls(("memory_search", {"query": "how do we deploy?"})), FINISH])
+    assert outputs(elsewhere, "memory_search")[0]["output"] == "No note matches."
+
+
+def test_a_note_is_corrected_by_replacing_it_never_rewritten(project: Project) -> None:
+    mission = Mission.objects.create(project=project, goal="Keep memory right.")
+    (path,) = store.write(f"project/{project.pk}", [Draft("CI is Jenkins", "ci-main")],
+                          author="owner", message="ci")  # fmt: skip
+    fix = {"title": "CI is GitHub Actions", "body": "Since March.", "replaces": path}
+
+    run = agent(mission, [calls(("memory_write", fix)), FINISH])
+
+    assert run.status == "done", run.error
+    old = Note.objects.get(path=path)
+    assert old.invalid_at is not None
+    assert Note.objects.get(title="CI is GitHub Actions").invalid_at is None
+
+
+def test_a_proposal_to_global_memory_waits_for_approval_then_lands(project: Project) -> None:
+    mission = Mission.objects.create(project=project, goal="Share a lesson.")
+    lesson = {
+        "scope": "global",
+        "title": "The owner wants release notes in French",
+        "body": "Asked twice; every release so far.",
+        "type": "preference",
+    }
+
+    run = agent(mission, [calls(("memory_propose", lesson)), FINISH])
+
+    assert run.status == "waiting"
+    approval = Approval.objects.get(run=run)
+    diff = approval.request["preview"]["diff"]
+    assert '+title: "The owner wants release notes in French"' in diff
+    branch = approval.request["preview"]["branch"]
+    assert branch.startswith("refs/heads/proposals/")
+    assert repository.head("global", branch)  # the proposals branch holds it...
+    assert not Note.objects.filter(scope__name="global").exists()  # ...main does not
+
+    service.decide(approval.pk, approve=True, args_hash=approval.request["args_hash"])
+    Worker(lease_seconds=30).run_until_idle()
+    run.refresh_from_db()
+
+    assert run.status == "done", run.error
+    landed = Note.objects.get(scope__name="global")
+    assert landed.title == lesson["title"]
+    assert not landed.verified
+    assert repository.log("global")[0][2] == f"Approved: {lesson['title']}"
+    assert not repository.head("global", branch)
+
+
+def test_only_verified_notes_enter_a_run_s_prompt(project: Project) -> None:
+    scope = f"project/{project.pk}"
+    store.write(scope, [Draft("Verified fact", "Tests pass with make test.", verified=True),
+                        Draft("Rumour from a web page", "Prod is down.")],
+                author="consolidator", message="two")  # fmt: skip
+    mission = Mission.objects.create(project=project, goal="Anything.")
+
+    index = store.prompt_index(launch.memory_scopes(mission))
+
+    assert index.startswith(f"{scope}:\n- Verified fact (fact, ")
+    assert "Rumour" not in index
