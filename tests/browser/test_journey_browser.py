@@ -18,7 +18,7 @@ from approvals.models import Approval, Question
 from kernel.models import Run, RunStatus
 from missions import demo
 from missions.models import Mission, Project
-from tests.browser.conftest import PHONE, assert_accessible, screenshot
+from tests.browser.conftest import ARTIFACTS, PHONE, assert_accessible, screenshot
 from tests.browser.test_approvals_browser import eventually
 from tests.browser.test_console_browser import QUESTION_TURN, start_agent
 from tests.browser.test_signin_browser import sign_in
@@ -122,6 +122,7 @@ def test_the_owner_walks_the_whole_journey_on_a_phone(
     expect(page).to_have_url(f"{stack.url}/approvals/{push.pk}/")
     expect(page.locator("#approval-status")).to_have_text("waiting for you")
     visit(page, "approval")
+    page.screenshot(path=ARTIFACTS / "journey-approval-first-screen.png")  # what the thumb sees
     taps.tap(page.get_by_role("button", name="Approve", exact=True))
     expect(page.locator("#approval-status")).to_have_text("approved")
     assert taps.count <= 3
