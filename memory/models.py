@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
+from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
 from pgvector.django import HnswIndex, VectorField
 
@@ -18,6 +19,8 @@ class Scope(models.Model):
 
     name = models.CharField(_("scope"), max_length=200, unique=True)
     head = models.CharField(max_length=40, blank=True)
+    # The newest index row consolidation has looked at (`memory.consolidation`).
+    consolidated_through = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -62,6 +65,8 @@ class Note(models.Model):
                 opclasses=["vector_cosine_ops"],
             ),
             models.Index(fields=["scope", "valid_from"], name="memory_note_scope_valid"),
+            # Consolidation looks notes up by subject.
+            models.Index("scope", "type", Lower("title"), name="memory_note_subject"),
         ]
 
     def __str__(self) -> str:

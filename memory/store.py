@@ -13,6 +13,7 @@ shaped like one, reaches a note.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ def write(scope: str, drafts: Sequence[Draft], *, author: str, message: str) -> 
     made = [_made(draft, author, now) for draft in drafts]
     if not made:
         return []
-    with _locked(scope) as row:
+    with locked(scope) as row:
         present = set(
             Note.objects.filter(scope=row, path__in=[note.path for note in made]).values_list(
                 "path", flat=True
@@ -75,7 +76,7 @@ def invalidate(
     `invalid_at` set, its text kept. `NoteError` if it does not exist or is already invalid
     (unless `tolerate_invalid`: then the note as it is, for a retried call)."""
     notes.check_scope(scope)
-    with _locked(scope) as row:
+    with locked(scope) as row:
         indexed = Note.objects.filter(scope=row, path=path).first()
         if indexed is None:
             raise NoteError(f"No note {path} in {scope}.")
@@ -112,7 +113,7 @@ def propose(scope: str, draft: Draft, *, author: str, replaces: str = "") -> Pro
     same draft proposes the same branch."""
     notes.check_scope(scope)
     note = _made(draft, author, timezone.now())
-    with _locked(scope) as row:
+    with locked(scope) as row:
         changes, diff = [], []
         if replaces:
             indexed = Note.objects.filter(scope=row, path=replaces).first()
@@ -154,7 +155,7 @@ def replace(scope: str, old: str, draft: Draft, *, author: str) -> list[str]:
     an edit by delta, never a rewrite. Retried, it changes nothing more."""
     notes.check_scope(scope)
     note = _made(draft, author, timezone.now())
-    with _locked(scope) as row:
+    with locked(scope) as row:
         indexed = Note.objects.filter(scope=row, path=old).first()
         if indexed is None:
             raise NoteError(f"No note {old} in {scope}.")
@@ -187,7 +188,7 @@ def read_file(scope: str, path: str) -> str:
 
 def sync(scope: str) -> Scope:
     """The index of `scope` brought to its repository's tip."""
-    with _locked(scope) as row:
+    with locked(scope) as row:
         return row
 
 
@@ -205,6 +206,37 @@ def reindex(scope: str) -> int:
 
     embeddings.fill_from_cache(scope)
     return Note.objects.filter(scope=row).count()
+
+
+def amend(
+    row: Scope,
+    *,
+    ended: dict[str, tuple[datetime, str]],
+    verified: set[str],
+    summary: str,
+    author: str,
+    events: Sequence[int],
+) -> None:
+    """Header changes only, in one commit, inside the scope's lock (`locked`): the notes of
+    `ended` invalidated at their time (with their reason in the commit message), those of
+    `verified` marked verified."""
+    changed: dict[str, notes.Note] = {}
+    reasons = []
+    for indexed in Note.objects.filter(scope=row, path__in=[*ended, *verified]):
+        note = _note_of(indexed)
+        if indexed.path in ended:
+            at, reason = ended[indexed.path]
+            note = note.invalidated(max(at, note.valid_from))
+            reasons.append(f"- {indexed.path}: {reason}")
+        elif indexed.path in verified:
+            note = dataclasses.replace(note, verified=True)
+            reasons.append(f"- {indexed.path}: verified")
+        changed[indexed.path] = note
+    if not changed:
+        return
+    message = _message(summary, author, [], events)
+    message = message.replace("\nAuthor:", "\n" + "\n".join(reasons[:500]) + "\nAuthor:", 1)
+    _commit(row, list(changed.values()), message, replace=True)
 
 
 def _made(draft: Draft, author: str, now: datetime) -> notes.Note:
@@ -233,7 +265,7 @@ def _diff(path: str, old: str, new: str) -> str:
 # --- inside the scope's lock ------------------------------------------------------------------
 
 
-class _locked:
+class locked:
     """The scope's row, its index at the repository's tip, inside a transaction holding the
     scope's lock."""
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from django.db import transaction
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from memory import embeddings, repository, store
+from memory import consolidation, embeddings, repository, store
 
 
 @db_task()  # type: ignore[untyped-decorator]  # huey ships no hints
@@ -21,3 +22,22 @@ def catch_up_memory() -> None:
     for scope in repository.scopes():
         store.sync(scope)
     embeddings.embed_pending()
+
+
+def consolidate_soon(scope: str | None, *, why: str) -> None:
+    """A consolidation pass of `scope` on the worker pool, once the caller's transaction commits."""
+    if scope is not None:
+        transaction.on_commit(lambda: consolidate_scope(scope, why))
+
+
+@db_task()  # type: ignore[untyped-decorator]
+def consolidate_scope(scope: str, why: str) -> None:
+    consolidation.consolidate(scope, why=why)
+
+
+@db_periodic_task(crontab(minute="17", hour="3"))  # type: ignore[untyped-decorator]
+def consolidate_nightly() -> None:
+    """Every scope, each night: what a run's end or a compaction did not reach."""
+    for scope in repository.scopes():
+        store.sync(scope)
+    consolidation.consolidate_all(why="nightly")

@@ -24,11 +24,12 @@ from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.programs import Outcome
+from memory import tasks as memory_tasks
 from missions import pricing, steering
 from missions.engine import deltas, fingerprint, framing, harness, relief, retries
 from missions.engine.prompt import assemble
 from missions.engine.relief import Verbatim
-from missions.models import ModelInfo
+from missions.models import Mission, ModelInfo
 from missions.providers import registry
 from missions.providers.base import (
     Completed,
@@ -106,6 +107,20 @@ class Spec:
 
 
 def agent(ctx: RunContext) -> Outcome:
+    """The agent program: its loop, then its project's memory consolidated (in the background:
+    a pass is cheap to repeat, so a replayed end asks again without harm)."""
+    outcome = _agent(ctx)
+    memory_tasks.consolidate_soon(_memory_scope(ctx), why=f"run {ctx.run_id} ended")
+    return outcome
+
+
+def _memory_scope(ctx: RunContext) -> str | None:
+    project = Mission.objects.filter(pk=ctx.run.account_id).values_list("project_id", flat=True)
+    found = project.first()
+    return f"project/{found}" if found else None
+
+
+def _agent(ctx: RunContext) -> Outcome:
     spec = Spec.from_input(ctx.input)
     names = list(spec.tools)
     if any((tool_registry.get(name) or NO_TOOL).deferred for name in names):
@@ -173,6 +188,9 @@ def agent(ctx: RunContext) -> Outcome:
                 )
         if size > relief.COMPACT_AT * window:
             compactions += 1
+            memory_tasks.consolidate_soon(
+                _memory_scope(ctx), why=f"run {ctx.run_id} compacted its context"
+            )
             conversation = _compact(
                 ctx,
                 provider,
