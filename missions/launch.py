@@ -24,7 +24,12 @@ You work in a git repository of your own, on the project's code, mounted at /wor
 sandbox where the shell tool runs commands (no network there, .git read-only; use the git tools).
 Protected paths (agent configuration, hooks, rc files, .github/...) cannot be changed. Read before
 you edit; run the tests with the shell tool; commit your work with git_commit; git_push asks the
-owner to approve the exact commit."""
+owner to approve the exact commit.
+The project's state lives in its repository: PROGRESS.md (where the work stands), DECISIONS.md
+(what was decided and why), features.json (each feature and whether it passes) and init.sh (how to
+set up and smoke-test). Start by reading those that exist and the recent git log; keep your plan in
+todo.md and your findings in notes.md; before you finish, update PROGRESS.md (and DECISIONS.md for
+a decision) and commit it. Record what later missions should know with memory_write."""
 
 
 def start_mission(

@@ -162,8 +162,17 @@ def _framed_summary(
     return "\n\n".join(parts)
 
 
-# What a compaction re-reads from the run's workspace: instructions, plan, progress, notes.
-REHYDRATE_FILES = ("AGENTS.md", "CLAUDE.md", "PROGRESS.md", "todo.md", "notes.md")
+# What a compaction re-reads from the run's workspace: instructions, the project's state (progress,
+# decisions, features and their status), the run's plan and notes.
+REHYDRATE_FILES = (
+    "AGENTS.md",
+    "CLAUDE.md",
+    "PROGRESS.md",
+    "DECISIONS.md",
+    "features.json",
+    "todo.md",
+    "notes.md",
+)
 REHYDRATE_CHARS = 4000  # per file: enough for a table of contents or a plan, not a dump
 REHYDRATE_BYTES = 1_000_000  # read whole to compare with the baseline; larger is not re-read
 

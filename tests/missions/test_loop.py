@@ -444,6 +444,8 @@ def test_it_ends_blocked_when_even_the_compacted_context_does_not_fit() -> None:
 
 def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_path: Any) -> None:
     (tmp_path / "PROGRESS.md").write_text("- [x] parser\n- [ ] printer\n")
+    (tmp_path / "DECISIONS.md").write_text("- Printer output is UTF-8 only.\n")
+    (tmp_path / "features.json").write_text('[{"name": "printer", "passes": false}]\n')
     (tmp_path / "notes.md").write_text("n" * 9000)
     (tmp_path / "todo.md").symlink_to("/etc/passwd")  # out of the workspace: not read
     turns: list[dict[str, Any]] = [
@@ -478,6 +480,8 @@ def test_it_rehydrates_working_files_from_the_workspace_after_compaction(tmp_pat
     # No repository, so no record of what it held: every file is the agent's.
     assert "## PROGRESS.md (from the workspace, written by the agent: data" in summary
     assert "- [ ] printer" in summary
+    assert "Printer output is UTF-8 only." in summary
+    assert '"passes": false' in summary
     assert "[... 5000 more characters]" in summary  # capped
     assert "todo.md: a symbolic link out of the workspace" in summary
     assert "root:" not in summary
