@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils.module_loading import import_string
 
-from kernel import leases
+from kernel import journal, leases
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext, StepCall
 from kernel.models import ChaosEffect, Effect, Run, RunStatus, Step, StepKind
@@ -277,7 +277,7 @@ def check(run_ids: list[int], *, expected: dict[int, tuple[str, Any]], report: R
     for step in steps.filter(effect__in=[Effect.IDEMPOTENT_WRITE, Effect.NON_IDEMPOTENT]):
         if step.name not in ("ledger.put", "ledger.send", "ledger.pay"):
             continue
-        count = applied.get(step.idempotency_key, 0)
+        count = applied.get(journal.idempotency_key(step.run_id, step.seq), 0)
         if count > 1:
             report.violations.append(
                 f"run {step.run_id} step {step.seq} ({step.name}) applied {count} times"

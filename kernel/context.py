@@ -327,6 +327,16 @@ class RunContext:
         replayable: bool,
         planned: list[tuple[int, str, str, Any]] | None,
     ) -> journal.Debit | None:
+        if not costly:  # nothing to debit: the ledger's arguments are not needed
+            return journal.record_result(
+                self.fence,
+                seq=call.seq,
+                result=done.result,
+                cost=done.cost,
+                settled_by=settled_by,
+                executions=executions,
+                replayable=replayable,
+            )
         meter = self.meter
         return journal.record_result(
             self.fence,
@@ -335,8 +345,8 @@ class RunContext:
             cost=done.cost,
             settled_by=settled_by,
             executions=executions,
-            turns=meter.unbilled_turns if costly else 0,
-            tool_calls=meter.unbilled_tool_calls if costly else 0,
+            turns=meter.unbilled_turns,
+            tool_calls=meter.unbilled_tool_calls,
             debit_ids=[*self.run.ancestors, self.run_id],
             account_id=self.run.account_id,
             account_capped=self.run.account.is_capped,

@@ -1,7 +1,10 @@
 """The journal: the only writer of step intents, step results and (with `append_event`) events.
 
-Steps and waits announce themselves in the events table through database triggers (migrations
-0010 and 0011, `kernel.stream`), inside the journal's own statements.
+Steps announce themselves in the event stream without a write of their own: each intent takes
+its `step.started` event id (a column default) and each result its `step.completed` id
+(`finished_event` below), with the writing transaction, and the sequencer derives the events from
+the step rows (migration 0018, `kernel.stream`). Waits opened with an intent still announce
+themselves through a trigger (0010).
 
 Hot path (one run's steps) is two single-statement transactions per step, each fenced:
 
@@ -19,15 +22,18 @@ moved: `LeaseLost`, nothing written.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from json.encoder import (  # type: ignore[attr-defined]  # C helpers, not in typeshed
+    c_make_encoder,
+    encode_basestring_ascii,
+)
+from typing import Any, NamedTuple
 
 import psycopg
 from django.db import IntegrityError, connection
@@ -50,9 +56,8 @@ class Fence:
     token: int
 
 
-@dataclass(frozen=True)
-class Record:
-    """One step as the journal holds it."""
+class Record(NamedTuple):
+    """One step as the journal holds it (a tuple: a resume makes one per recorded step)."""
 
     seq: int
     kind: str
@@ -86,18 +91,37 @@ def as_stored(value: Any) -> Any:
     return value
 
 
+def _hash_encoder() -> Callable[[Any], str]:
+    """`json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)`, byte for byte.
+
+    The hash is taken for every step, and again for every step a resume replays (most of a
+    replay's own time): `json.dumps` with options builds an encoder, and the C encoder under it,
+    per call. This one is built once. Without circular-reference markers: a request is a tree.
+    """
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+    if c_make_encoder is None:  # a Python without the C accelerator
+        return encoder.encode
+    c_encode = c_make_encoder(None, str, encode_basestring_ascii, None, ":", ",", True, False, True)
+    return lambda value: "".join(c_encode(value, 0))
+
+
+_encode_for_hash = _hash_encoder()
+
+
 def request_hash(kind: str, name: str, request: Any) -> str:
-    body = json.dumps([kind, name, request], sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(body.encode()).hexdigest()
+    return hashlib.sha256(_encode_for_hash([kind, name, request]).encode()).hexdigest()
 
 
 def idempotency_key(run_id: int, seq: int) -> str:
-    """`hash(run_id, seq)`: the key an idempotent executor uses to find its earlier result."""
+    """`hash(run_id, seq)`: the key an idempotent executor uses to find its earlier result.
+
+    Computed, never stored (migration 0019): a step row is written twice per step."""
     return hashlib.sha256(f"agentos-step:{run_id}:{seq}".encode()).hexdigest()
 
 
 # One cursor per psycopg connection (connections are per thread), made once: the hot path
-# should not rebuild a cursor and its adapters twice per step.
+# should not rebuild a cursor and its adapters, nor enter Django's connection setup and error
+# wrapping, twice per step.
 # Django opens its connections with `prepare_threshold=None` (for transaction-mode poolers),
 # which makes psycopg ignore `prepare=True`: every journal statement was parsed and planned
 # again, ~0.3 ms each, more than the commit of a small step. A threshold no query reaches
@@ -108,25 +132,40 @@ _cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]
 )
 
 
-@contextlib.contextmanager
-def _cursor() -> Iterator[psycopg.Cursor[Any]]:
+def _cursor() -> psycopg.Cursor[Any]:
+    """The journal's cursor on Django's connection of this thread (opened if needed)."""
+    raw = connection.connection
+    cursor = _cursors.get(raw) if raw is not None else None
+    if cursor is not None and not cursor.closed:
+        return cursor
     connection.ensure_connection()
     raw = connection.connection
     if raw is None:
         raise RuntimeError("no database connection")
-    cursor = _cursors.get(raw)
-    if cursor is None or cursor.closed:
-        if raw.prepare_threshold is None:
-            raw.prepare_threshold = EXPLICIT_PREPARES_ONLY
-        # psycopg's own Cursor (server-side binding, auto-prepared), not Django's ClientCursor.
-        cursor = psycopg.Cursor(raw)
-        # Django's backend loads json as text (its JSONField parses); the journal wants objects.
-        cursor.adapters.register_loader("jsonb", JsonbLoader)
-        cursor.adapters.register_loader("json", JsonLoader)
-        _cursors[raw] = cursor
-    # Django's error wrapping, so callers see DatabaseError like everywhere else.
-    with connection.wrap_database_errors:
-        yield cursor
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = EXPLICIT_PREPARES_ONLY
+    # psycopg's own Cursor (server-side binding, auto-prepared), not Django's ClientCursor.
+    cursor = psycopg.Cursor(raw)
+    # Django's backend loads json as text (its JSONField parses); the journal wants objects.
+    cursor.adapters.register_loader("jsonb", JsonbLoader)
+    cursor.adapters.register_loader("json", JsonLoader)
+    _cursors[raw] = cursor
+    return cursor
+
+
+def _execute(sql: str, params: Any, *, prepare: bool = True) -> psycopg.Cursor[Any]:
+    """Run one statement on this thread's journal cursor; return it for the rows.
+
+    Errors come out wrapped by Django (`IntegrityError`, `DatabaseError`, ...), as from any of
+    its cursors; the wrapper is only entered on the way out of a failure.
+    """
+    cursor = _cursor()
+    try:
+        cursor.execute(sql, params, prepare=prepare)
+    except psycopg.Error:
+        with connection.wrap_database_errors:
+            raise
+    return cursor
 
 
 # The whole journal of a run as one JSON document: one value to decode instead of a row and a
@@ -141,9 +180,7 @@ FROM kernel_step WHERE run_id = %s
 
 def load(run_id: int) -> dict[int, Record]:
     """Every step of a run, in one query (resume reads the journal once, not per step)."""
-    with _cursor() as cursor:
-        cursor.execute(_LOAD, (run_id,), prepare=True)
-        row = cursor.fetchone()
+    row = _execute(_LOAD, (run_id,)).fetchone()
     return {step[0]: Record(*step) for step in (row[0] if row else [])}
 
 
@@ -156,7 +193,7 @@ WITH fenced AS (
 INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash, idempotency_key,
     started_at, settled_by, executions, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, usd_micros)
-SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, %(key)s, now(), '',
+SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, '', now(), '',
     0, 0, 0, 0, 0, 0
 FROM fenced
 RETURNING (SELECT wake_pending FROM fenced)
@@ -170,6 +207,7 @@ _INTENT_AFTER_DEFERRED = _INTENT.replace(
     """FOR SHARE),
 prior AS (
     UPDATE kernel_step SET result = %(prior_result)s, finished_at = %(prior_finished_at)s,
+        finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
         settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
     WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
         AND EXISTS (SELECT 1 FROM fenced)
@@ -177,8 +215,8 @@ prior AS (
 INSERT INTO kernel_step""",
     1,
 ).replace(
-    # Read `prior` before inserting: it then runs first, and the events its row fires (the
-    # read's `step.completed`) come before the new intent's.
+    # Read `prior` before inserting: it then runs first, and the event id its row takes (the
+    # read's `step.completed`) comes before the new intent's `step.started`.
     "FROM fenced\nRETURNING",
     "FROM fenced, (SELECT count(*) FROM prior) AS recorded_first\nRETURNING",
 )
@@ -203,6 +241,7 @@ class Deferred:
 _DEFERRED = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
 UPDATE kernel_step SET result = %(prior_result)s, finished_at = %(prior_finished_at)s,
+    finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
     settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
 WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
     AND EXISTS (SELECT 1 FROM fenced) AND set_config('synchronous_commit', 'off', true) = 'off'
@@ -222,14 +261,9 @@ def _prior_params(prior: Deferred) -> dict[str, Any]:
 
 def record_deferred(fence: Fence, prior: Deferred) -> None:
     """Write a held-back result now (see `Deferred`)."""
-    with _cursor() as cursor:
-        cursor.execute(
-            _DEFERRED,
-            {"run": fence.run_id, "fence": fence.token, **_prior_params(prior)},
-            prepare=True,
-        )
-        if cursor.fetchone() is None:
-            _explain_refused_result(fence, prior.seq)
+    params = {"run": fence.run_id, "fence": fence.token, **_prior_params(prior)}
+    if _execute(_DEFERRED, params).fetchone() is None:
+        _explain_refused_result(fence, prior.seq)
 
 
 _INTENT_WITH_WAIT = """
@@ -238,7 +272,7 @@ step AS (
     INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash,
         idempotency_key, started_at, settled_by, executions, input_tokens, output_tokens,
         cache_read_tokens, cache_write_tokens, usd_micros)
-    SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, %(key)s, now(),
+    SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, '', now(),
         '', 0, 0, 0, 0, 0, 0
     FROM fenced
     RETURNING run_id)
@@ -277,7 +311,6 @@ def record_intent(
         "name": name,
         "request": Jsonb(request),
         "hash": request_hash(kind, name, request),
-        "key": idempotency_key(fence.run_id, seq),
     }
     sql = _INTENT
     if prior is not None:
@@ -290,9 +323,7 @@ def record_intent(
         params["wait_kind"], question, params["due_at"] = wait
         params["question"] = Jsonb(question)
     try:
-        with _cursor() as cursor:
-            cursor.execute(sql, params, prepare=True)
-            written = cursor.fetchone()
+        written = _execute(sql, params).fetchone()
     except IntegrityError:
         raise KernelError(
             f"Step {seq} of run {fence.run_id} already has an intent.", code="duplicate_intent"
@@ -302,12 +333,13 @@ def record_intent(
     return bool(written[0]) if wait is None else True
 
 
+# The result of a step that cost nothing (one that did goes with its debit, below): its cost
+# columns keep the zeros of its intent.
 _RESULT = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
 UPDATE kernel_step SET result = %(result)s, finished_at = now(), settled_by = %(settled_by)s,
-    executions = executions + %(executions)s, input_tokens = %(input_tokens)s,
-    output_tokens = %(output_tokens)s, cache_read_tokens = %(cache_read_tokens)s,
-    cache_write_tokens = %(cache_write_tokens)s, usd_micros = %(usd_micros)s
+    finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
+    executions = executions + %(executions)s
 WHERE run_id = %(run)s AND seq = %(seq)s AND finished_at IS NULL
     AND EXISTS (SELECT 1 FROM fenced)
 RETURNING id
@@ -330,6 +362,7 @@ _DEBIT_RUNS = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE),
 step AS (
     UPDATE kernel_step SET result = %(result)s, finished_at = now(), settled_by = %(settled_by)s,
+        finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
         executions = executions + %(executions)s, input_tokens = %(input_tokens)s,
         output_tokens = %(output_tokens)s, cache_read_tokens = %(cache_read_tokens)s,
         cache_write_tokens = %(cache_write_tokens)s, usd_micros = %(usd_micros)s
@@ -381,10 +414,10 @@ planned AS (
     INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash,
         idempotency_key, started_at, settled_by, executions, input_tokens, output_tokens,
         cache_read_tokens, cache_write_tokens, usd_micros)
-    SELECT %(run)s, p.seq, p.kind, 'read', p.name, p.request, p.hash, p.key, now(), '', 0, 0, 0,
+    SELECT %(run)s, p.seq, p.kind, 'read', p.name, p.request, p.hash, '', now(), '', 0, 0, 0,
         0, 0, 0
     FROM jsonb_to_recordset(%(planned)s)
-        AS p(seq integer, kind text, name text, request jsonb, hash text, key text)
+        AS p(seq integer, kind text, name text, request jsonb, hash text)
     WHERE EXISTS (SELECT 1 FROM step))"""
 
 
@@ -436,45 +469,40 @@ def record_result(
         "result": Jsonb(result),
         "settled_by": settled_by,
         "executions": executions,
-        **cost.as_dict(),
     }
-    debit = not cost.is_zero or turns or tool_calls or planned
-    with _cursor() as cursor:
-        if not debit:
-            cursor.execute(_RESULT_REPLAYABLE if replayable else _RESULT, params, prepare=True)
-            if cursor.fetchone() is None:
-                _explain_refused_result(fence, seq)
-            return None
-        params.update(
-            turns=turns,
-            tool_calls=tool_calls,
-            tokens=cost.tokens,
-            debit_ids=debit_ids or [fence.run_id],
-            account=account_id,
+    if cost.is_zero and not (turns or tool_calls or planned):
+        if _execute(_RESULT_REPLAYABLE if replayable else _RESULT, params).fetchone() is None:
+            _explain_refused_result(fence, seq)
+        return None
+    params.update(
+        cost.as_dict(),
+        turns=turns,
+        tool_calls=tool_calls,
+        tokens=cost.tokens,
+        debit_ids=debit_ids or [fence.run_id],
+        account=account_id,
+    )
+    # Counting a free read (a tool call) is as replayable as the read itself.
+    if planned:
+        params["planned"] = Jsonb(
+            [
+                {
+                    "seq": s,
+                    "kind": k,
+                    "name": n,
+                    "request": r,
+                    "hash": request_hash(k, n, r),
+                }
+                for s, k, n, r in planned
+            ]
         )
-        # Counting a free read (a tool call) is as replayable as the read itself.
-        if planned:
-            params["planned"] = Jsonb(
-                [
-                    {
-                        "seq": s,
-                        "kind": k,
-                        "name": n,
-                        "request": r,
-                        "hash": request_hash(k, n, r),
-                        "key": idempotency_key(fence.run_id, s),
-                    }
-                    for s, k, n, r in planned
-                ]
-            )
-        sql = _debit_sql(
-            account=account_capped,
-            day=cost.usd_micros > 0,
-            replayable=replayable and cost.is_zero and not planned,
-            planned=bool(planned),
-        )
-        cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone()
+    sql = _debit_sql(
+        account=account_capped,
+        day=cost.usd_micros > 0,
+        replayable=replayable and cost.is_zero and not planned,
+        planned=bool(planned),
+    )
+    row = _execute(sql, params).fetchone()
     written, runs, accounts, day = row or (0, None, None, None)
     if not written:
         _explain_refused_result(fence, seq)
@@ -517,37 +545,32 @@ def bill_counters(
     fence: Fence, *, seq: int, turns: int, tool_calls: int, debit_ids: list[int]
 ) -> None:
     """Add the counters of free steps up to `seq` to the ledger (run and ancestors), fenced."""
-    with _cursor() as cursor:
-        cursor.execute(
-            _FLUSH,
-            {
-                "run": fence.run_id,
-                "fence": fence.token,
-                "seq": seq,
-                "turns": turns,
-                "tool_calls": tool_calls,
-                "debit_ids": debit_ids,
-            },
-            prepare=True,
-        )
-        if not cursor.fetchall():
-            raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale")
+    params = {
+        "run": fence.run_id,
+        "fence": fence.token,
+        "seq": seq,
+        "turns": turns,
+        "tool_calls": tool_calls,
+        "debit_ids": debit_ids,
+    }
+    if not _execute(_FLUSH, params).fetchall():
+        raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale")
 
 
 def _explain_refused_result(fence: Fence, seq: int) -> None:
     """A result that touched no row: say precisely why (rare path, so a second query is fine)."""
-    with _cursor() as cursor:
-        cursor.execute("SELECT fence FROM kernel_run WHERE id = %s", (fence.run_id,))
-        row = cursor.fetchone()
-        if row is None:
-            raise KernelError(f"No run {fence.run_id}.", code="not_found", status=404)
-        if row[0] != fence.token:
-            raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale (now {row[0]})")
-        cursor.execute(
-            "SELECT finished_at IS NOT NULL FROM kernel_step WHERE run_id = %s AND seq = %s",
-            (fence.run_id, seq),
-        )
-        step = cursor.fetchone()
+    row = _execute(
+        "SELECT fence FROM kernel_run WHERE id = %s", (fence.run_id,), prepare=False
+    ).fetchone()
+    if row is None:
+        raise KernelError(f"No run {fence.run_id}.", code="not_found", status=404)
+    if row[0] != fence.token:
+        raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale (now {row[0]})")
+    step = _execute(
+        "SELECT finished_at IS NOT NULL FROM kernel_step WHERE run_id = %s AND seq = %s",
+        (fence.run_id, seq),
+        prepare=False,
+    ).fetchone()
     if step is None:
         raise KernelError(
             f"Step {seq} of run {fence.run_id} has no intent: record the intent first.",

@@ -211,7 +211,9 @@ class Step(models.Model):
     name = models.CharField(max_length=100, blank=True)  # the tool, model or child program
     request = models.JSONField(default=dict)
     request_hash = models.CharField(max_length=64)
-    idempotency_key = models.CharField(max_length=64)
+    # Not stored any more, empty (`journal.idempotency_key(run, seq)` computes it, migration
+    # 0019): steps written before keep theirs, which is the same.
+    idempotency_key = models.CharField(max_length=64, blank=True, editable=False)
     started_at = models.DateTimeField()
     # Result, written once (the journal's UPDATE requires `finished_at IS NULL`).
     result = models.JSONField(null=True, blank=True)

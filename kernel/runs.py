@@ -298,7 +298,6 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
                 name=step.name,
                 request=step.request,
                 request_hash=step.request_hash,
-                idempotency_key=journal.idempotency_key(fork.pk, step.seq),
                 started_at=step.started_at,
                 result=step.result,
                 finished_at=step.finished_at,

@@ -9,7 +9,8 @@ after the fact by one sequencer at a time (`sequence`):
 1. every event row carries `tx`, the id of the transaction that wrote it;
 2. all transactions older than the oldest one still running (the snapshot's xmin) have ended:
    their events are all visible now, and no event of theirs can still appear;
-3. those not numbered yet get the next numbers, in id order, gapless, in one statement.
+3. those not numbered yet get the next numbers, in id order, gapless, in one statement (step
+   events are derived from the step rows in that same statement, see `_SEQUENCE`).
 
 So an event is numbered only once nothing can appear before it any more, and a client at
 cursor N misses nothing by asking for `number > N`. A long-running *writing* transaction delays
@@ -20,7 +21,8 @@ Kinds a client sees (the `kind` of each event):
 - runs: `run.created` (program, parent), `run.waiting` (reason, until), `run.paused`,
   `run.resumed`, `run.forked` (source, seq), `run.stop_requested` (reason, runs, by),
   `run.interrupt_requested`, `run.finished` (status, error);
-- steps, written by the database (migration 0010) for every journaled step:
+- steps, derived by the sequencer from the step rows (migration 0018) for every journaled
+  step, at the place in the stream its intent and its result took when written:
   `step.started` (kind, name, effect) and `step.completed` (kind, name, settled_by, tokens,
   usd_micros, is_error for tool calls, and the whole `text`/`reasoning` of a model step, which
   streamed meanwhile as ephemeral deltas published by the program on `kernel.bus`);
@@ -46,18 +48,77 @@ from kernel.models import Event, Run, Wait
 # The advisory lock key of the sequencer ("agentos event stream", any constant would do).
 SEQUENCER_LOCK = 0x61676E7473747265
 
-# One statement, so the head and the numbering see the same snapshot. Numbers continue from the
-# head rather than from a sequence: a rolled-back numbering then leaves no gap.
+# One statement, so the head, the step events derived and the numbering see one snapshot.
+# Numbers continue from the head rather than from a sequence: a rolled-back numbering then leaves
+# no gap.
+#
+# Step events are not written by the journal (migration 0018): each step row holds the ids its
+# `step.started` and `step.completed` took from the events' sequence when it was written, and
+# the transactions that wrote them. Once such a transaction is older than every running one, the
+# event is derived from the row and numbered with the others, in id order: exactly where a
+# trigger's row would have been. `announced` (0, 1 started, 2 done) keeps each derived once.
+# Steps that announce their start: effects, model calls and waits; reads only complete (0011).
 _SEQUENCE = """
-WITH head AS (
+WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+head AS (
     SELECT coalesce(max(number), 0) AS number FROM kernel_event WHERE number IS NOT NULL),
+pending AS (
+    SELECT s.id AS step, s.announced = 0 AND (s.effect <> 'read' OR s.kind = 'wait_human')
+            AND (s.started_tx IS NULL OR s.started_tx < horizon.xmin) AS start_ready,
+        s.finished_at IS NOT NULL
+            AND (s.finished_tx IS NULL OR s.finished_tx < horizon.xmin) AS done_ready
+    FROM kernel_step s, horizon WHERE s.announced < 2),
+derived AS (
+    SELECT coalesce(s.started_event, nextval('kernel_event_id_seq')) AS id, s.started_at AS at,
+        s.run_id, s.seq, 'step.started' AS kind, 'system' AS trust,
+        jsonb_build_object('kind', s.kind, 'name', s.name, 'effect', s.effect) AS data,
+        s.started_tx AS tx
+    FROM pending p JOIN kernel_step s ON s.id = p.step WHERE p.start_ready
+    UNION ALL
+    SELECT coalesce(s.finished_event, nextval('kernel_event_id_seq')), s.finished_at,
+        s.run_id, s.seq, 'step.completed',
+        -- Whoever produced the result (0014): the owner, the model, a tool's data, the kernel.
+        CASE WHEN s.settled_by = 'owner' THEN 'owner'
+            WHEN s.kind IN ('model_call', 'compaction') THEN 'agent'
+            WHEN s.kind = 'tool_call' THEN 'tool'
+            ELSE 'system' END,
+        jsonb_build_object(
+            'kind', s.kind, 'name', s.name, 'settled_by', s.settled_by,
+            'input_tokens', s.input_tokens, 'output_tokens', s.output_tokens,
+            'cache_read_tokens', s.cache_read_tokens,
+            'cache_write_tokens', s.cache_write_tokens, 'usd_micros', s.usd_micros)
+        || CASE WHEN jsonb_typeof(s.result) = 'object' THEN jsonb_strip_nulls(
+            jsonb_build_object(
+                'is_error', s.result -> 'is_error',
+                -- The whole text the console saw stream as deltas (which are never stored).
+                'text', CASE s.kind
+                    WHEN 'model_call' THEN NULLIF(s.result -> 'text', '""')
+                    WHEN 'compaction' THEN NULLIF(s.result -> 'narrative', '""') END,
+                'reasoning', CASE WHEN s.kind = 'model_call'
+                    THEN NULLIF(s.result -> 'reasoning', '""') END))
+        ELSE '{}'::jsonb END,
+        s.finished_tx
+    FROM pending p JOIN kernel_step s ON s.id = p.step WHERE p.done_ready),
 ready AS (
-    SELECT id, at, row_number() OVER (ORDER BY id) AS position FROM kernel_event
-    WHERE number IS NULL
-        AND (tx IS NULL OR tx < pg_snapshot_xmin(pg_current_snapshot())))
-UPDATE kernel_event e SET number = head.number + ready.position
-FROM head, ready
-WHERE e.id = ready.id AND e.at = ready.at
+    SELECT id, at FROM kernel_event, horizon
+    WHERE number IS NULL AND (tx IS NULL OR tx < horizon.xmin)),
+positions AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS position
+    FROM (SELECT id FROM ready UNION ALL SELECT id FROM derived) AS visible),
+numbered AS (
+    UPDATE kernel_event e SET number = head.number + p.position
+    FROM head, ready r JOIN positions p ON p.id = r.id
+    WHERE e.id = r.id AND e.at = r.at
+    RETURNING 1),
+inserted AS (
+    INSERT INTO kernel_event (id, at, run_id, seq, kind, trust, data, tx, number)
+    SELECT d.id, d.at, d.run_id, d.seq, d.kind, d.trust, d.data, d.tx, head.number + p.position
+    FROM derived d JOIN positions p ON p.id = d.id, head
+    RETURNING 1),
+marked AS (
+    UPDATE kernel_step s SET announced = CASE WHEN p.done_ready THEN 2 ELSE 1 END
+    FROM pending p WHERE s.id = p.step AND (p.start_ready OR p.done_ready))
+SELECT (SELECT count(*) FROM numbered) + (SELECT count(*) FROM inserted)
 """
 
 
@@ -88,7 +149,8 @@ def sequence() -> int:
         # A separate statement: its snapshot is taken after the lock, so it sees the numbers
         # the previous sequencer committed.
         cursor.execute(_SEQUENCE)
-        return int(cursor.rowcount)
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 def head() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel import journal, runs, scheduler
+from kernel import journal, runs, scheduler, stream
 from kernel.budgets import NO_COST
 from kernel.models import Effect, Event, StepKind, Trust, Wait, WaitKind
 from kernel.worker import Worker
@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def completed(run_id: int) -> dict[tuple[str, str], str]:
+    stream.sequence()  # step events are derived from the step rows when sequenced (0018)
     return {
         (event.data["kind"], event.data["name"]): event.trust
         for event in Event.objects.filter(run_id=run_id, kind="step.completed")

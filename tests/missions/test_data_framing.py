@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kernel import journal, runs
+from kernel import journal, runs, stream
 from kernel.models import Effect, Event, Run, Trust, Wait, WaitKind
 from kernel.worker import Worker
 from missions import steering
@@ -270,6 +270,7 @@ def test_the_engine_reads_each_step_s_trust_as_the_kernel_recorded_it() -> None:
     Worker(lease_seconds=30).run_until_idle()
     runs.answer_wait(Wait.objects.get(run=run).pk, answer={"text": "main"}, by="token:phone")
     assert Worker(lease_seconds=30).run_until_idle() == ["done"]
+    stream.sequence()  # step events are derived from the step rows when sequenced (0018)
 
     recorded = {
         event.seq: event.trust
