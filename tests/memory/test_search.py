@@ -112,3 +112,25 @@ def test_bad_searches_are_refused(query: str, scopes: list[str], k: int, message
 
 def test_an_unknown_scope_finds_nothing() -> None:
     assert search.search("anything", scopes=["project/404"]) == []
+
+
+@pytest.mark.parametrize("exact_up_to", [search.EXACT_UP_TO, 0])
+def test_a_small_scope_beside_a_big_one_is_found_by_meaning(
+    monkeypatch: pytest.MonkeyPatch, exact_up_to: int
+) -> None:
+    """pgvector's HNSW filters after its scan: a scope that is a sliver of the index must still
+    get its nearest notes (the exact scan, or the index with its fallback)."""
+    monkeypatch.setattr(search, "EXACT_UP_TO", exact_up_to)
+    store.write(
+        "project/big",
+        [Draft(f"Invoice {n} paid", f"Invoice number {n} was paid by bank transfer.")
+         for n in range(120)],
+        author="run:1", message="invoices",
+    )  # fmt: skip
+    (pet,) = store.write("project/small", [Draft("Owner's dog", "A beagle called Biscuit.")],
+                         author="run:2", message="pet")  # fmt: skip
+    embeddings.embed_pending()
+
+    hits = search.search("which animal lives with the owner?", scopes=["project/small"])
+
+    assert [hit.path for hit in hits] == [pet]
