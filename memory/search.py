@@ -125,13 +125,13 @@ def _nearest(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
     scopes' vectors, cheap while they are few) below `EXACT_UP_TO` notes, the index above, with a
     wider beam, and the exact scan again if the index still returned too few."""
     vector = "[" + ",".join(f"{x:.7g}" for x in embeddings.query_vector(query)) + "]"
-    arguments = [scope_ids, moment, moment, vector, CANDIDATES]
+    arguments: list[Any] = [scope_ids, moment, moment, vector, CANDIDATES]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM (SELECT 1 FROM memory_note WHERE scope_id = ANY(%s) LIMIT %s) t",
             [scope_ids, EXACT_UP_TO + 1],
         )
-        if cursor.fetchone()[0] > EXACT_UP_TO:  # type: ignore[index]
+        if cursor.fetchone()[0] > EXACT_UP_TO:
             cursor.execute("SET LOCAL hnsw.ef_search = %s", [EF_SEARCH])
             cursor.execute(_NEAREST.format(distance="n.embedding <=> %s::vector"), arguments)
             found = [row[0] for row in cursor.fetchall()]
