@@ -20,7 +20,7 @@ from tools.models import CredentialKind, RemoteCredential
 
 pytestmark = pytest.mark.django_db
 
-TOKEN = "glpat-clone-4d1e9b7c2a"  # noqa: S105  # the test remote's only credential
+TOKEN = "glpat-clone-4d1e9b7c2a"  # the test remote's only credential
 
 
 def commit_to(remote: Path, message: str, scratch: Path) -> str:
