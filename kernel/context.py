@@ -352,6 +352,7 @@ class RunContext:
             account_capped=self.run.account.is_capped,
             replayable=replayable,
             planned=planned,
+            ledgers=meter.tree_capped is not False,
         )
 
     def _after_record(

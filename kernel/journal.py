@@ -377,9 +377,13 @@ runs AS (
         usd_micros = usd_micros + %(usd_micros)s, turns = turns + %(turns)s,
         tool_calls = tool_calls + %(tool_calls)s,
         billed_through = CASE WHEN id = %(run)s THEN %(seq)s ELSE billed_through END
-    WHERE id = ANY(%(debit_ids)s) AND EXISTS (SELECT 1 FROM step)
+    WHERE id = ANY(%(debit_ids)s) AND EXISTS (SELECT 1 FROM step){returning})"""
+
+# The debited runs' new totals and caps, for the meter to check; not asked for when no run of
+# the tree has a cap (`Meter.tree_capped`): nothing to check them against.
+_LEDGERS = """
     RETURNING id, input_tokens + output_tokens + cache_read_tokens + cache_write_tokens AS tokens,
-        usd_micros, turns, tool_calls, max_tokens, max_usd_micros, max_turns, max_tool_calls)"""
+        usd_micros, turns, tool_calls, max_tokens, max_usd_micros, max_turns, max_tool_calls"""
 
 # An account's totals are the sum of its root runs (whose ledgers count their subtrees); this
 # statement's own debit is not visible to that sum yet, hence the added deltas.
@@ -422,15 +426,21 @@ planned AS (
 
 
 @functools.cache
-def _debit_sql(*, account: bool, day: bool, replayable: bool, planned: bool = False) -> str:
+def _debit_sql(
+    *, account: bool, day: bool, replayable: bool, planned: bool = False, ledgers: bool = True
+) -> str:
     async_commit = " AND set_config('synchronous_commit', 'off', true) = 'off'"
     # Assembled from constant parts only; every value travels as a bound parameter.
     return (
-        _DEBIT_RUNS.format(async_commit=async_commit if replayable else "")  # noqa: S608
+        _DEBIT_RUNS.format(  # noqa: S608
+            async_commit=async_commit if replayable else "",
+            returning=_LEDGERS if ledgers else "",
+        )
         + (_DEBIT_ACCOUNT if account else "")
         + (_DEBIT_DAY if day else "")
         + (_PLANNED if planned else "")
-        + "\nSELECT (SELECT count(*) FROM step), (SELECT json_agg(runs) FROM runs), "
+        + "\nSELECT (SELECT count(*) FROM step), "
+        + ("(SELECT json_agg(runs) FROM runs), " if ledgers else "NULL, ")
         + ("(SELECT json_agg(account) FROM account), " if account else "NULL, ")
         + ("(SELECT usd_micros FROM day)" if day else "NULL")
     )
@@ -454,10 +464,13 @@ def record_result(
     account_capped: bool = False,
     replayable: bool = False,
     planned: list[tuple[int, str, str, Any]] | None = None,
+    ledgers: bool = True,
 ) -> Debit | None:
     """Record the one result of step `seq` with its ledger update; return the new totals.
 
     `replayable` (a free step that is safe to run again) lets the commit skip its WAL flush.
+    Without `ledgers` (no cap anywhere in the run's tree), the debited runs' totals are not
+    returned (`Debit.runs` is empty); the account's and the day's still are when debited.
     `planned` (seq, kind, name, request) are read steps whose intents commit with this result.
     Returns None when nothing needed debiting. Raises `LeaseLost` when the fence moved and
     `KernelError` when the step has no intent or already has a result.
@@ -501,6 +514,7 @@ def record_result(
         day=cost.usd_micros > 0,
         replayable=replayable and cost.is_zero and not planned,
         planned=bool(planned),
+        ledgers=ledgers,
     )
     row = _execute(sql, params).fetchone()
     written, runs, accounts, day = row or (0, None, None, None)

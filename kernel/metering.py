@@ -14,6 +14,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from kernel import journal, runs
+from kernel.budgets import CAP_FIELDS
 from kernel.exceptions import Stop
 from kernel.journal import Fence, Record
 from kernel.models import GlobalBudget, Run, RunStatus, StepKind
@@ -33,9 +34,15 @@ class Meter:
     unbilled_tool_calls: int = 0
     billed_through: int = 0  # set from the run when the execution starts
     daily_cap: int | None = None  # read at the first debit of this execution
+    # Whether any run of the tree (this one, its ancestors) has a cap: None until known. Caps
+    # are set when a run is created; an ancestor's are learnt from the first debit's totals.
+    # Without any, debits need not return the runs' totals (`journal.record_result`).
+    tree_capped: bool | None = None
 
     def __post_init__(self) -> None:
         self.billed_through = self.run.billed_through
+        if not self.run.ancestors:
+            self.tree_capped = any(getattr(self.run, cap) is not None for cap in CAP_FIELDS)
 
     def count(self, kind: str) -> None:
         if kind == StepKind.MODEL_CALL:
@@ -89,6 +96,10 @@ class Meter:
 
     def check_debit(self, debit: journal.Debit) -> None:
         """After a debit, note the first cap crossed (own, ancestor, account or day)."""
+        if self.tree_capped is None and debit.runs:
+            self.tree_capped = any(
+                cap is not None for ledger in debit.runs.values() for cap in ledger.caps.values()
+            )
         run_id = self.run.pk
         mine = debit.runs.get(run_id)
         if mine is not None and (cap := mine.crossed()):
