@@ -76,7 +76,7 @@ class AgentosAPI(NinjaAPI):
 api = AgentosAPI(
     title="agentos",
     version="1",
-    description="Missions, runs, approvals and settings of a single-owner agentic OS.",
+    description="Missions, runs, approvals, memory and settings of a single-owner agentic OS.",
     urls_namespace="api-v1",
     # A bad bearer token raises and is answered at once; otherwise the session is tried.
     auth=[OwnerToken(), OwnerSession()],
@@ -449,5 +449,6 @@ api.add_router("/", account)
 api.add_router("/", "approvals.api.router")
 api.add_router("/", "missions.api.router")
 api.add_router("/", "missions.api_runs.router")
+api.add_router("/", "memory.api.router")
 api.add_router("/events", "agentos.events.router")
 api.add_router("/", "agentos.killswitch.router")

@@ -6,6 +6,7 @@ from django.urls import include, path
 from agentos import agents_screen, killswitch, security_screen, tools_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
+from memory import urls as memory_urls
 from missions import urls as missions_urls
 
 console = (
@@ -54,6 +55,7 @@ console = (
         path("tools/rules/<int:rule_id>/delete", tools_screen.delete_rule, name="tool-rule-delete"),
         *approvals_urls.urlpatterns,
         *missions_urls.urlpatterns,
+        *memory_urls.urlpatterns,
         path("manifest.webmanifest", views.manifest, name="manifest"),
         path("sw.js", views.service_worker, name="service-worker"),
         path("<slug:slug>/", views.screen, name="screen"),

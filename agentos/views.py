@@ -69,7 +69,6 @@ SCREENS = [
         "memory",
         gettext_lazy("Memory"),
         gettext_lazy("Notes, proposals, history and invalidations."),
-        built=False,
     ),
     Screen(
         "agents",

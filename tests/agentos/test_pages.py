@@ -60,7 +60,7 @@ def test_it_sends_a_strict_csp_on_every_owner_page(owner_client: Client, path: s
     assert_strict_csp(response)
 
 
-@pytest.mark.parametrize("path", ["/login/", "/", "/more/", "/settings/", "/missions/"])
+@pytest.mark.parametrize("path", ["/login/", "/", "/more/", "/settings/", "/missions/", "/memory/"])
 def test_it_renders_pages_without_inline_script_or_style(owner_client: Client, path: str) -> None:
     content = owner_client.get(path).content
 
@@ -78,7 +78,7 @@ def test_it_sends_strangers_to_sign_in(client: Client, db: None, path: str) -> N
 
 
 def test_it_says_plainly_which_screens_are_not_built(owner_client: Client) -> None:
-    content = owner_client.get("/memory/").content.decode()
+    content = owner_client.get("/cluster/").content.decode()
 
     assert "This screen is not built yet" in content
 

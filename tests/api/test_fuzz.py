@@ -4,7 +4,8 @@ cannot describe: no token (401), a body over the limit (413), a method the path 
 
 The schema is loaded from the app itself, through Django's WSGI handler, in the test's
 transaction; a database with one of everything (project, mission, runs with steps, artifact,
-approval, question, schedule) gives the generated requests ids that exist, half of the time.
+approval, question, schedule, memory note) gives the generated requests ids that exist, half of
+the time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +36,8 @@ from schemathesis.specs.openapi.checks import (
 
 from agentos import tokens
 from kernel import heartbeats, runs
+from memory import store
+from memory.store import Draft
 from missions import schedules
 from tests.api.factories import add_steps, end_run, make_artifact, make_mission, make_project
 from tests.approvals.factories import make_approval, make_question
@@ -74,9 +78,17 @@ def wsgi_app() -> Iterator[WSGIHandler]:
 
 @pytest.fixture
 def target(
-    owner: Owner, wsgi_app: WSGIHandler, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
+    owner: Owner,
+    wsgi_app: WSGIHandler,
+    seeded_catalog: None,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings,
+    tmp_path: Path,
 ) -> Target:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # missions are created, never executed
+    # Memory repositories of this test only: the database is rolled back, they must go too.
+    settings.MEMORY_DIR = tmp_path / "memory"
+    store.write("project/7", [Draft("CI runs on Jenkins", "ci-main")], author="run:1", message="x")
     heartbeats.record_beat(worker="fuzz:1", started=True)  # a healthy stack: /health answers 200
     project = make_project()
     mission, run = make_mission(project=project)
@@ -103,6 +115,7 @@ def target(
             "schedule_id": [schedule.pk],
             "sha256": [artifact.sha256],
             "provider": ["anthropic", "openai"],
+            "scope": ["project/7", "global"],
         },
     )
 

@@ -1,16 +1,21 @@
 """axe-core on every screen of the console, on a phone (390 by 844), against the real stack: no
 serious or critical violation anywhere, signed out (sign-in, 404) or in, each screen with
-something on it (a mission waiting for an approval and another for an answer)."""
+something on it (a mission waiting for an approval and another for an answer, notes in memory)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
 from playwright.sync_api import Page, expect
+from pytest_django.fixtures import Settings
 
 from agentos import views
 from approvals.models import Approval, Question
 from kernel.models import Run, RunStatus
+from memory import store
+from memory.store import Draft
 from tests.browser.conftest import axe_violations, screenshot
 from tests.browser.test_approvals_browser import eventually
 from tests.browser.test_console_browser import APPROVAL_TURN, QUESTION_TURN, start_agent
@@ -21,7 +26,7 @@ from tests.live import Stack
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def console_screens(approval: Approval, question: Question) -> dict[str, str]:
+def console_screens(approval: Approval, question: Question, note: str) -> dict[str, str]:
     """Every screen the console routes to with a GET, by the name its screenshot gets."""
     run = approval.run
     step = run.steps.order_by("seq").first()
@@ -40,6 +45,9 @@ def console_screens(approval: Approval, question: Question) -> dict[str, str]:
         "approval": reverse("console:approval", args=[approval.pk]),
         "question": reverse("console:question", args=[question.pk]),
         "project": reverse("console:project", args=[mission.project_id]),
+        "memory-search": reverse("console:memory") + "?q=blue-green+deploys",
+        "memory-scope": reverse("console:memory-scope", kwargs={"scope": "global"}),
+        "memory-note": reverse("console:memory-note", kwargs={"scope": "global", "path": note}),
         "kill-switch": reverse("console:kill-switch"),
         "more": reverse("console:more"),
         "offline": reverse("console:offline"),
@@ -48,9 +56,20 @@ def console_screens(approval: Approval, question: Question) -> dict[str, str]:
 
 
 def test_no_screen_has_a_serious_or_critical_accessibility_violation(
-    page: Page, stack: Stack, live_owner: Owner
+    page: Page, stack: Stack, live_owner: Owner, settings: Settings, tmp_path: Path
 ) -> None:
     assert stack.wait_for_workers()["workers"]["state"] == "up", stack.log()
+    settings.MEMORY_DIR = tmp_path / "memory"  # the stack's: its data directory is tmp_path
+    kept, ended = store.write(
+        "global",
+        [
+            Draft("Deploys use blue-green", "Switch traffic with the LB flag.", source_events=(1,)),
+            Draft("Deploys happen on Fridays", "No longer.", verified=True),
+        ],
+        author="run:1",
+        message="Two facts",
+    )
+    store.invalidate("global", ended, author="owner", reason="We stopped that.")
     asking = start_agent([APPROVAL_TURN, {"text": "Done."}])
     answering = start_agent([QUESTION_TURN, {"text": "Done."}])
     approval = eventually(lambda: Approval.objects.filter(run=asking).first())
@@ -78,7 +97,7 @@ def test_no_screen_has_a_serious_or_critical_accessibility_violation(
 
     sign_in(page, stack, live_owner)
     expect(page.get_by_role("heading", name="Home")).to_be_visible()
-    for name, path in console_screens(approval, question).items():
+    for name, path in console_screens(approval, question, kept).items():
         response = page.goto(stack.url + path)
         assert response is not None
         assert response.status == (404 if name == "not-found" else 200), name
@@ -94,6 +113,10 @@ def test_no_screen_has_a_serious_or_critical_accessibility_violation(
     page.get_by_role("button", name="Start mission").click()
     expect(page.locator(".errorlist").first).to_be_visible()
     found["mission-new-refused"] = axe_violations(page)
+    page.goto(stack.url + reverse("console:memory-note", kwargs={"scope": "global", "path": kept}))
+    page.get_by_role("button", name="Invalidate the note").click()
+    expect(page.locator(".errorlist").first).to_be_visible()
+    found["memory-note-refused"] = axe_violations(page)
 
     failing = {name: lines for name, lines in found.items() if lines}
     report = [
