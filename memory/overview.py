@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -193,16 +193,9 @@ def find(
         raise MemoryRefused("as_of needs a time zone (e.g. 2026-03-01T00:00:00Z).")
     names = [current(scope).name] if scope else list(Scope.objects.values_list("name", flat=True))
     try:
-        hits = search.search(query, scopes=names, as_of=as_of, k=k)
+        return search.search(query, scopes=names, as_of=as_of, k=k)
     except NoteError as error:
         raise MemoryRefused(str(error)) from None
-    # `search` reads source_events through a raw cursor, which hands jsonb over as text (the
-    # hit then holds its characters): the events are taken from the index rows instead.
-    found = Note.objects.filter(
-        scope__name__in={hit.scope for hit in hits}, path__in={hit.path for hit in hits}
-    ).values_list("scope__name", "path", "source_events")
-    cited = {(name, path): tuple(events) for name, path, events in found}
-    return [replace(hit, source_events=cited.get((hit.scope, hit.path), ())) for hit in hits]
 
 
 def event_places(ids: Iterable[int]) -> dict[int, tuple[int, int | None]]:

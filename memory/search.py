@@ -10,6 +10,7 @@ Each list is capped, so the cost follows the candidates, not the size of the sco
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -89,7 +90,7 @@ def search(
             valid_from=rows[i]["valid_from"],
             invalid_at=rows[i]["invalid_at"],
             verified=rows[i]["verified"],
-            source_events=tuple(rows[i]["source_events"]),
+            source_events=_events(rows[i]["source_events"]),
         )
         for i in best
     ]
@@ -171,6 +172,11 @@ def _rows(ids: list[int]) -> dict[int, dict[str, Any]]:
             "source_events",
         )
         return {row[0]: dict(zip(names, row[1:], strict=True)) for row in cursor.fetchall()}
+
+
+def _events(value: Any) -> tuple[int, ...]:
+    """A jsonb column read by a raw cursor: Django has psycopg hand it over as text."""
+    return tuple(json.loads(value) if isinstance(value, str) else value)
 
 
 def _words(query: str) -> list[str]:

@@ -20,7 +20,8 @@ MAR = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 @pytest.fixture
 def project() -> dict[str, str]:
     drafts = {
-        "ci": Draft("CI runs on Jenkins", "The job ci-main builds every branch.", valid_from=JAN),
+        "ci": Draft("CI runs on Jenkins", "The job ci-main builds every branch.", valid_from=JAN,
+                    source_events=(41, 7)),
         "db": Draft("Staging database", "Staging runs PostgreSQL 16 on db-stage-2.",
                     valid_from=JAN),
         "pet": Draft("Owner's dog", "The owner adopted a beagle puppy called Biscuit.",
@@ -41,6 +42,7 @@ def test_it_finds_by_words_within_the_scopes_asked(project: dict[str, str]) -> N
     assert hits[0].path == project["ci"]
     assert hits[0].scope == "project/7"
     assert "ci-main" in hits[0].snippet
+    assert hits[0].source_events == (7, 41)
     assert {hit.scope for hit in hits} == {"project/7"}
     both = search.search("Jenkins", scopes=["project/7", "project/8"])
     assert {hit.scope for hit in both[:2]} == {"project/7", "project/8"}
