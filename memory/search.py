@@ -28,6 +28,9 @@ from memory.notes import NoteError, check_scope
 CANDIDATES = 50
 EXACT_UP_TO = 20_000  # notes in the searched scopes; above, the HNSW index
 EF_SEARCH = 200  # the index's beam: wider than the default 40, for filtered scans
+MAX_WORDS = 12  # distinct query words looked up
+COMMON_FRACTION = 0.2  # a word in more of the scopes' notes than this is not a candidate filter
+MIN_COMMON = 5
 RRF_K = 60
 RECENCY_WEIGHT = 0.002  # at most a few ranks' worth: a tie-breaker, not a sort order
 RECENCY_DAYS = 180.0
@@ -102,21 +105,80 @@ _VALID = (
 
 
 def _full_text(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
+    """Notes ranked by the rare query words they contain, each weighing its inverse document
+    frequency in the scopes searched (a word in most notes — a name every message starts
+    with — says little and would flood the candidates). Frequencies are counted up to a bound,
+    so the cost follows the rare words' matches, not the size of the scopes."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            WITH q AS (
-              SELECT to_tsquery(%s::regconfig, string_agg(quote_literal(lexeme), ' | ')) AS query
-              FROM unnest(to_tsvector(%s::regconfig, %s))
-            )
-            SELECT n.id FROM memory_note n, q
-            WHERE q.query IS NOT NULL AND n.search @@ q.query AND {_VALID}
-            ORDER BY ts_rank_cd(n.search, q.query) DESC, n.valid_from DESC
-            LIMIT %s
-            """,  # noqa: S608  # constant fragments only
-            [TEXT_SEARCH, TEXT_SEARCH, query, scope_ids, moment, moment, CANDIDATES],
+            "SELECT DISTINCT lexeme FROM unnest(to_tsvector(%s::regconfig, %s))",
+            [TEXT_SEARCH, query],
         )
-        return [row[0] for row in cursor.fetchall()]
+        # A backslash would need escaping of its own in a tsquery: such a word is not looked up.
+        lexemes = [row[0] for row in cursor.fetchall() if "\\" not in row[0]][:MAX_WORDS]
+        if not lexemes:
+            return []
+        size = _bounded_count(cursor, scope_ids, EXACT_UP_TO)
+        common = max(int(COMMON_FRACTION * size), MIN_COMMON)
+        counts = {}
+        for lexeme in lexemes:
+            cursor.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM memory_note WHERE scope_id = ANY(%s)"
+                " AND search @@ to_tsquery(%s::regconfig, quote_literal(%s)) LIMIT %s) t",
+                [scope_ids, TEXT_SEARCH, lexeme, common + 1],
+            )
+            counts[lexeme] = cursor.fetchone()[0]
+        rare = [lexeme for lexeme in lexemes if 0 < counts[lexeme] <= common]
+        if not rare:  # only common words: all of them must be there
+            return _matching(cursor, " & ".join(_quoted(lexemes)), scope_ids, moment, [], [])
+        weights = [math.log((size + 1) / (counts[lexeme] + 0.5)) for lexeme in rare]
+        return _matching(cursor, " | ".join(_quoted(rare)), scope_ids, moment, rare, weights)
+
+
+def _matching(
+    cursor: Any,
+    tsquery: str,
+    scope_ids: list[int],
+    moment: datetime,
+    lexemes: list[str],
+    weights: list[float],
+) -> list[int]:
+    """Notes matching `tsquery`, best first: the summed weights of the `lexemes` they hold,
+    then the density of the match."""
+    weighted = (
+        " + ".join(
+            "(CASE WHEN n.search @@ to_tsquery(%s::regconfig, quote_literal(%s))"
+            " THEN %s ELSE 0 END)"
+            for _ in lexemes
+        )
+        or "0"
+    )
+    arguments: list[Any] = []
+    for lexeme, weight in zip(lexemes, weights, strict=True):
+        arguments += [TEXT_SEARCH, lexeme, weight]
+    cursor.execute(
+        f"""
+        SELECT n.id FROM memory_note n, to_tsquery(%s::regconfig, %s) q
+        WHERE n.search @@ q AND {_VALID}
+        ORDER BY {weighted} + ts_rank_cd(n.search, q) DESC, n.valid_from DESC
+        LIMIT %s
+        """,  # noqa: S608  # constant fragments only; the words are parameters
+        [TEXT_SEARCH, tsquery, scope_ids, moment, moment, *arguments, CANDIDATES],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def _quoted(lexemes: list[str]) -> list[str]:
+    return ["'" + lexeme.replace("'", "''") + "'" for lexeme in lexemes]
+
+
+def _bounded_count(cursor: Any, scope_ids: list[int], bound: int) -> int:
+    """How many notes the scopes hold, counted up to `bound` + 1."""
+    cursor.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM memory_note WHERE scope_id = ANY(%s) LIMIT %s) t",
+        [scope_ids, bound + 1],
+    )
+    return int(cursor.fetchone()[0])
 
 
 def _nearest(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
@@ -128,11 +190,7 @@ def _nearest(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
     vector = "[" + ",".join(f"{x:.7g}" for x in embeddings.query_vector(query)) + "]"
     arguments: list[Any] = [scope_ids, moment, moment, vector, CANDIDATES]
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM memory_note WHERE scope_id = ANY(%s) LIMIT %s) t",
-            [scope_ids, EXACT_UP_TO + 1],
-        )
-        if cursor.fetchone()[0] > EXACT_UP_TO:
+        if _bounded_count(cursor, scope_ids, EXACT_UP_TO) > EXACT_UP_TO:
             cursor.execute("SET LOCAL hnsw.ef_search = %s", [EF_SEARCH])
             cursor.execute(_NEAREST.format(distance="n.embedding <=> %s::vector"), arguments)
             found = [row[0] for row in cursor.fetchall()]
