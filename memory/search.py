@@ -3,7 +3,8 @@
 1. Full text: the query's words (English stemming) OR-ed, ranked by `ts_rank_cd`, in the
    scopes asked, valid at the moment asked (`as_of`, now by default) — at most `CANDIDATES`.
 2. Vectors: the query embedded (e5 "query:"), nearest notes by cosine, same filters, same cap.
-3. Reciprocal rank fusion of the two lists, plus a light prior for recent notes.
+3. Reciprocal rank fusion of the two lists (the meaning list weighing `VECTOR_WEIGHT`), plus a
+   light prior for recent notes.
 
 Each list is capped, so the cost follows the candidates, not the size of the scope.
 """
@@ -32,6 +33,9 @@ MAX_WORDS = 12  # distinct query words looked up
 COMMON_FRACTION = 0.2  # a word in more of the scopes' notes than this is not a candidate filter
 MIN_COMMON = 5
 RRF_K = 60
+# The meaning list counts a little more than the words list: on the development set (1.0, 1.5,
+# 2.5 tried) 1.5 lifted hit@10 0.848 -> 0.863 and MRR 0.671 -> 0.696, 2.5 no further.
+VECTOR_WEIGHT = 1.5
 RECENCY_WEIGHT = 0.002  # at most a few ranks' worth: a tie-breaker, not a sort order
 RECENCY_DAYS = 180.0
 SNIPPET = 240
@@ -72,9 +76,9 @@ def search(
     textual = _full_text(query, scope_ids, moment)
     vectorial = _nearest(query, scope_ids, moment)
     scores: dict[int, float] = {}
-    for ranked in (textual, vectorial):
+    for ranked, weight in ((textual, 1.0), (vectorial, VECTOR_WEIGHT)):
         for rank, note_id in enumerate(ranked):
-            scores[note_id] = scores.get(note_id, 0.0) + 1.0 / (RRF_K + rank + 1)
+            scores[note_id] = scores.get(note_id, 0.0) + weight / (RRF_K + rank + 1)
     if not scores:
         return []
     rows = _rows(list(scores))
