@@ -46,6 +46,7 @@ def test_it_creates_lists_and_shows_projects(api: Api, tmp_path: Path) -> None:
         "name": "notes",
         "description": "Release notes",
         "repository": str(tmp_path),
+        "clone_url": "",
         "created_at": body["created_at"],
     }
     assert [item["name"] for item in api.get("/projects").json()] == ["notes"]

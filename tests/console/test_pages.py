@@ -362,7 +362,8 @@ def test_it_shows_a_run_timeline(owner_client: Client) -> None:
     ) in content
     assert "Asks for: <code>git_diff</code>" in content
     assert "&quot;path&quot;: &quot;NOTES.md&quot;" in content  # the tool call's input
-    assert "Unknown tool &#x27;git_diff&#x27;; tools: none." in content  # and its output
+    # and its output: a run without a repository has the memory tools only
+    assert "Unknown tool &#x27;git_diff&#x27;; tools: memory_index, memory_invalidate," in content
     assert 'class="step step-tool_call step-error"' in content
     assert 'id="run-answer">[scripted offline model] The notes are written.<' in content
     assert f'href="/missions/{mission.pk}/"' in content
