@@ -385,8 +385,10 @@ def _note_of(row: Note) -> notes.Note:
 def _message(
     summary: str, author: str, written: list[notes.Note], events: Sequence[int] = ()
 ) -> str:
+    """A commit message: its summary scrubbed like a note (callers pass titles and reasons)."""
     cited = sorted({*events, *(e for note in written for e in note.source_events)})
-    lines = [summary.strip().splitlines()[0][:200] if summary.strip() else "Memory"]
+    summary = scrubber.scrub(summary).strip()
+    lines = [summary.splitlines()[0][:200] if summary else "Memory"]
     lines.append("")
     if len(written) > 1:
         lines.append(f"{len(written)} notes.")

@@ -116,10 +116,11 @@ def test_no_secret_reaches_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
 
     (path,) = store.write(
         "project/7", [Draft("Deploy credentials", planted, valid_from=JAN)],
-        author="run:9", message="planted",
+        author="run:9", message=f"Learned {planted}",
     )  # fmt: skip
 
     kept = file_at_tip("project/7", path) + Note.objects.get(path=path).body
+    kept += "\n".join(subject for _sha, _date, subject in repository.log("project/7"))
     for secret in ("sk-proj-Abcdef", "ghp_0123", "plain-stored-provider-key", "hunter2pass"):
         assert secret not in kept
     assert kept.count("[secret]") >= 8
