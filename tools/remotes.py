@@ -25,6 +25,7 @@ from tools.models import CredentialKind, RemoteCredential
 URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
 REMOTE_URL = re.compile(r"(?:https?|ssh)://[A-Za-z0-9._~%@\[\]:-]+(?:/\S*)?", re.IGNORECASE)
 SCP_LIKE = re.compile(r"[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!/?-)[^\s:]\S*")
+URL_PASSWORD = re.compile(r"[a-z]+://[^/@]*:[^/@]*@", re.IGNORECASE)  # user:secret@host
 TOKEN_USER = "x-access-token"  # noqa: S105  # a user name GitHub, GitLab and Gitea accept
 
 
@@ -113,6 +114,12 @@ def check_url(url: str) -> str:
         raise ToolConfigError(
             f"{url!r} is not a remote repository's URL: give https://host/path,"
             " ssh://user@host/path or user@host:path.",
+            code="invalid_input",
+        )
+    if URL_PASSWORD.match(url):
+        raise ToolConfigError(
+            "Put no password or token in the clone URL: give it as the credential, which is kept"
+            " encrypted (the URL is shown on the project's page).",
             code="invalid_input",
         )
     return url

@@ -126,6 +126,7 @@ def test_a_clone_the_remote_refuses_is_a_field_error_and_leaves_nothing(
         "ssh://-oProxyCommand=touch%20x/repo",
         "git@host:-repo",
         "https://host/repo with space",
+        "https://deploy:s3cret-token@git.example.com/site.git",
     ],
 )
 def test_a_url_that_is_not_a_remote_s_is_refused_before_any_git(api: Api, url: str) -> None:
