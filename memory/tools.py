@@ -10,12 +10,13 @@ Registered with the tool registry by the app (`MemoryConfig.ready`).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from kernel.models import Effect, Event
 from memory import search, store
-from memory.models import Note
 from memory.notes import INDEX_FILE, TYPES, NoteError
 from memory.store import Draft
 from tools.base import Risk, Tool, ToolEnv, ToolError
@@ -37,6 +38,21 @@ def scope_of(env: ToolEnv, name: str) -> str:
     if env.project_id is None:
         raise ToolError("This run has no project: its memory is global only.")
     return f"project/{env.project_id}"
+
+
+def _answered[T](
+    run: Callable[[ToolEnv, dict[str, Any]], T],
+) -> Callable[[ToolEnv, dict[str, Any]], T]:
+    """A memory refusal (`NoteError`) goes back to the model as the call's error."""
+
+    @functools.wraps(run)
+    def answered(env: ToolEnv, arguments: dict[str, Any]) -> T:
+        try:
+            return run(env, arguments)
+        except NoteError as error:
+            raise ToolError(str(error)) from None
+
+    return answered
 
 
 def _author(env: ToolEnv) -> str:
@@ -61,6 +77,7 @@ def _draft(env: ToolEnv, arguments: dict[str, Any], valid_from: datetime | None 
     )
 
 
+@_answered
 def _searching(env: ToolEnv, arguments: dict[str, Any]) -> str:
     names = arguments.get("scopes") or ["project", "global"]
     scopes = []
@@ -70,12 +87,7 @@ def _searching(env: ToolEnv, arguments: dict[str, Any]) -> str:
         except ToolError:
             continue  # no project: search the rest
     as_of = _moment(arguments.get("as_of"))
-    try:
-        hits = search.search(
-            arguments["query"], scopes=scopes, as_of=as_of, k=arguments.get("k", 8)
-        )
-    except NoteError as error:
-        raise ToolError(str(error)) from None
+    hits = search.search(arguments["query"], scopes=scopes, as_of=as_of, k=arguments.get("k", 8))
     if not hits:
         return "No note matches."
     lines = []
@@ -92,63 +104,54 @@ def _searching(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
 def _index(env: ToolEnv, arguments: dict[str, Any]) -> str:
     scope = scope_of(env, arguments.get("scope", "project"))
-    store.sync(scope)
-    row = Note.objects.filter(scope__name=scope).exists()
-    if not row:
+    try:
+        return store.read_file(scope, INDEX_FILE)
+    except NoteError:
         return f"{scope} has no notes yet."
-    return store.read_file(scope, INDEX_FILE)
 
 
+@_answered
 def _open(env: ToolEnv, arguments: dict[str, Any]) -> str:
     scope = scope_of(env, arguments.get("scope", "project"))
-    try:
-        return store.read_file(scope, arguments["path"])
-    except NoteError as error:
-        raise ToolError(str(error)) from None
+    return store.read_file(scope, arguments["path"])
 
 
+@_answered
 def _write(env: ToolEnv, arguments: dict[str, Any]) -> str:
     scope = scope_of(env, "project")
     replaces = arguments.get("replaces", "")
-    try:
-        if replaces:
-            (path,) = store.replace(scope, replaces, _draft(env, arguments), author=_author(env))
-        else:
-            (path,) = store.write(
-                scope, [_draft(env, arguments)], author=_author(env), message=arguments["title"]
-            )
-    except NoteError as error:
-        raise ToolError(str(error)) from None
+    if replaces:
+        (path,) = store.replace(scope, replaces, _draft(env, arguments), author=_author(env))
+    else:
+        (path,) = store.write(
+            scope, [_draft(env, arguments)], author=_author(env), message=arguments["title"]
+        )
     return f"Written to {scope}: {path} (unverified until consolidation confirms it)."
 
 
+@_answered
 def _invalidate(env: ToolEnv, arguments: dict[str, Any]) -> str:
     scope = scope_of(env, "project")
-    try:
-        ended = store.invalidate(
-            scope,
-            arguments["path"],
-            author=_author(env),
-            reason=arguments["reason"],
-            source_events=_cited(env),
-            tolerate_invalid=True,
-        )
-    except NoteError as error:
-        raise ToolError(str(error)) from None
+    ended = store.invalidate(
+        scope,
+        arguments["path"],
+        author=_author(env),
+        reason=arguments["reason"],
+        source_events=_cited(env),
+        tolerate_invalid=True,
+    )
     assert ended.invalid_at is not None  # noqa: S101  # invalidate's contract
     return f"{arguments['path']} no longer holds since {ended.invalid_at:%Y-%m-%d %H:%M} UTC."
 
 
+@_answered
 def _proposal_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        proposal = store.propose(
-            arguments["scope"],
-            _draft(env, arguments),
-            author=_author(env),
-            replaces=arguments.get("replaces", ""),
-        )
-    except NoteError as error:
-        raise ToolError(str(error)) from None
+    proposal = store.propose(
+        arguments["scope"],
+        _draft(env, arguments),
+        author=_author(env),
+        replaces=arguments.get("replaces", ""),
+    )
     return {
         "diff": proposal.diff,
         "files": [{"path": proposal.path, "status": "A"}],
@@ -158,17 +161,15 @@ def _proposal_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]
     }
 
 
+@_answered
 def _propose(env: ToolEnv, arguments: dict[str, Any]) -> str:
     preview = (env.approval or {}).get("preview") or {}
     if not preview.get("valid_from"):
         raise ToolError("A proposal lands only after the owner approved it.")
     draft = _draft(env, arguments, valid_from=datetime.fromisoformat(preview["valid_from"]))
-    try:
-        path = store.land(
-            arguments["scope"], draft, author=_author(env), replaces=arguments.get("replaces", "")
-        )
-    except NoteError as error:
-        raise ToolError(str(error)) from None
+    path = store.land(
+        arguments["scope"], draft, author=_author(env), replaces=arguments.get("replaces", "")
+    )
     return f"Approved and written to {arguments['scope']}: {path}."
 
 
