@@ -94,6 +94,12 @@ class Spec:
     # Content not from the owner or the system reaches the model in data blocks (`framing`).
     # Off for runs started before it was recorded: their prompts must stay byte-identical.
     data_framing: bool = False
+    # A sub-agent's contract (`missions.delegation`): what its parent asked, the schema its
+    # result envelope's payload must match. None for a root run.
+    contract: dict[str, Any] | None = None
+    # The definition of done as criteria (`missions.verification`): [{"id", "description",
+    # "oracle", "passes"}]; only `passes` ever changes.
+    criteria: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
