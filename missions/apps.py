@@ -14,4 +14,8 @@ class MissionsConfig(AppConfig):
 
         programs.register("agent", "missions.engine.loop:agent")
         registry.register(START_MISSION)
+        from missions.ledger import LEDGER_TOOLS
+
+        for tool in LEDGER_TOOLS:
+            registry.register(tool)
         scrubber.register(keys.values)

@@ -224,3 +224,82 @@ class ProviderEndpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}: {self.model} at {self.base_url}"
+
+
+class PlanItem(models.Model):
+    """One item of a mission's plan, in its supervisor's ledger (`missions.ledger`): planned
+    and assigned by the mission's root run, moved by its owner, done only with proof."""
+
+    class Status(models.TextChoices):
+        TODO = "todo", _("to do")
+        DOING = "doing", _("in progress")
+        DONE = "done", _("done")
+        FAILED = "failed", _("failed")
+
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="plan_items")
+    key = models.CharField(_("key"), max_length=64)
+    title = models.CharField(_("title"), max_length=300)
+    # Who works on it: a run of the mission, or — before it exists — the name of the contract
+    # the supervisor will delegate it under (the first run of that name to touch it owns it).
+    owner = models.ForeignKey(
+        "kernel.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    owner_name = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.TODO)
+    # {"commands": [...], "tests": [...], "files": [...], "events": [ids]}
+    proof = models.JSONField(default=dict, blank=True)
+    note = models.TextField(blank=True)
+    updated_by = models.ForeignKey(
+        "kernel.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_seq = models.PositiveIntegerField(null=True, blank=True)
+    position = models.PositiveIntegerField(default=0)  # the order the supervisor planned
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["mission", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["mission", "key"], name="plan_item_key_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.title[:40]} ({self.status})"
+
+
+class Fact(models.Model):
+    """Something established during a mission, with the journal events it rests on."""
+
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="facts")
+    text = models.TextField(_("fact"))
+    source_events = models.JSONField(default=list)
+    run = models.ForeignKey(
+        "kernel.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    seq = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["mission", "created_at", "id"]
+
+    def __str__(self) -> str:
+        return self.text[:60]
+
+
+class LedgerWrite(models.Model):
+    """One change of a ledger by a tool step, keyed by the step's idempotency key: a step
+    replayed after a crash finds its change made and answers what it answered, changing
+    nothing twice."""
+
+    key = models.CharField(max_length=64, unique=True)
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="ledger_writes")
+    run = models.ForeignKey(
+        "kernel.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    seq = models.PositiveIntegerField()
+    tool = models.CharField(max_length=40)
+    answer = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.tool} by run {self.run_id} step {self.seq}"
