@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from memory import embeddings
@@ -73,8 +73,10 @@ def search(
         scope_ids = [row[0] for row in cursor.fetchall()]
     if not scope_ids:
         return []
-    textual = _full_text(query, scope_ids, moment)
-    vectorial = _nearest(query, scope_ids, moment)
+    with connection.cursor() as cursor:
+        size = _bounded_count(cursor, scope_ids, EXACT_UP_TO)
+    textual = _full_text(query, scope_ids, moment, size)
+    vectorial = _nearest(query, scope_ids, moment, size)
     scores: dict[int, float] = {}
     for ranked, weight in ((textual, 1.0), (vectorial, VECTOR_WEIGHT)):
         for rank, note_id in enumerate(ranked):
@@ -108,7 +110,7 @@ _VALID = (
 )
 
 
-def _full_text(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
+def _full_text(query: str, scope_ids: list[int], moment: datetime, size: int) -> list[int]:
     """Notes ranked by the rare query words they contain, each weighing its inverse document
     frequency in the scopes searched (a word in most notes — a name every message starts
     with — says little and would flood the candidates). Frequencies are counted up to a bound,
@@ -122,7 +124,6 @@ def _full_text(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
         lexemes = [row[0] for row in cursor.fetchall() if "\\" not in row[0]][:MAX_WORDS]
         if not lexemes:
             return []
-        size = _bounded_count(cursor, scope_ids, EXACT_UP_TO)
         common = max(int(COMMON_FRACTION * size), MIN_COMMON)
         counts = {}
         for lexeme in lexemes:
@@ -185,7 +186,7 @@ def _bounded_count(cursor: Any, scope_ids: list[int], bound: int) -> int:
     return int(cursor.fetchone()[0])
 
 
-def _nearest(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
+def _nearest(query: str, scope_ids: list[int], moment: datetime, size: int) -> list[int]:
     """The nearest notes by cosine. pgvector's HNSW index filters *after* its scan (0.6 has no
     iterative scan): used on scopes that are a small part of the index, it would return the few
     of its `ef_search` neighbours that happen to be theirs. So: an exact scan (a sort of the
@@ -193,8 +194,10 @@ def _nearest(query: str, scope_ids: list[int], moment: datetime) -> list[int]:
     wider beam, and the exact scan again if the index still returned too few."""
     vector = "[" + ",".join(f"{x:.7g}" for x in embeddings.query_vector(query)) + "]"
     arguments: list[Any] = [scope_ids, moment, moment, vector, CANDIDATES]
-    with connection.cursor() as cursor:
-        if _bounded_count(cursor, scope_ids, EXACT_UP_TO) > EXACT_UP_TO:
+    # `SET LOCAL` lasts for a transaction: outside one it is a no-op, and the index's default
+    # beam (40) always returns fewer than `CANDIDATES`, sending every search to the exact scan.
+    with transaction.atomic(), connection.cursor() as cursor:
+        if size > EXACT_UP_TO:
             cursor.execute("SET LOCAL hnsw.ef_search = %s", [EF_SEARCH])
             cursor.execute(_NEAREST.format(distance="n.embedding <=> %s::vector"), arguments)
             found = [row[0] for row in cursor.fetchall()]
