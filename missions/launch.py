@@ -15,6 +15,7 @@ from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
 from missions.errors import MissionError
+from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
 from missions.routing import route_for
 from tools.builtin import CODING_TOOLS
@@ -58,7 +59,8 @@ def start_mission(
         "effort": route.effort,
         # The model decides how much to think (DESIGN.md §5); effort steers the spend.
         "thinking": route.provider != "scripted",
-        "tools": [*(CODING_TOOLS if repository else []), *MEMORY_TOOL_NAMES],
+        # The root run supervises: it keeps the mission's ledger (`missions.ledger`).
+        "tools": [*(CODING_TOOLS if repository else []), *MEMORY_TOOL_NAMES, *LEDGER_TOOL_NAMES],
         # Frozen in the prompt: what the owner's and this project's verified memory says.
         "memory_index": memory_store.prompt_index(memory_scopes(mission)),
         "constraints": constraints,
@@ -68,6 +70,8 @@ def start_mission(
         # What is not the owner's or the system's reaches the model as data (engine `framing`).
         "data_framing": True,
         "max_turns": max_turns,
+        # Going round in circles: a re-plan, then a question to the owner (engine `stalls`).
+        "stalls": True,
     }
     if route.provider == "scripted":
         spec["script"] = script

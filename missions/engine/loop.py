@@ -26,7 +26,7 @@ from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.programs import Outcome
 from memory import tasks as memory_tasks
 from missions import pricing, steering
-from missions.engine import deltas, fingerprint, framing, harness, relief, retries
+from missions.engine import deltas, fingerprint, framing, harness, relief, retries, stalls
 from missions.engine.prompt import assemble
 from missions.engine.relief import Verbatim
 from missions.models import Mission, ModelInfo
@@ -100,6 +100,9 @@ class Spec:
     # The definition of done as criteria (`missions.verification`): [{"id", "description",
     # "oracle", "passes"}]; only `passes` ever changes.
     criteria: list[dict[str, Any]] = field(default_factory=list)
+    # Stall detection (`stalls`): a re-plan, then an owner question. Off for runs started
+    # before it was recorded: its steps in the middle of their journal would not match.
+    stalls: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
@@ -175,6 +178,11 @@ def _agent(ctx: RunContext) -> Outcome:
     # Look for owner messages at the first model call of this execution (they may have come
     # while the run waited), then only when the kernel says something arrived.
     look = [True]
+    watch = (
+        stalls.watch(ctx, tools=spec.tools, provider=provider.name, model=spec.model)
+        if spec.stalls
+        else None
+    )
     for turn in range(1, spec.max_turns + 1):
         # Clearing is ours unless the provider does it, and only worth it a batch at a time
         # (looked at only past its threshold: it reads the whole thread).
@@ -279,6 +287,16 @@ def _agent(ctx: RunContext) -> Outcome:
         answers = provider.tool_results(results)
         conversation.items.extend(answers)
         size += relief.estimate_tokens(answers)
+        stalled = (
+            stalls.after_turn(
+                ctx, watch, turn=turn, response=response, calls=calls, results=results
+            )
+            if watch is not None
+            else None
+        )
+        if stalled:
+            _append_user_text(provider, conversation.items, stalled)
+            size += relief.estimate_tokens(stalled)
     return Outcome(RunStatus.PARTIAL, {"reason": f"turn cap {spec.max_turns} reached"})
 
 
