@@ -15,7 +15,8 @@ from django.utils.translation import gettext as _
 
 from approvals import inbox
 from kernel.models import TERMINAL, Artifact, Run, RunStatus, Wait, WaitKind
-from missions.models import Mission, Project
+from missions import ledger
+from missions.models import Fact, Mission, PlanItem, Project
 
 # Pill colours by status: green for done, red for the ends that need a look, amber for what
 # is paused or waits, grey for the rest (the classes are in console.css).
@@ -265,3 +266,53 @@ def missions(*, limit: int = 100, project: Project | None = None) -> list[Missio
             )
         )
     return rows
+
+
+# --- Mission: the supervisor ledger ---------------------------------------------------------
+
+_ITEM_CSS: dict[str, str] = {
+    PlanItem.Status.TODO: "unknown",
+    PlanItem.Status.DOING: "running",
+    PlanItem.Status.DONE: "up",
+    PlanItem.Status.FAILED: "down",
+}
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    item: PlanItem
+    label: str  # its status, in the owner's words
+    css: str
+    proof: list[tuple[str, list[str]]]  # (what, the values given), in a fixed order
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    items: list[PlanRow]
+    facts: list[Fact]
+    done: int
+
+
+def ledger_of(mission: Mission) -> LedgerView:
+    """The mission's plan items with their proof, and its facts (`missions.ledger`)."""
+    found = ledger.of(mission.pk)
+    labels = {
+        "commands": _("Commands run"),
+        "tests": _("Tests passed"),
+        "files": _("Files"),
+        "events": _("Events"),
+    }
+    rows = [
+        PlanRow(
+            item=item,
+            label=str(PlanItem.Status(item.status).label),
+            css=_ITEM_CSS.get(item.status, "unknown"),
+            proof=[
+                (labels[kind], [str(value) for value in item.proof[kind]])
+                for kind in ledger.PROOF_KINDS
+                if isinstance(item.proof, dict) and item.proof.get(kind)
+            ],
+        )
+        for item in found.items
+    ]
+    return LedgerView(rows, found.facts, found.done)

@@ -87,7 +87,12 @@ def mission_new(request: HttpRequest) -> HttpResponse:
 @owner_required
 def mission_detail(request: HttpRequest, mission_id: int) -> HttpResponse:
     mission = get_object_or_404(Mission.objects.select_related("project"), pk=mission_id)
-    live = {"mission": mission, "tree": overview.tree(mission), "budget": _budget(mission)}
+    live = {
+        "mission": mission,
+        "tree": overview.tree(mission),
+        "budget": _budget(mission),
+        "ledger": overview.ledger_of(mission),
+    }
     if request.htmx and request.htmx.target == "run-tree":  # type: ignore[attr-defined]
         return render(request, "missions/mission.html#tree", live)
     context = {
