@@ -14,6 +14,12 @@ class MissionsConfig(AppConfig):
 
         programs.register("agent", "missions.engine.loop:agent")
         registry.register(START_MISSION)
+        # Sub-agents: the `delegate` tool, and the stop hook holding a child to its envelope.
+        from missions import delegation
+        from missions.engine.loop import STOP_HOOKS
+
+        registry.register(delegation.DELEGATE)
+        STOP_HOOKS[delegation.HOOK] = delegation.envelope_hook
         from missions.ledger import LEDGER_TOOLS
 
         for tool in LEDGER_TOOLS:

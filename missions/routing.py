@@ -32,6 +32,15 @@ class Route:
 def route_for(mission: Mission, role: str) -> Route:
     """The mission's override for `role`, else the role's default; scripted when the route's
     provider cannot be called (no key; for the compatible endpoint, no base URL and model)."""
+    route = configured_route(mission, role)
+    if not ready(route.provider):
+        return Route("scripted", "scripted", None, scripted_stand_in=True)
+    return route
+
+
+def configured_route(mission: Mission, role: str) -> Route:
+    """The route `role` is configured with, whether or not its provider can be called now (a
+    sub-agent's boundary may fail over from it: `failover_for`)."""
     if role not in Role.values:
         raise MissionError(f"Unknown role {role!r}; roles: {', '.join(Role.values)}.")
     override = mission.routes.get(role) if isinstance(mission.routes, dict) else None
@@ -42,8 +51,6 @@ def route_for(mission: Mission, role: str) -> Route:
         if default is None:
             raise MissionError(f"No route for role {role!r}: set one in the admin.")
         route = Route(default.provider, default.model, default.effort or None)
-    if not ready(route.provider):
-        return Route("scripted", "scripted", None, scripted_stand_in=True)
     return route
 
 

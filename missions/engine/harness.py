@@ -272,21 +272,37 @@ def _valid(tool: Tool, call: dict[str, Any]) -> bool:
 def _interact(
     ctx: RunContext, tool: Tool, call: dict[str, Any], bench: Workbench, execute: Any
 ) -> tuple[str, bool]:
-    """A tool that talks to the owner: its own journaled steps and waits, after validation.
-    Its (output, is_error)."""
+    """A tool that talks to the owner (or starts sub-agents): its own journaled steps and waits,
+    after validation. Its (output, is_error).
+
+    An interaction may refuse what its schema let through by raising `ToolError`: the refusal
+    is journaled as the call's result, which the model reads as an error. It must raise it from
+    what its own steps recorded, so that a replay raises it again at the same step."""
+    request = {"call_id": call["call_id"], "arguments": call["arguments"]}
     if not _valid(tool, call):
         out = ctx.step(
             StepKind.TOOL_CALL,
             effect=Effect.READ,
             name=call["name"],
-            request={"call_id": call["call_id"], "arguments": call["arguments"]},
+            request=request,
             execute=execute,
         )
         return out["output"], out["is_error"]
     interact = tool.interact
     if interact is None:  # the caller only sends tools that have one
         raise TypeError(f"{tool.name} does not talk to the owner")
-    return interact(ctx, bench, call["arguments"]), False
+    try:
+        return interact(ctx, bench, call["arguments"]), False
+    except ToolError as error:
+        refused = str(error)
+        out = ctx.step(
+            StepKind.TOOL_CALL,
+            effect=Effect.READ,
+            name=call["name"],
+            request=request,
+            execute=lambda step: Done({"output": refused, "is_error": True}),
+        )
+        return out["output"], out["is_error"]
 
 
 def _executor(
