@@ -47,8 +47,8 @@ SAME_REORDERED = {"name": "noop", "arguments": {"n": 1, "note": "look again"}}
 
 
 def model_texts(run: Run) -> list[str]:
-    steps = Step.objects.filter(run=run, kind="model_call").order_by("seq")
-    return [step.result["text"] for step in steps]
+    results = Step.objects.filter(run=run, kind="model_call").order_by("seq")
+    return [(result or {})["text"] for result in results.values_list("result", flat=True)]
 
 
 def context_of(text: str) -> dict[str, Any]:
