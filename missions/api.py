@@ -166,6 +166,15 @@ class MissionIn(Schema):
         "", max_length=launch.MAX_GOAL, description="Required, unless `offline` is given"
     )
     definition_of_done: Text = Field("", max_length=launch.MAX_GOAL)
+    # Checked by the service (400 `invalid_criteria`, naming the criterion and what is wrong),
+    # as from the console or another agent: the schema only says it is a list.
+    criteria: list[Any] | None = Field(
+        None,
+        description="The definition of done as criteria, written before the work:"
+        ' [{"id": "tests", "description": "...", "oracle": {"command": "<shell command>"} or'
+        ' {"evaluator": true}, "passes": false}]. The mission ends done only when each passes'
+        " (a command exits 0 in its workspace; an independent evaluator cites evidence).",
+    )
     caps: CapsIn | None = None
     routes: dict[RoleName, RouteIn] = Field(
         default_factory=dict, description="Per-role overrides of the default model routes"
@@ -279,6 +288,7 @@ def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str,
             routes={role: route.model_dump() for role, route in payload.routes.items()},
             trigger="api",
             offline=payload.offline,
+            criteria=payload.criteria,
         )
     except MissionError as refused:
         # A client is not on this origin's pages: the Settings screen by its full URL.

@@ -13,6 +13,9 @@ class MissionsConfig(AppConfig):
         from tools import registry
 
         programs.register("agent", "missions.engine.loop:agent")
+        # The stop hook `definition_of_done`: registered on import, where runs execute.
+        from missions import verification  # noqa: F401
+
         registry.register(START_MISSION)
         # Sub-agents: the `delegate` tool, and the stop hook holding a child to its envelope.
         from missions import delegation

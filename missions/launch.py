@@ -14,6 +14,7 @@ from kernel.models import Run
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
+from missions import verification
 from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
@@ -40,9 +41,12 @@ def start_mission(
     script: dict[str, Any] | None = None,
     offline: str | None = None,
     max_turns: int = 50,
+    criteria: list[dict[str, Any]] | None = None,
 ) -> Run:
     """Start the mission's executor run on its route (the scripted model when the route's
-    provider has no key: then `script` is what it plays, or the offline mission `offline`'s)."""
+    provider has no key: then `script` is what it plays, or the offline mission `offline`'s).
+    With `criteria` (validated: `verification.validate`), the run ends `done` only when each
+    passes."""
     route = route_for(mission, "executor")
     if offline is not None:
         script = offline_missions.get(offline).script
@@ -51,6 +55,8 @@ def start_mission(
     constraints = []
     if mission.definition_of_done.strip():
         constraints.append(f"Definition of done: {mission.definition_of_done.strip()}")
+    if criteria:
+        constraints.append(verification.constraint(criteria))
     repository = mission.project.repository
     spec: dict[str, Any] = {
         "goal": mission.goal,
@@ -60,7 +66,13 @@ def start_mission(
         # The model decides how much to think (DESIGN.md §5); effort steers the spend.
         "thinking": route.provider != "scripted",
         # The root run supervises: it keeps the mission's ledger (`missions.ledger`).
-        "tools": [*(CODING_TOOLS if repository else []), *MEMORY_TOOL_NAMES, *LEDGER_TOOL_NAMES],
+        # `delegate`: the mission's agent may hand tasks to sub-agents (`missions.delegation`).
+        "tools": [
+            *(CODING_TOOLS if repository else []),
+            *MEMORY_TOOL_NAMES,
+            *LEDGER_TOOL_NAMES,
+            "delegate",
+        ],
         # Frozen in the prompt: what the owner's and this project's verified memory says.
         "memory_index": memory_store.prompt_index(memory_scopes(mission)),
         "constraints": constraints,
@@ -73,6 +85,9 @@ def start_mission(
         # Going round in circles: a re-plan, then a question to the owner (engine `stalls`).
         "stalls": True,
     }
+    if criteria:
+        spec["criteria"] = criteria
+        spec["stop_hook"] = verification.HOOK
     if route.provider == "scripted":
         spec["script"] = script
     return runs.start_run(
@@ -131,16 +146,26 @@ def create_mission(
     trigger: str,
     script: dict[str, Any] | None = None,
     offline: str | None = None,
+    criteria: Any = None,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
     whoever pulled the trigger).
 
     With `offline` (a key of `missions.offline.MISSIONS`), the offline model plays that mission
-    on the project's repository: its goal and model are the offline mission's own."""
+    on the project's repository: its goal and model are the offline mission's own.
+
+    `criteria` is the definition of done as criteria (`missions.verification`), checked before
+    anything else: the root run ends `done` only when each passes."""
+    clean_criteria = _criteria(criteria, project)
     if offline is not None:
         chosen = offline_missions.get(offline)
-        if (isinstance(goal, str) and goal.strip()) or definition_of_done.strip() or routes:
+        if (
+            (isinstance(goal, str) and goal.strip())
+            or definition_of_done.strip()
+            or routes
+            or clean_criteria
+        ):
             raise MissionError(
                 "An offline mission has its own goal and model: leave the goal, the definition"
                 " of done and the routes empty.",
@@ -168,8 +193,24 @@ def create_mission(
             routes=clean_routes,
             **clean_caps,
         )
-        run = start_mission(mission, trigger=trigger, script=script, offline=offline)
+        run = start_mission(
+            mission, trigger=trigger, script=script, offline=offline, criteria=clean_criteria
+        )
     return mission, run
+
+
+def _criteria(criteria: Any, project: Project) -> list[dict[str, Any]]:
+    """The definition of done as validated criteria ([] for none): a command oracle runs in
+    the project's repository, so it needs one."""
+    if criteria is None:
+        return []
+    clean = verification.validate(criteria)
+    if not project.repository and any("command" in c["oracle"] for c in clean):
+        raise verification.CriteriaError(
+            "A criterion checked by a command runs it in the project's repository, and this"
+            " project has none: use an evaluator oracle, or give the project a repository."
+        )
+    return clean
 
 
 def _caps(caps: dict[str, Any]) -> dict[str, int | None]:

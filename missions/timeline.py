@@ -105,6 +105,13 @@ def entry(step: Step, wait: Wait | None = None) -> Entry:
     elif step.kind == StepKind.SPAWN:
         child = result.get("run_id")
         found.child = child if isinstance(child, int) else None
+    elif step.kind == StepKind.VERDICT and "criterion" in result:
+        # A criterion of the definition of done, checked by its oracle, with its evidence.
+        found.summary = (
+            _("Criterion %(id)s passes: %(evidence)s")
+            if result.get("passes") is True
+            else _("Criterion %(id)s does not pass: %(evidence)s")
+        ) % {"id": result["criterion"], "evidence": str(result.get("evidence", ""))[-600:]}
     elif step.kind == StepKind.VERDICT:
         refusal = result.get("refusal")
         found.summary = (

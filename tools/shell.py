@@ -8,7 +8,7 @@ output journaled with the step (`tools.snapshots`, crash-safe across that replay
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from kernel.models import Effect
 from tools import snapshots
@@ -18,18 +18,19 @@ DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 1800
 
 
-def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
+def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT) -> Command:
+    """`command` in the level-1 sandbox, in the run's worktree, protected paths put back after
+    it: what the shell tool and the definition of done's command oracles both run."""
     from cluster.sandbox import Limits, SandboxUnavailable, for_level
 
     top = env.need_workspace()
-    limits = Limits(wall_seconds=arguments.get("timeout_seconds", DEFAULT_TIMEOUT))
     guard = snapshots.Guard(top, run_id=env.run_id, key=env.call.idempotency_key)
     earlier = guard.begin()
     try:
         result = for_level(1).run(
-            ["/bin/sh", "-c", arguments["command"]],
+            ["/bin/sh", "-c", command],
             workdir=top,
-            limits=limits,
+            limits=Limits(wall_seconds=timeout),
             stopping=env.call.stopping,
             run_id=env.run_id,
         )
@@ -43,7 +44,18 @@ def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
         lines.append(snapshots.note(earlier, earlier=True))
     if changed:
         lines.append(snapshots.note(changed))
-    return "\n".join(lines)
+    return Command(result.exit_code, "\n".join(lines))
+
+
+class Command(NamedTuple):
+    exit_code: int | None  # None when killed (timeout, cancellation)
+    text: str  # its output and what happened, as the model reads it
+
+
+def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    return run_command(
+        env, arguments["command"], timeout=arguments.get("timeout_seconds", DEFAULT_TIMEOUT)
+    ).text
 
 
 SHELL = Tool(

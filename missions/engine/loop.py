@@ -54,15 +54,34 @@ NO_TOOL = Tool(
     run=lambda call, arguments: "",
 )
 RETRIES = 3
-MAX_STOP_REFUSALS = 3  # then the run ends `blocked`, for the owner to look at
+MAX_STOP_REFUSALS = 3  # then the run ends as its hook says (`blocked` by default)
 STOP_HOOK_PREFIX = "You may not stop yet: "
 
-# Stop hooks by name: (answer, run input) -> None to accept, or the reason to refuse. None is
-# registered yet: the definition-of-done checks are to come; the mechanism is here.
+# Stop hooks by name. A plain hook: (answer, run input) -> None to accept, or the reason to
+# refuse, judged inside one journaled `verdict` step. A `ContextStopHook` acts through the run's
+# context instead (its own journaled steps, child runs, durable waits).
 StopHook = Callable[[str, dict[str, Any]], str | None]
-STOP_HOOKS: dict[
-    str, StopHook
-] = {}  # transient provider errors, within one model step (nothing is journaled meanwhile)
+
+
+@dataclass(frozen=True)
+class StopCheck:
+    """A context hook's answer: None to let the run end, else why not; `report` goes into the
+    run's output either way (what was checked, what is missing)."""
+
+    refusal: str | None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContextStopHook:
+    """`check(ctx, spec, answer, attempt)` (attempt: 1 for the run's first wish to end); after
+    MAX_STOP_REFUSALS refusals the run ends `exhausted`."""
+
+    check: Callable[[RunContext, Spec, str, int], StopCheck]
+    exhausted: str = RunStatus.BLOCKED
+
+
+STOP_HOOKS: dict[str, StopHook | ContextStopHook] = {}
 
 
 @dataclass(frozen=True)
@@ -263,11 +282,25 @@ def _agent(ctx: RunContext) -> Outcome:
             return Outcome(RunStatus.BLOCKED, {"refusal": response.get("refusal"), "turn": turn})
         calls = response["tool_calls"]
         if not calls:
-            refusal = _stop_hook(ctx, spec, response["text"])
+            stop = _stop_hook(ctx, spec, response["text"], attempt=refusals + 1)
+            refusal = stop.refusal
             if refusal is None:
-                return Outcome(RunStatus.DONE, {"answer": response["text"], "turns": turn})
+                return Outcome(
+                    RunStatus.DONE, {"answer": response["text"], "turns": turn, **stop.report}
+                )
             refusals += 1
             if refusals >= MAX_STOP_REFUSALS:
+                hook = STOP_HOOKS.get(spec.stop_hook or "")
+                if isinstance(hook, ContextStopHook) and hook.exhausted != RunStatus.BLOCKED:
+                    return Outcome(
+                        hook.exhausted,
+                        {
+                            "refused_by_stop_hook": refusal,
+                            "turn": turn,
+                            "answer": response["text"],
+                            **stop.report,
+                        },
+                    )
                 return Outcome(RunStatus.BLOCKED, {"refused_by_stop_hook": refusal, "turn": turn})
             # The model is told why it may not stop yet, and goes on.
             _append_user_text(provider, conversation.items, STOP_HOOK_PREFIX + refusal)
@@ -300,22 +333,26 @@ def _agent(ctx: RunContext) -> Outcome:
     return Outcome(RunStatus.PARTIAL, {"reason": f"turn cap {spec.max_turns} reached"})
 
 
-def _stop_hook(ctx: RunContext, spec: Spec, answer: str) -> str | None:
-    """Ask the run's stop hook (a journaled `verdict` step) whether it may end with `answer`."""
+def _stop_hook(ctx: RunContext, spec: Spec, answer: str, *, attempt: int) -> StopCheck:
+    """Ask the run's stop hook whether it may end with `answer`: a plain hook inside one
+    journaled `verdict` step, a context hook through its own steps."""
     if spec.stop_hook is None:
-        return None
+        return StopCheck(None)
     hook = STOP_HOOKS.get(spec.stop_hook)
     if hook is None:
         raise StepFailed(f"Unknown stop hook {spec.stop_hook!r}.")
+    if isinstance(hook, ContextStopHook):
+        return hook.check(ctx, spec, answer, attempt)
+    plain = hook
     verdict = ctx.step(
         StepKind.VERDICT,
         effect=Effect.READ,
         name=spec.stop_hook,
         request={"answer": answer},
-        execute=lambda call: Done({"refusal": hook(answer, dict(ctx.input))}),
+        execute=lambda call: Done({"refusal": plain(answer, dict(ctx.input))}),
     )
     refusal = verdict["refusal"]
-    return str(refusal) if refusal else None
+    return StopCheck(str(refusal) if refusal else None)
 
 
 def _planned_reads(tools: dict[str, Tool], response: dict[str, Any]) -> list[tuple[str, str, Any]]:
