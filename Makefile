@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # PYTHON=/path/to/python3.12 overrides the search below.
 PYTHON ?= $(shell scripts/find-python312)
 
-.PHONY: help run test lint fmt typecheck check chaos bench bench-memory lock clean-data system-deps
+.PHONY: help run test lint fmt typecheck check chaos bench bench-memory eval lock clean-data system-deps
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -67,6 +67,10 @@ bench: $(VENV)/.installed-dev ## Kernel and engine benchmarks vs their floors, o
 
 bench-memory: $(VENV)/.installed-dev ## Memory search: hit@10, MRR vs a grep, p95 at 100,000 notes (.data/bench)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py memory_eval tests/data/memory_dev_large.json --pad-to 100000
+
+eval: system-deps $(VENV)/.installed-dev ## Mission suite: single agent, then supervisor (EVAL_ARGS="--budget N") (.data/eval)
+	AGENTOS_DATA_DIR=.data/eval $(BIN)/python manage.py mission_eval default --mode single $(EVAL_ARGS)
+	AGENTOS_DATA_DIR=.data/eval $(BIN)/python manage.py mission_eval default --mode multi $(EVAL_ARGS)
 
 lock: | $(BIN)/python ## Re-pin every dependency from pyproject.toml
 	$(BIN)/pip install --quiet pip-tools

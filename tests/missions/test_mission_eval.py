@@ -133,6 +133,16 @@ def test_the_oracle_reports_a_mission_that_did_not_do_the_task_as_not_completed(
 
 
 @end_to_end
+def test_the_budget_caps_each_missions_tokens(seeded_catalog: None) -> None:
+    lines = mission_eval("default", "--tasks", "py-sort-key", "--budget", "2000")
+
+    assert rows(lines)["py-sort-key"][1:3] == ["budget_exhausted", "FAIL"], "\n".join(lines)
+    mission = Mission.objects.get()
+    assert mission.max_tokens == 2000
+    assert 2000 <= mission.spent()["tokens"] < 8000  # stopped at the first step past the cap
+
+
+@end_to_end
 def test_the_supervisor_mode_delegates_and_completes(seeded_catalog: None) -> None:
     try:
         lines = mission_eval("default", "--mode", "multi", "--tasks", "py-regex,research-incident")
