@@ -103,7 +103,15 @@ def _families() -> list[Tool]:
     return [*FILE_TOOLS, SHELL, *GIT_TOOLS]
 
 
-BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families()]
+def _merging() -> list[Tool]:
+    from tools.merging import MERGE_WORK
+
+    return [MERGE_WORK]
+
+
+BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families(), *_merging()]
+# What a run that delegates to writer sub-agents gets besides: merging their work.
+MERGING_TOOLS = [tool.name for tool in _merging()]
 # What a coding mission gets unless it says otherwise: the workspace tools, and the owner tools
 # the approvals app registers (`approvals.tools`).
 CODING_TOOLS = [

@@ -237,7 +237,7 @@ def export_commit(env: ToolEnv) -> tuple[str, Path]:
         workspace.BASE_REF,
         writable=True,
     )
-    with _copied_bundle(env.need_workspace() / BUNDLE) as bundle:
+    with copied_bundle(env.need_workspace() / BUNDLE) as bundle:
         heads = workspace.host_git(stage, "bundle", "list-heads", str(bundle)).stdout.split()
         if heads[:1] != [head]:
             raise ToolError("The bundle made in the sandbox does not hold the worktree's HEAD.")
@@ -248,7 +248,7 @@ def export_commit(env: ToolEnv) -> tuple[str, Path]:
 
 
 @contextlib.contextmanager
-def _copied_bundle(source: Path) -> Iterator[Path]:
+def copied_bundle(source: Path) -> Iterator[Path]:
     """A host-owned copy of the bundle the sandbox wrote: opened without following links, only
     if it is a regular file of bounded size, so nothing can be swapped in while git reads it."""
     try:

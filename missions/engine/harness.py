@@ -21,6 +21,7 @@ from missions.models import Mission
 from missions.providers.base import ToolResult
 from tools import checkpoints, levels, permissions, workspace
 from tools.base import Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
+from tools.git import SHA
 from tools.models import Decision
 
 
@@ -31,20 +32,28 @@ def workbench(ctx: RunContext, repository: str, base: str) -> Workbench:
     if not repository:
         return Workbench(ctx.run_id, project_id, None)
 
+    start = _base_checkpoint(ctx)
+
     def prepare(call: StepCall) -> Done:
         try:
-            path = workspace.ensure_worktree(ctx.run_id, repository, base)
+            if start is not None:
+                path = _writer_worktree(ctx, repository, start)
+            else:
+                path = workspace.ensure_worktree(ctx.run_id, repository, base)
+                relief.record_baseline(ctx.run_id, path)  # before any tool step can change it
         except ToolError as error:
             raise StepFailed(f"No workspace for this run: {error}") from error
-        relief.record_baseline(ctx.run_id, path)  # before any tool step can change it
         Run.objects.filter(pk=ctx.run_id).update(workspace=str(path))
         return Done(str(path))
 
+    request: dict[str, Any] = {"repository": repository, "base": base}
+    if start is not None:
+        request["checkpoint"] = start  # only then: other runs' journals keep their shape
     path = ctx.step(
         StepKind.CHECKPOINT,
         effect=Effect.IDEMPOTENT_WRITE,
         name="workspace",
-        request={"repository": repository, "base": base},
+        request=request,
         execute=prepare,
     )
     forked = ctx.run.contract.get("forked_from") if isinstance(ctx.run.contract, dict) else None
@@ -56,6 +65,48 @@ def workbench(ctx: RunContext, repository: str, base: str) -> Workbench:
         Run.objects.filter(pk=ctx.run_id).update(workspace=path)
     ctx.run.workspace = path
     return Workbench(ctx.run_id, project_id, Path(path))
+
+
+def _base_checkpoint(ctx: RunContext) -> dict[str, str] | None:
+    """The parent's checkpoint a writer sub-agent starts from (`contract.base_checkpoint`, set
+    by the delegating tool, never by a model), else None."""
+    contracts = [ctx.input.get("contract") if isinstance(ctx.input, dict) else None]
+    contracts.append(ctx.run.contract)
+    for contract in contracts:
+        found = contract.get("base_checkpoint") if isinstance(contract, dict) else None
+        if found is None:
+            continue
+        if not isinstance(found, dict) or not all(
+            isinstance(found.get(key), str) and SHA.match(found[key]) for key in ("head", "tree")
+        ):
+            raise StepFailed("The run's base checkpoint is not a checkpoint (head, tree).")
+        return {key: found[key] for key in ("commit", "tree", "head") if key in found}
+    return None
+
+
+def _writer_worktree(ctx: RunContext, repository: str, start: dict[str, str]) -> Path:
+    """A writer sub-agent's own repository: its parent's, as the parent's checkpoint `start`
+    holds it (committed and uncommitted files), on branch `agentos/run-<id>` at the checkpoint's
+    HEAD. Made like a fork's (a data copy, settled in the child's sandbox, marked complete once
+    made): a replay after a kill anywhere finds it or makes it again."""
+    if ctx.run.parent_id is None:
+        raise ToolError("a writer is a sub-agent, and this run has no parent.")
+    parent = Run.objects.filter(pk=ctx.run.parent_id).values("id", "workspace").first()
+    if parent is None or not parent["workspace"]:
+        raise ToolError("a writer starts from its parent's workspace, and there is none.")
+    source = Path(parent["workspace"])
+    if not source.is_dir():
+        raise ToolError(f"the parent run {parent['id']}'s workspace was removed.")
+    workspace.adopt_base(repository, parent["id"], ctx.run_id)
+    path = checkpoints.fork_worktree(
+        ctx.run_id,
+        source_run=parent["id"],
+        source_worktree=source,
+        checkpoint={"commit": start.get("commit", start["head"]), **start},
+    )
+    # The parent's baseline, not the copy's files: what its agent wrote stays the agent's.
+    relief.inherit_baseline(parent["id"], ctx.run_id)
+    return path
 
 
 def _fork_workspace(ctx: RunContext, repository: str, forked: dict[str, Any]) -> Path:

@@ -186,14 +186,24 @@ def record_baseline(run_id: int, workspace: Path) -> None:
     outside the worktree, where the sandbox cannot change it. Called from the workspace
     checkpoint, before any tool step, and again on its replay (still before any tool step).
     """
-    from tools import safefs
-
     hashes: dict[str, str | None] = {}
     for name in REHYDRATE_FILES:
         try:
             hashes[name] = _hash(_read(workspace, name))
         except ToolError:
             hashes[name] = None  # not a file to read: whatever comes there later is the agent's
+    _keep_baseline(run_id, hashes)
+
+
+def inherit_baseline(source_run: int, run_id: int) -> None:
+    """A run whose workspace is a copy of another run's (a writer sub-agent) keeps that run's
+    baseline: a file the other agent wrote is still an agent's, not the repository's."""
+    _keep_baseline(run_id, _baseline(source_run))
+
+
+def _keep_baseline(run_id: int, hashes: dict[str, str | None]) -> None:
+    from tools import safefs
+
     home = safefs.host_dir("baselines")
     temp = home / f".run-{run_id}.{secrets.token_hex(4)}"
     temp.write_text(json.dumps(hashes))
