@@ -22,6 +22,7 @@ from missions import demo, verification
 from missions.engine import loop
 from missions.launch import create_mission
 from missions.models import Mission, Project
+from missions.timeline import entry
 from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
 from tests.factories import Owner
@@ -125,6 +126,8 @@ def test_every_command_oracle_passing_ends_the_run_done(project: Project) -> Non
     oracle = Step.objects.get(run=run, name="oracle calc")
     assert (oracle.effect, res(oracle)["exit_code"]) == ("read", 0)
     assert res(oracle)["evidence"].startswith("$ grep -q 'def ' calc.py\n")
+    # The owner reads each verdict with its evidence on the run's page.
+    assert entry(oracle).summary.startswith("Criterion calc passes: $ grep -q 'def ' calc.py")
 
 
 @runs_work
