@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,11 +16,12 @@ import pytest
 from kernel import budgets, crashpoints, runs, scheduler
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
-from missions import delegation
+from missions import delegation, demo
 from missions.engine.loop import STOP_HOOK_PREFIX, Spec
-from missions.models import Mission
+from missions.models import Mission, Project
 from missions.providers import scripted
 from tests.kernel.factories import make_mission
+from tools import workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -532,3 +537,82 @@ def test_a_child_fails_over_to_the_other_provider_only_when_its_own_cannot_be_ca
         "role planner is routed to anthropic (claude-fable-5-2), which cannot be called (no key"
         " or endpoint), and no other provider can take it over"
     ]
+
+
+@pytest.fixture
+def repository() -> Iterator[Path]:
+    """A project repository the sandbox user can reach (the demo's)."""
+    base = workspace.root() / "test-delegation" / uuid.uuid4().hex[:8]
+    yield demo.create_repositories(base)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_writer_starts_from_a_checkpoint_of_its_parent_s_files(repository: Path) -> None:
+    project = Project.objects.create(name=f"p-{repository.parent.name}", repository=str(repository))
+    mission = Mission.objects.create(project=project, goal="Fix calc with a helper.")
+    writer = task("fixer", writes=True, tools=["read_file", "write_file"])
+    run = runs.start_run(
+        account=mission,
+        program="agent",
+        input={
+            "goal": "Fix calc with a helper.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": ["delegate", "read_file", "write_file", "list_files"],
+            "repository": str(repository),
+            "checkpoints": True,
+            "data_framing": True,
+            "script": {
+                "turns": [
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "write_file",
+                                "arguments": {"path": "PLAN.md", "content": "fix the mean\n"},
+                            }
+                        ]
+                    },
+                    delegating(writer),
+                    {"text": "Thanks."},
+                ],
+                "children": {
+                    "fixer": {
+                        "turns": [
+                            {
+                                "tool_calls": [
+                                    {"name": "read_file", "arguments": {"path": "PLAN.md"}}
+                                ]
+                            },
+                            {"text": json.dumps(envelope(1))},
+                        ]
+                    }
+                },
+            },
+        },
+    )
+
+    work()
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.DONE, run.error
+    child = Run.objects.get(parent=run)
+    spec = Spec.from_input(child.input)
+    assert spec.contract is not None
+    base = spec.contract["base_checkpoint"]
+    # The parent's worktree was checkpointed (a journaled step) right before the spawn.
+    steps = list(Step.objects.filter(run=run).order_by("seq"))
+    spawn = next(step for step in steps if step.kind == "spawn")
+    checkpoint = steps[spawn.seq - 2]
+    assert (checkpoint.kind, checkpoint.name) == ("checkpoint", "workspace-checkpoint")
+    assert base == {"run": run.pk, "workspace": run.workspace, **dict(checkpoint.result or {})}
+    assert (spec.repository, spec.checkpoints, spec.tools) == (
+        str(repository),
+        True,
+        ["read_file", "write_file"],
+    )
+    # The writer's own worktree holds the parent's uncommitted file.
+    (read,) = Step.objects.filter(run=child, kind="tool_call", name="read_file")
+    assert "fix the mean" in dict(read.result or {})["output"], read.result
+    (seen,) = json.loads(tool_results(run)[0]["output"])
+    assert seen["status"] == "done"
+    assert child.workspace != run.workspace
