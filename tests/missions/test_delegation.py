@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db.models import Sum
 
 from kernel import budgets, crashpoints, runs, scheduler
 from kernel.models import Run, RunStatus, Step
@@ -347,23 +348,32 @@ def test_a_child_over_its_token_budget_comes_back_budget_exhausted_with_a_clear_
         ]
     }
     run = parent_run(
-        [delegating(task("files", budget={"tokens": 1000}), task("tests")), {"text": "Thanks."}],
+        [
+            delegating(task("files", budget={"tokens": 1000}), task("tests")),
+            # Only the task that ran out is given again, with more room.
+            delegating(task("files", budget={"tokens": 5000})),
+            {"text": "Thanks."},
+        ],
         {"files": spender, "tests": answers(envelope(2))},
     )
 
-    assert work() == ["waiting", "budget_exhausted", "done", "done"]
+    assert work() == ["waiting", "budget_exhausted", "done", "waiting", "done", "done"]
 
     run.refresh_from_db()
-    spent, other = Run.objects.filter(parent=run).order_by("pk")
-    (result,) = tool_results(run)
-    seen = json.loads(result["output"])
+    spent, other, again = Run.objects.filter(parent=run).order_by("pk")
+    first, second = tool_results(run)
+    seen = json.loads(first["output"])
     assert seen[0]["status"] == "budget_exhausted"
     assert seen[0]["error"] == f"child run {spent.pk} exceeded its budget: 1200 of 1000 tokens"
     assert seen[0]["payload"] == {}
     assert seen[1]["status"] == "done"
-    # The child's spend is debited to its parent too.
-    assert run.input_tokens >= spent.input_tokens + other.input_tokens
+    assert [(e["run"], e["status"]) for e in json.loads(second["output"])] == [(again.pk, "done")]
+    # The sibling that succeeded ran once: nothing of it was replayed.
+    assert Step.objects.filter(run=other, kind="model_call").count() == 1
+    # The children's spend is debited to their parent too.
+    own = Step.objects.filter(run=run).aggregate(tokens=Sum("input_tokens"))["tokens"]
     assert spent.input_tokens == 1200
+    assert run.input_tokens == own + spent.input_tokens + other.input_tokens + again.input_tokens
 
 
 def test_a_parent_killed_right_after_its_first_spawn_spawns_no_child_twice(
