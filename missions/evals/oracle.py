@@ -41,8 +41,11 @@ class Verdict:
     detail: str  # why, in a few lines: the end of the test output, or the answer's mismatch
 
 
-def run_tests(worktree: Path, run_id: int, command: str, protected: dict[str, bytes]) -> Verdict:
-    """The task's test command on the run's last commit, in the run's sandbox."""
+def run_tests(
+    worktree: Path, run_id: int | None, command: str, protected: dict[str, bytes]
+) -> Verdict:
+    """The task's test command on the last commit of `worktree`, in the sandbox of `run_id` (the
+    sandbox user's without one)."""
     from cluster.sandbox import Limits, SandboxUnavailable, for_level
 
     if not worktree.is_dir():

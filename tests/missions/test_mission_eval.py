@@ -10,17 +10,23 @@ import io
 import json
 import re
 import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from cluster.identity import give
 from kernel.models import Run
-from missions.evals import oracle
+from missions.evals import oracle, runner
 from missions.evals.suite import SUITES, load
 from missions.models import Mission
-from tools import registry
+from tools import registry, workspace
+
+# Every test here has the seeded catalog (this folder's conftest), hence a database.
+pytestmark = pytest.mark.django_db
 
 THREE = ["py-off-by-one", "js-async-foreach", "research-invoices"]
 
@@ -32,8 +38,7 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-# The missions run on a real worker, which commits as it goes: a transactional database, and the
-# catalog (prices, routes) as the migrations seed it.
+# The missions run on a real worker, which commits as it goes: a transactional database.
 end_to_end = pytest.mark.django_db(transaction=True)
 
 
@@ -61,7 +66,7 @@ def rows(lines: list[str]) -> dict[str, list[str]]:
 
 
 @end_to_end
-def test_three_tasks_of_the_default_suite_complete_offline(seeded_catalog: None) -> None:
+def test_three_tasks_of_the_default_suite_complete_offline() -> None:
     lines = mission_eval("default", "--mode", "single", "--tasks", ",".join(THREE))
 
     table = rows(lines)
@@ -116,7 +121,7 @@ def broken_suite(tmp_path: Path) -> Path:
 
 @end_to_end
 def test_the_oracle_reports_a_mission_that_did_not_do_the_task_as_not_completed(
-    tmp_path: Path, seeded_catalog: None
+    tmp_path: Path,
 ) -> None:
     lines = mission_eval(str(broken_suite(tmp_path)))
 
@@ -133,7 +138,7 @@ def test_the_oracle_reports_a_mission_that_did_not_do_the_task_as_not_completed(
 
 
 @end_to_end
-def test_the_budget_caps_each_missions_tokens(seeded_catalog: None) -> None:
+def test_the_budget_caps_each_missions_tokens() -> None:
     lines = mission_eval("default", "--tasks", "py-sort-key", "--budget", "2000")
 
     assert rows(lines)["py-sort-key"][1:3] == ["budget_exhausted", "FAIL"], "\n".join(lines)
@@ -143,7 +148,7 @@ def test_the_budget_caps_each_missions_tokens(seeded_catalog: None) -> None:
 
 
 @end_to_end
-def test_the_supervisor_mode_delegates_and_completes(seeded_catalog: None) -> None:
+def test_the_supervisor_mode_delegates_and_completes() -> None:
     try:
         lines = mission_eval("default", "--mode", "multi", "--tasks", "py-regex,research-incident")
     except CommandError as error:
@@ -155,7 +160,6 @@ def test_the_supervisor_mode_delegates_and_completes(seeded_catalog: None) -> No
     assert Run.objects.filter(parent__isnull=False).count() >= 3  # the workers of both missions
 
 
-@pytest.mark.django_db
 def test_the_multi_mode_is_refused_without_the_delegate_tool(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -183,7 +187,6 @@ def test_the_multi_mode_is_refused_without_the_delegate_tool(
         (["default", "--tasks", "py-regex,py-regex"], "A task is named twice in --tasks."),
     ],
 )
-@pytest.mark.django_db
 def test_bad_arguments_are_refused_precisely(args: list[str], message: str) -> None:
     with pytest.raises(CommandError) as refused:
         mission_eval(*args)
@@ -191,13 +194,11 @@ def test_bad_arguments_are_refused_precisely(args: list[str], message: str) -> N
     assert not Mission.objects.exists()
 
 
-@pytest.mark.django_db
 def test_it_refuses_the_owners_database_unless_told() -> None:
     with pytest.raises(CommandError, match=r"not a dedicated evaluation one\. Use `make eval`"):
         call_command("mission_eval", "default", "--tasks", "py-regex", stdout=io.StringIO())
 
 
-@pytest.mark.django_db
 def test_a_malformed_task_is_refused_with_its_file_and_reason(tmp_path: Path) -> None:
     suite = tmp_path / "bad"
     shutil.copytree(SUITES / "default" / "py-regex", suite / "py-regex")
@@ -238,6 +239,39 @@ def test_the_default_suite_ships_its_tasks() -> None:
     for contract in delegated["arguments"]["tasks"]:
         assert contract["done_criteria"]
         assert contract["objective"]
+
+
+@pytest.fixture
+def fixtures_base() -> Iterator[Path]:
+    """Where the sandbox user can reach the tasks' repositories."""
+    base = workspace.root() / "test-evals" / uuid.uuid4().hex[:8]
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "name", [task.name for task in load("default").tasks if task.kind == "coding"]
+)
+def test_each_coding_task_fails_its_oracle_as_shipped_and_passes_it_fixed(
+    name: str, fixtures_base: Path
+) -> None:
+    """The tasks are sound: their tests fail on the code as shipped, so a mission that changes
+    nothing is never completed, and pass once the plan's fix is committed."""
+    task = load("default").select([name])[0]
+    shipped = runner.materialise(task, fixtures_base / "shipped")
+    fixed = runner.materialise(task, fixtures_base / "fixed")
+    for edit in task.plan["edits"]:  # our own fixture's files: the host may edit and commit them
+        path = fixed / edit["path"]
+        path.write_text(path.read_text().replace(edit["old_text"], edit["new_text"]))
+    workspace.host_git(fixed, "commit", "--quiet", "--all", "-m", task.plan["message"])
+    for repository in (shipped, fixed):
+        give(repository)
+
+    before = oracle.run_tests(shipped, None, task.test_command, task.protected())
+    after = oracle.run_tests(fixed, None, task.test_command, task.protected())
+
+    assert not before.passed, before.detail
+    assert after.passed, after.detail
 
 
 @pytest.mark.parametrize(
