@@ -235,6 +235,11 @@ def test_a_contract_without_done_criteria_is_refused_and_the_model_reads_why() -
         ({"budget": {"tokens": 0}}, "budget/tokens: 0 is less than or equal to the minimum of 0"),
         ({"output_schema": {"type": "nonsense"}}, "output_schema is not a valid JSON Schema"),
         ({"writes": True}, "writes: true needs a repository"),
+        ({"sandbox_level": 3}, "sandbox_level 3 is not offered here"),
+        (
+            {"context_mode": "artifact_only", "context": ["src/app.py"]},
+            "artifact_only needs context to be artifact ids (sha256 hex), not src/app.py",
+        ),
     ],
 )
 def test_a_contract_the_parent_cannot_give_is_refused_precisely(
