@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from cluster.identity import give
-from kernel.models import Run
+from kernel.models import TERMINAL, Run
 from missions.evals import oracle, runner
 from missions.evals.suite import SUITES, load
 from missions.models import Mission
@@ -102,12 +102,17 @@ def test_three_tasks_of_the_default_suite_complete_offline() -> None:
 
 
 def broken_suite(tmp_path: Path) -> Path:
-    """Two tasks of the default suite whose scripts fail at the task while the mission still ends
+    """Tasks of the default suite whose scripts fail at the task while the mission still ends
     `done`: the coding one never edits (it just says it is done), the research one computes the
-    attendance of the wrong year."""
+    attendance of the wrong year. And one whose script (given in full) waits for the owner."""
     suite = tmp_path / "broken"
-    for name in ("py-off-by-one", "research-meetups"):
+    for name in ("py-off-by-one", "research-meetups", "research-leave-policy"):
         shutil.copytree(SUITES / "default" / name, suite / name)
+    asking = suite / "research-leave-policy" / "task.json"
+    data = json.loads(asking.read_text())
+    question = {"name": "ask_owner", "arguments": {"question": "Which policy do you mean?"}}
+    data["scripts"] = {"single": {"turns": [{"tool_calls": [question]}, {"text": "29"}]}}
+    asking.write_text(json.dumps(data))
     coding = suite / "py-off-by-one" / "task.json"
     data = json.loads(coding.read_text())
     data["plan"]["edits"] = []  # the turn that should edit answers instead: the run ends done
@@ -128,9 +133,13 @@ def test_the_oracle_reports_a_mission_that_did_not_do_the_task_as_not_completed(
     table = rows(lines)
     assert table["py-off-by-one"][1:3] == ["done", "FAIL"]
     assert table["research-meetups"][1:3] == ["done", "FAIL"]
+    # Nobody answers during an evaluation: the mission is stopped, and judged as it is.
+    assert table["research-leave-policy"][1:3] == ["waiting", "FAIL"]
     text = "\n".join(lines)
     assert "FAILED (failures=" in text  # the tests, as the oracle ran them in the sandbox
     assert "expected '277'" in text
+    assert "the mission ended cancelled, without an answer" in text
+    assert not Run.objects.exclude(status__in=TERMINAL).exists()
     summary = metrics(lines[-1])
     assert (summary["completed"], summary["rate"]) == ("0", "0.000")
     assert summary["tokens_per_completed"] == "none"
