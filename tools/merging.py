@@ -10,8 +10,10 @@ unbundles it (no transport: git inside has none) and merges with `--no-ff`. No h
 runs git on either tree.
 
 On a conflict nothing changes: the merge is aborted in the sandbox and the model is told which
-files conflict, and to delegate a resolver — a writer whose worktree, made from the parent's
-checkpoint, holds this side and, under `refs/agentos/children/run-<id>`, the other.
+files conflict, and to delegate a resolver — a writer, whose worktree is a copy of the parent's,
+that merges its conflicting sibling with this same tool: for a writer merging a sibling the
+merge stops with the conflict markers in its tree, the resolver edits them and commits (git
+records the merge), and the parent then merges the resolver, the sibling's work with it.
 
 Durability: the tool is a workspace write (the harness checkpoints before it and puts the files
 back on a replay), non-idempotent with a probe: the merge commit carries an `Agentos-Merge:
@@ -77,6 +79,7 @@ if [ "$3" = 1 ]; then
   rm -f .git/index.lock .git/HEAD.lock .git/ORIG_HEAD.lock .git/MERGE_HEAD.lock
   if [ -f .git/MERGE_HEAD ]; then {GIT} merge --abort; else {GIT} reset --quiet; fi
 fi
+if [ -f .git/MERGE_HEAD ]; then exit 8; fi
 dirty=$({GIT} status --porcelain --untracked-files=no)
 if [ -n "$dirty" ]; then printf '%s\\n' "$dirty" | head -n {MAX_LISTED}; exit 4; fi
 cat > {BUNDLE}
@@ -94,12 +97,13 @@ fi
 if [ -f .git/MERGE_HEAD ]; then
   printf 'CONFLICT\\0'
   {GIT} diff --name-only -z --diff-filter=U
+  if [ "$5" = 1 ]; then exit 9; fi
   {GIT} merge --abort
   exit 5
 fi
 exit 6
 """
-DIRTY, CONFLICT, REFUSED = 4, 5, 6
+DIRTY, CONFLICT, IN_PROGRESS, KEPT = 4, 5, 8, 9
 
 
 def _merge(env: ToolEnv, arguments: dict[str, Any]) -> str:
@@ -113,16 +117,24 @@ def _merge(env: ToolEnv, arguments: dict[str, Any]) -> str:
         f" ({child['name']})" if child["name"] else ""
     )
     replay = "1" if env.call.replay else "0"
-    argv = ["/bin/sh", "-c", MERGE, "sh", str(child["id"]), tip, replay, message]
+    keep = "1" if child["sibling"] else "0"
+    argv = ["/bin/sh", "-c", MERGE, "sh", str(child["id"]), tip, replay, message, keep]
     done = _in_sandbox(top, env, argv, stdin=bundle)
+    if done.exit_code == IN_PROGRESS:
+        raise ToolError(
+            "Refused: a merge is in progress in this workspace; resolve its conflicts and"
+            " commit it (git_commit) first."
+        )
     if done.exit_code == DIRTY:
         raise ToolError(
             "Refused: this workspace has uncommitted changes to tracked files; commit them"
             f" (git_commit) first, then merge run {child['id']}:\n{done.output.strip()}"
         )
+    files = [name for name in done.output.partition("CONFLICT\0")[2].split("\0") if name]
     if done.exit_code == CONFLICT:
-        files = [name for name in done.output.partition("CONFLICT\0")[2].split("\0") if name]
         raise ToolError(_conflict(child["id"], files))
+    if done.exit_code == KEPT:
+        return _to_resolve(child["id"], files) + note
     if done.exit_code != 0:
         said = (done.errors or done.output).strip()[-2000:]
         raise ToolError(f"Could not merge run {child['id']}: {said}")
@@ -155,20 +167,29 @@ def _merged(env: ToolEnv, arguments: dict[str, Any]) -> str | None:
 
 
 def _child(env: ToolEnv, child_id: int) -> dict[str, Any]:
-    """The child run to merge: a writer sub-agent of this run that has ended."""
+    """The run to merge: a writer sub-agent of this run that has ended — or, when this run is a
+    writer itself (a resolver), a writer sibling that has ended."""
     from kernel.models import Run
 
-    run = Run.objects.filter(pk=child_id, parent_id=env.run_id).first()
-    if run is None:
+    me = Run.objects.filter(pk=env.run_id).values_list("parent_id", "input").first()
+    run = Run.objects.filter(pk=child_id).exclude(pk=env.run_id).first()
+    sibling = (
+        run is not None
+        and me is not None
+        and run.parent_id is not None
+        and run.parent_id == me[0]
+        and _base_of(me[1]) is not None
+    )
+    if run is None or (run.parent_id != env.run_id and not sibling):
         raise ToolError(
             f"Refused: run {child_id} is not a sub-agent of this run; only the work of this run's"
-            " own sub-agents can be merged."
+            " own sub-agents can be merged (and, by a writer, its sibling writers')."
         )
     if not run.is_terminal:
         raise ToolError(f"Run {child_id} has not ended yet ({run.status}): merge it once it ends.")
     contract = (run.input or {}).get("contract") if isinstance(run.input, dict) else None
-    checkpoint = contract.get("base_checkpoint") if isinstance(contract, dict) else None
-    if not isinstance(checkpoint, dict) or not run.workspace:
+    checkpoint = _base_of(run.input)
+    if checkpoint is None or not run.workspace:
         raise ToolError(
             f"Run {child_id} was not a writer (no worktree of its own): it has nothing to merge."
         )
@@ -185,7 +206,15 @@ def _child(env: ToolEnv, child_id: int) -> dict[str, Any]:
         "head": head,
         "tree": tree,
         "name": re.sub(r"\s+", " ", name).strip()[:100],
+        "sibling": sibling,
     }
+
+
+def _base_of(spec: Any) -> dict[str, Any] | None:
+    """The parent's checkpoint a writer's input says it started from (None: not a writer)."""
+    contract = spec.get("contract") if isinstance(spec, dict) else None
+    found = contract.get("base_checkpoint") if isinstance(contract, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def _export(env: ToolEnv, child: dict[str, Any]) -> tuple[str, int, list[str], bytes]:
@@ -261,12 +290,23 @@ def _conflict(child_id: int, files: list[str]) -> str:
     return (
         f"Merge conflict: run {child_id}'s work and this workspace both changed these files, and"
         f" nothing was merged (this workspace is as it was):\n{shown}\n"
-        "Hand the conflict to a resolver: delegate a writer (writes: true) whose objective is to"
-        f" combine both sides of these files and commit the result. Its workspace holds this"
-        f" side; run {child_id}'s side is the commit {CHILD_REF}/run-{child_id}, which it reads"
-        f" from its shell (git diff HEAD {CHILD_REF}/run-{child_id};"
-        f" git show {CHILD_REF}/run-{child_id}:<path>). Then merge the resolver's run instead of"
-        f" run {child_id}."
+        "Hand the conflict to a resolver: delegate a writer (writes: true) told to call"
+        f" merge_work with run {child_id} (in its own workspace, a copy of this one, the merge"
+        " stops with conflict markers in these files), edit the files to combine both sides,"
+        " and commit with git_commit. Then merge the resolver's run: run"
+        f" {child_id}'s work comes with it."
+    )
+
+
+def _to_resolve(child_id: int, files: list[str]) -> str:
+    shown = "\n".join(f"- {name}" for name in files[:MAX_LISTED])
+    if len(files) > MAX_LISTED:
+        shown += f"\n- and {len(files) - MAX_LISTED} more"
+    return (
+        f"Merging run {child_id} stopped at conflicts, left in this workspace to resolve:\n"
+        f"{shown}\nEach holds both sides between conflict markers (<<<<<<<, =======, >>>>>>>):"
+        " edit them into one version without markers, then commit with git_commit, which"
+        f" records the merge. Run {child_id}'s other changes are already in place."
     )
 
 

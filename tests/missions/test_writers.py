@@ -66,13 +66,19 @@ def writer_script(name: str, command: str) -> dict[str, Any]:
 
 
 def start_parent(
-    mission: Mission, repo: Path, writers: dict[str, str], after: list[dict[str, Any]]
+    mission: Mission,
+    repo: Path,
+    writers: dict[str, str],
+    after: list[dict[str, Any]],
+    later: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Run, list[int]]:
     """A parent that commits a file, leaves a draft uncommitted, delegates to `writers` (name:
     their shell command), commits its draft, then plays `after` with the writers' run ids (the
-    next ids after its own, in the order given; checked once they exist)."""
+    next ids after its own, in the order given — `later`'s writers, delegated in `after`, after
+    them; checked once they exist)."""
+    later = later or {}
     parent = runs.start_run(account=mission, program="agent", input={"goal": "placeholder"})
-    ids = [parent.pk + offset for offset in range(1, len(writers) + 1)]
+    ids = [parent.pk + offset for offset in range(1, len(writers) + len(later) + 1)]
     turns = [
         calls(
             ("write_file", {"path": "committed.txt", "content": "committed by the parent\n"}),
@@ -92,7 +98,8 @@ def start_parent(
             "script": {
                 "turns": turns,
                 "children": {
-                    name: writer_script(name, command) for name, command in writers.items()
+                    **{name: writer_script(name, command) for name, command in writers.items()},
+                    **{name: fill(script, ids) for name, script in later.items()},
                 },
             },
             "repository": str(repo),
@@ -104,7 +111,8 @@ def start_parent(
 
 
 def fill(turn: dict[str, Any], ids: list[int]) -> dict[str, Any]:
-    """`turn` with each `{"run": "#N"}` argument replaced by the N-th writer's run id."""
+    """`turn` (or a script) with each `{"run": "#N"}` argument replaced by the N-th writer's
+    run id."""
     text = json.dumps(turn)
     for number, run_id in enumerate(ids, start=1):
         text = text.replace(f'"#{number}"', str(run_id))
@@ -187,4 +195,59 @@ def test_writers_that_conflict_are_handed_back_to_be_resolved(
     assert "delegate a writer" in second["output"]
     assert (Path(parent.workspace) / "same.txt").read_text() == "says a\n"
     assert in_worktree(parent, "status", "--porcelain") == ""
+    assert isinstance(parent.output, dict)
     assert str(parent.output["answer"]).count("Merge conflict") == 1
+
+
+def test_a_resolver_merges_its_conflicting_sibling_and_the_parent_merges_the_resolver(
+    mission: tuple[Mission, Path],
+) -> None:
+    envelope = {
+        "status": "done",
+        "payload": {"file": "same.txt"},
+        "evidence": {"commands": [], "tests": [], "sources": []},
+    }
+    resolver = {
+        "turns": [
+            calls(("merge_work", {"run": "#2"})),
+            calls(("shell", {"command": "printf 'says a\\nsays b\\n' > same.txt"})),
+            calls(("git_commit", {"message": "resolve: keep both"})),
+            {"text": json.dumps(envelope)},
+        ]
+    }
+    parent, (a, b, r) = start_parent(
+        *mission,
+        {"a": "echo 'says a' > same.txt", "b": "echo 'says b' > same.txt"},
+        [
+            calls(("merge_work", {"run": "#1"})),
+            calls(("merge_work", {"run": "#2"})),
+            calls(("delegate", {"tasks": [writer_task("r")]})),
+            calls(("merge_work", {"run": "#3"})),
+            calls(("merge_work", {"run": "#2"})),
+            {"text": "Merged, conflict resolved."},
+        ],
+        later={"r": resolver},
+    )
+
+    Worker(lease_seconds=30).run_until_idle()
+
+    parent.refresh_from_db()
+    assert parent.status == "done", parent.error
+    resolving = Run.objects.get(pk=r)
+    assert (resolving.parent_id, resolving.status) == (parent.pk, "done"), resolving.error
+    (kept,) = results(resolving, "merge_work")
+    assert kept["is_error"] is False
+    assert kept["output"].startswith(f"Merging run {b} stopped at conflicts"), kept
+    assert "- same.txt" in kept["output"]
+    merged = [result["output"] for result in results(parent, "merge_work")]
+    assert merged[0].startswith(f"Merged run {a} into this workspace"), merged
+    assert "Merge conflict" in merged[1]
+    assert merged[2].startswith(f"Merged run {r} into this workspace"), merged
+    assert merged[3].startswith(f"Run {b}'s work is already in this workspace"), merged
+    top = Path(parent.workspace)
+    assert (top / "same.txt").read_text() == "says a\nsays b\n"
+    assert in_worktree(parent, "status", "--porcelain") == ""
+    # b's own commit is in the parent's history, through the resolver's merge.
+    subjects = in_worktree(parent, "log", "--format=%s").splitlines()
+    assert "writer b" in subjects
+    assert "resolve: keep both" in subjects

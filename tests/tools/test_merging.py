@@ -389,8 +389,7 @@ def test_a_conflict_is_refused_with_its_files_and_leaves_the_tree_as_it_was(
     assert "Merge conflict" in message
     assert "- shared.txt" in message
     assert "other.txt" not in message  # it merged cleanly: not a conflict
-    assert "delegate a writer" in message
-    assert f"refs/agentos/children/run-{child.pk}" in message
+    assert f"call merge_work with run {child.pk}" in message
     after = snapshot(Path(parent.workspace))
     changed = {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
     # Only git's own records of the attempt changed (the child's commits, fetched, kept for the
