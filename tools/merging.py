@@ -67,8 +67,9 @@ fi
 NO_BRANCH = 7
 
 # In the parent's sandbox, the bundle on stdin. On a replay, first what a merge cut short may
-# have left: locks of a killed git, a merge in progress, or an index already holding the merge's
-# result (the harness has put the files back to its checkpoint). A tree with uncommitted changes
+# have left: locks of a killed git, its merge in progress (not another one, which a resolver
+# may be resolving), or an index already holding the merge's result (the harness has put the
+# files back to its checkpoint). A tree with uncommitted changes
 # to tracked files is refused: the merge would mix them with the child's. A conflict is aborted
 # (the tree as it was) and its files listed.
 MERGE = f"""\
@@ -77,7 +78,9 @@ child=$1 tip=$2
 ref="{CHILD_REF}/run-$child"
 if [ "$3" = 1 ]; then
   rm -f .git/index.lock .git/HEAD.lock .git/ORIG_HEAD.lock .git/MERGE_HEAD.lock
-  if [ -f .git/MERGE_HEAD ]; then {GIT} merge --abort; else {GIT} reset --quiet; fi
+  if [ ! -f .git/MERGE_HEAD ]; then {GIT} reset --quiet
+  elif [ "$(cat .git/MERGE_HEAD)" = "$tip" ]; then {GIT} merge --abort
+  fi
 fi
 if [ -f .git/MERGE_HEAD ]; then exit 8; fi
 dirty=$({GIT} status --porcelain --untracked-files=no)
