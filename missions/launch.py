@@ -19,7 +19,7 @@ from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
 from missions.routing import route_for
-from tools.builtin import CODING_TOOLS
+from tools.builtin import CODING_TOOLS, MERGING_TOOLS
 
 CODING_INSTRUCTIONS = """\
 You work in a git repository of your own, on the project's code, mounted at /workspace in the
@@ -66,9 +66,11 @@ def start_mission(
         # The model decides how much to think (DESIGN.md §5); effort steers the spend.
         "thinking": route.provider != "scripted",
         # The root run supervises: it keeps the mission's ledger (`missions.ledger`).
-        # `delegate`: the mission's agent may hand tasks to sub-agents (`missions.delegation`).
+        # `delegate`: the mission's agent may hand tasks to sub-agents (`missions.delegation`),
+        # and merge its writers' work (`merge_work`) when it has a repository.
         "tools": [
             *(CODING_TOOLS if repository else []),
+            *(MERGING_TOOLS if repository else []),
             *MEMORY_TOOL_NAMES,
             *LEDGER_TOOL_NAMES,
             "delegate",
