@@ -260,4 +260,5 @@ CHAOS_CASES = [
     "missions.chaos.shell_append_case",
     "missions.chaos.fork_case",
     "missions.chaos.engine_bump_case",
+    "missions.chaos.supervisor_case",
 ]

@@ -13,7 +13,7 @@ import pytest
 from kernel import chaos
 from kernel.chaos import QUICK_MATRIX, Report
 from kernel.chaos_harness import run_chaos
-from missions.chaos import engine_bump_case, fork_case, shell_append_case
+from missions.chaos import engine_bump_case, fork_case, shell_append_case, supervisor_case
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
@@ -50,9 +50,24 @@ def test_it_parks_or_resumes_a_run_across_an_engine_bump_never_leaving_it_unclai
     passed(engine_bump_case(), kills=1)
 
 
+@pytest.mark.usefixtures("seeded_catalog")
+def test_a_supervisor_killed_at_its_spawns_joins_merges_and_verdicts_ends_as_its_twin() -> None:
+    # Eight kills over the supervisor's spawns, joins, a merge and the verdicts, one inside
+    # a reader and one inside a writer; the full matrix (every step) runs in `make chaos`.
+    report = supervisor_case(quick=True)
+
+    print(report.line())
+    assert report.violations == []
+    assert report.targets_fired == 10
+    # Two runs of one worker may reach their crash points at once (the supervisor its join, a
+    # reader it has just spawned its model call): one death for both.
+    assert 8 <= report.kills <= 10
+
+
 def test_it_lists_the_workspace_cases_for_make_chaos() -> None:
     assert [name for name, _ in chaos.cases()] == [
         "shell_append_case",
         "fork_case",
         "engine_bump_case",
+        "supervisor_case",
     ]
