@@ -7,7 +7,8 @@ Rules, enforced here whatever the model asks:
   assigned by contract name before its run existed is owned by the first run of that name that
   touches it;
 - an item becomes done only with proof: commands run (each must be a shell call recorded in
-  this mission's journal), tests passed, files, event ids (each an event of this mission);
+  this mission's journal whose last run exited 0), tests passed, files, event ids (each an
+  event of this mission);
 - a fact cites events: the ones given, else the run's newest (the journal up to the call).
 
 Each write is one transaction keyed by its step's idempotency key (`LedgerWrite`): replayed
@@ -17,6 +18,7 @@ after a crash, it answers what it answered and changes nothing twice. Each chang
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -226,24 +228,52 @@ def _proof(mission_id: int, given: dict[str, Any]) -> dict[str, Any]:
     proof = {kind: list(given.get(kind, [])) for kind in PROOF_KINDS if given.get(kind)}
     commands = proof.get("commands", [])
     if commands:
-        ran = set(
+        # Each command's latest run in the mission: a proof is a command that passed.
+        last: dict[str, Any] = {}
+        for command, result in (
             Step.objects.filter(
                 run__account_id=mission_id,
                 kind=StepKind.TOOL_CALL,
                 name="shell",
                 request__arguments__command__in=commands,
-            ).values_list("request__arguments__command", flat=True)
-        )
-        never = [command for command in commands if command not in ran]
+            )
+            .exclude(finished_at=None)
+            .order_by("finished_at", "pk")
+            .values_list("request__arguments__command", "result")
+        ):
+            last[command] = result
+        never = [command for command in commands if command not in last]
         if never:
             raise ToolError(
                 "A proof cites what was run; never run in this mission (shell): "
                 + "; ".join(repr(command) for command in never)
                 + "."
             )
+        failed = [command for command in commands if not _passed(last[command])]
+        if failed:
+            raise ToolError(
+                "A proof cites commands that passed; the last run of these did not (exit code"
+                " not 0): " + "; ".join(repr(command) for command in failed) + "."
+            )
     if proof.get("events"):
         _check_events(mission_id, proof["events"])
     return proof
+
+
+_OUTCOME = re.compile(r"^\[(exit code -?\d+|timed out after .*|killed: .*|cancelled)\]$")
+
+
+def _passed(result: Any) -> bool:
+    """Whether a recorded shell call exited 0. The sandbox's own outcome line is the last of
+    its lines that looks like one (notes on changed files may follow it; the command's output,
+    which could print anything, comes before it)."""
+    if not isinstance(result, dict) or result.get("is_error"):
+        return False
+    for line in reversed(str(result.get("output", "")).splitlines()):
+        found = _OUTCOME.match(line.strip())
+        if found:
+            return found.group(1) == "exit code 0"
+    return False
 
 
 def _check_events(mission_id: int, events: list[int]) -> None:

@@ -19,21 +19,17 @@ The repository, `shop`: two functions in two files, each with a bug its own test
 5. its stop hook checks the criteria: the tests in the sandbox, then the evaluator (a child run
    playing `script["children"]["evaluator"]`), which must cite evidence.
 
-`merge_work` takes a writer's run id, and the scripted model plays fixed arguments: the script
-names the writers by the ids their spawns will get — the root's id plus their rank among the
-root's children (the readers first), as nothing else creates runs while a scenario starts its
-children one by one. `launch` writes them in; `observe` reports which ids the children got, so
-a scenario whose children were numbered otherwise fails on that, not on a merge refused.
+The supervisor names the writers' work to merge by their tasks' names (`merge_work`'s `task`),
+as a model would: the script plays fixed arguments, and the run ids are not known before.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Sum
 
 from kernel.models import Run, Step, StepKind
@@ -199,9 +195,8 @@ def _task(name: str, objective: str, *, writes: bool, schema: dict[str, Any]) ->
     }
 
 
-def script(root: int, *, failing: bool = False) -> dict[str, Any]:
-    """What the supervisor (run `root`), its children and its evaluator play."""
-    ids = {name: root + rank for rank, name in enumerate(CHILDREN, start=1)}
+def script(*, failing: bool = False) -> dict[str, Any]:
+    """What the supervisor, its children and its evaluator play."""
     plan = [
         *({"key": name, "title": f"Read {path}", "owner": name} for name, path in READERS.items()),
         *(
@@ -231,7 +226,7 @@ def script(root: int, *, failing: bool = False) -> dict[str, Any]:
         _calls(("ledger_plan", {"items": plan}), text="Planning the work."),
         _calls(("delegate", {"tasks": readers}), text="Reading in parallel."),
         _calls(("delegate", {"tasks": writers}), text="Fixing each file in its own worktree."),
-        _calls(*(("merge_work", {"run": ids[name]}) for name in WRITERS), text="Merging."),
+        _calls(*(("merge_work", {"task": name}) for name in WRITERS), text="Merging."),
         _calls(("shell", {"command": TESTS}), text="Running every test."),
         _calls(*closing, text="Closing the plan."),
         # Refused while a criterion fails: the run ends `partial` after the hook's refusals.
@@ -259,19 +254,15 @@ def script(root: int, *, failing: bool = False) -> dict[str, Any]:
 
 def launch_mission(project: Project, *, failing: bool = False, trigger: str) -> tuple[Mission, Run]:
     """The scenario's mission on `project` (its repository: `create_repository`'s), its root
-    run queued with the scenario's script, its writers' ids written in."""
-    with transaction.atomic():
-        mission, run = launch.create_mission(
-            project=project,
-            goal=GOAL,
-            routes=ROUTES,
-            trigger=trigger,
-            script=script(0, failing=failing),
-            criteria=criteria(failing=failing),
-        )
-        run.input = {**run.input, "script": script(run.pk, failing=failing)}
-        run.save(update_fields=["input"])
-    return mission, run
+    run queued with the scenario's script."""
+    return launch.create_mission(
+        project=project,
+        goal=GOAL,
+        routes=ROUTES,
+        trigger=trigger,
+        script=script(failing=failing),
+        criteria=criteria(failing=failing),
+    )
 
 
 # --- what happened ------------------------------------------------------------------------------
@@ -291,7 +282,6 @@ class Facts:
     merges: list[str]  # the merge commits' trailers, newest first
     files: dict[str, str]  # the supervisor's files the writers fixed
     tokens: tuple[int, int]  # (the root's, the sum of every step of the mission's runs)
-    expected_ids: dict[str, int] = field(default_factory=dict)
 
 
 def observe(root: Run) -> Facts:
@@ -327,7 +317,6 @@ def observe(root: Run) -> Facts:
             for name in ("prices.py", "text.py")
         },
         tokens=(root.input_tokens + root.output_tokens, (steps["i"] or 0) + (steps["o"] or 0)),
-        expected_ids={name: root.pk + rank for rank, name in enumerate(CHILDREN, start=1)},
     )
 
 

@@ -110,7 +110,7 @@ DIRTY, CONFLICT, IN_PROGRESS, KEPT = 4, 5, 8, 9
 
 
 def _merge(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    child = _child(env, int(arguments["run"]))
+    child = _child(env, _named(env, arguments))
     top = env.need_workspace()
     tip, added, uncommitted, bundle = _export(env, child)
     note = _left_out(child["id"], uncommitted)
@@ -152,7 +152,10 @@ def _merge(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
 def _merged(env: ToolEnv, arguments: dict[str, Any]) -> str | None:
     """The merge commit of this child in the parent's history, if it exists (after a crash)."""
-    child = int(arguments["run"])
+    try:
+        child = _named(env, arguments)
+    except ToolError:
+        return None
     found = sandbox_git(
         env,
         "log",
@@ -167,6 +170,33 @@ def _merged(env: ToolEnv, arguments: dict[str, Any]) -> str | None:
     if not SHA.match(found):
         return None
     return f"Merged run {child} into this workspace: {found[:12]}."
+
+
+def _named(env: ToolEnv, arguments: dict[str, Any]) -> int:
+    """The run a call names: by its id, or by the name its task had in the `delegate` call —
+    the latest sub-agent of this run (or, for a writer, sibling) given that task."""
+    # One or the other, checked here: providers refuse a schema with a top-level `oneOf`.
+    if "run" in arguments and "task" in arguments:
+        raise ToolError("Refused: name the sub-agent's work by its task or by its run, not both.")
+    if "run" not in arguments and "task" not in arguments:
+        raise ToolError("Say whose work to merge: its task's name (task) or its run id (run).")
+    if "run" in arguments:
+        return int(arguments["run"])
+    from kernel.models import Run
+
+    task = str(arguments["task"])
+    parent = Run.objects.filter(pk=env.run_id).values_list("parent_id", flat=True).first()
+    for owner in (env.run_id, parent):
+        found = (
+            Run.objects.filter(parent_id=owner, input__contract__name=task)
+            .exclude(pk=env.run_id)
+            .order_by("-pk")
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if found is not None:
+            return int(found)
+    raise ToolError(f"Refused: no sub-agent of this run was given a task named {task!r}.")
 
 
 def _child(env: ToolEnv, child_id: int) -> dict[str, Any]:
@@ -316,14 +346,17 @@ def _to_resolve(child_id: int, files: list[str]) -> str:
 MERGE_WORK = Tool(
     name="merge_work",
     description=(
-        "Merge the committed work of a writer sub-agent that has ended (its run id) into this"
-        " workspace, as one merge commit. Commit your own changes first. On a conflict nothing"
-        " changes and the conflicting files are listed: then delegate a resolver."
+        "Merge the committed work of a writer sub-agent that has ended (its task's name, or its"
+        " run id) into this workspace, as one merge commit. Commit your own changes first. On a"
+        " conflict nothing changes and the conflicting files are listed: then delegate a"
+        " resolver."
     ),
     input_schema={
         "type": "object",
-        "properties": {"run": {"type": "integer", "minimum": 1}},
-        "required": ["run"],
+        "properties": {
+            "task": {"type": "string", "minLength": 1, "maxLength": 64},
+            "run": {"type": "integer", "minimum": 1},
+        },
         "additionalProperties": False,
     },
     effect=Effect.NON_IDEMPOTENT,

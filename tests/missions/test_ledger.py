@@ -254,3 +254,19 @@ def test_a_write_replayed_with_its_steps_key_changes_nothing_twice() -> None:
     with pytest.raises(ToolError, match="Not events of this mission: 424242"):
         ledger.fact(_env(root, 9), {"text": "t", "events": [424242]})
     assert not LedgerWrite.objects.filter(seq=9).exists()
+
+
+@pytest.mark.parametrize(
+    ("output", "passed"),
+    [
+        ("3 passed\n[exit code 0]", True),
+        ("3 passed\n[exit code 0]\nChanged files: a.py", True),  # notes after the outcome
+        ("1 failed\n[exit code 1]", False),
+        ("[exit code 0]\n[exit code 1]", False),  # a command printing a fake outcome first
+        ("[timed out after 300 s, killed]", False),
+        ("no outcome line", False),
+    ],
+)
+def test_a_proof_command_counts_only_if_its_last_run_exited_0(output: str, passed: bool) -> None:
+    assert ledger._passed({"output": output, "is_error": False}) is passed
+    assert ledger._passed({"output": output, "is_error": True}) is False

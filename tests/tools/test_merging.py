@@ -146,7 +146,7 @@ def two_writers(mission: Mission, repo: Path) -> tuple[Run, list[int]]:
         ),
         calls(("git_commit", {"message": "parent: draft"})),
         calls(("merge_work", {"run": a})),
-        calls(("merge_work", {"run": b})),
+        calls(("merge_work", {"task": "b"})),  # by its task's name, as a model knows it
         FINISH,
     ]
     Run.objects.filter(pk=parent.pk).update(input=parent_input(repo, turns))
@@ -483,6 +483,12 @@ def test_only_an_ended_writer_child_of_this_run_is_merged(
         MERGE_WORK.run(tool_env(stranger), {"run": child.pk})
     with pytest.raises(ToolError, match="is not a sub-agent of this run"):
         MERGE_WORK.run(tool_env(parent), {"run": stranger.pk})
+    with pytest.raises(ToolError, match="no sub-agent of this run was given a task named 'w100'"):
+        MERGE_WORK.run(tool_env(stranger), {"task": "w100"})
+    with pytest.raises(ToolError, match="by its task or by its run, not both"):
+        MERGE_WORK.run(tool_env(parent), {"task": "w100", "run": child.pk})
+    with pytest.raises(ToolError, match="Say whose work to merge"):
+        MERGE_WORK.run(tool_env(parent), {})
     waiting = runs.spawn_child(
         parent=parent, seq=200, program="agent", input={"goal": "later"}, caps={}
     )
