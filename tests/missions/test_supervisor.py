@@ -46,8 +46,8 @@ def test_a_supervisor_fans_out_readers_and_writers_merges_and_ends_done(
     facts = scenarios.observe(root)
     assert facts.status == "done", (root.error, facts)
     # Five sub-agents, each ended done with its own envelope.
-    ended = {name: child[1:] for name, child in facts.children.items()}
-    assert ended == dict.fromkeys(scenarios.CHILDREN, ("done", "done"))
+    outcomes = {name: child[1:] for name, child in facts.children.items()}
+    assert outcomes == dict.fromkeys(scenarios.CHILDREN, ("done", "done"))
     children = {name: Run.objects.get(pk=pk) for name, (pk, _, _) in facts.children.items()}
     readers = [children[name] for name in scenarios.READERS]
     writers = [children[name] for name in scenarios.WRITERS]
@@ -99,8 +99,8 @@ def test_a_criterion_the_work_does_not_meet_keeps_the_mission_partial(
     facts = scenarios.observe(root)
     assert facts.status == "partial", (root.error, facts)
     # The work itself was done and merged: only the definition of done held the run back.
-    ended = {name: child[1:] for name, child in facts.children.items()}
-    assert ended == dict.fromkeys(scenarios.CHILDREN, ("done", "done"))
+    outcomes = {name: child[1:] for name, child in facts.children.items()}
+    assert outcomes == dict.fromkeys(scenarios.CHILDREN, ("done", "done"))
     assert len(facts.merges) == 2
     assert facts.criteria == {"tests": True, "reviewed": False, "changelog": False}
     assert facts.missing == ["reviewed", "changelog"]
