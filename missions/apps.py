@@ -22,6 +22,7 @@ class MissionsConfig(AppConfig):
         from missions.engine.loop import STOP_HOOKS
 
         registry.register(delegation.DELEGATE)
+        registry.register(delegation.CONSULT)
         STOP_HOOKS[delegation.HOOK] = delegation.envelope_hook
         from missions.ledger import LEDGER_TOOLS
 

@@ -224,6 +224,56 @@ DELEGATE = Tool(
 )
 
 
+# --- the advisor ---------------------------------------------------------------------------------
+
+ADVISOR = "consult_advisor"
+ADVICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"advice": {"type": "string", "minLength": 1}},
+    "required": ["advice"],
+}
+
+
+def _consult(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
+    """The advisor shape: a cheaper executor asks the planner's model — the strongest the
+    routes name — one question. A delegation of one read-only task, so the advisor is a
+    sub-agent like any other: its own run, budget and envelope; it sees only what is asked and
+    the references given, and reads files with the asker's read tools."""
+    task = {
+        "name": "advisor",
+        "objective": "Advise another agent, who asks: " + arguments["question"],
+        "role": "planner",
+        "context": list(arguments.get("context", [])),
+        "boundaries": ["Advise only: change nothing."],
+        "output_schema": ADVICE_SCHEMA,
+        "done_criteria": ["The advice answers the question asked, with its reasons."],
+    }
+    return _delegate(ctx, bench, {"tasks": [task]})
+
+
+CONSULT = Tool(
+    name=ADVISOR,
+    description=(
+        "Ask a stronger model for advice on one question (a plan, a hard bug, a decision):"
+        " it reads what you point it to and answers in an envelope whose payload is"
+        " {advice}. It costs more per token than you: ask when stuck or before a risky step."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "question": {"type": "string", "minLength": 1, "maxLength": 20_000},
+            "context": CONTRACT_SCHEMA["properties"]["context"],
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+    effect=Effect.READ,
+    risk=Risk.READ,
+    run=_not_here,
+    interact=_consult,
+)
+
+
 # --- the plan ------------------------------------------------------------------------------------
 
 
@@ -365,7 +415,9 @@ def _tools(parent: Spec, task: dict[str, Any], writes: bool, problems: list[str]
     mine = set(parent.tools)
     asked = task.get("tools")
     if asked is None:
-        given = {name for name in mine if name != NAME and (writes or _reads_only(name))}
+        given = {
+            name for name in mine if name not in (NAME, ADVISOR) and (writes or _reads_only(name))
+        }
         return sorted(given)
     foreign = sorted(set(asked) - mine)
     if foreign:

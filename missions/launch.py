@@ -67,13 +67,15 @@ def start_mission(
         "thinking": route.provider != "scripted",
         # The root run supervises: it keeps the mission's ledger (`missions.ledger`).
         # `delegate`: the mission's agent may hand tasks to sub-agents (`missions.delegation`),
-        # and merge its writers' work (`merge_work`) when it has a repository.
+        # and merge its writers' work (`merge_work`) when it has a repository;
+        # `consult_advisor`: it may ask the planner's (stronger) model for advice.
         "tools": [
             *(CODING_TOOLS if repository else []),
             *(MERGING_TOOLS if repository else []),
             *MEMORY_TOOL_NAMES,
             *LEDGER_TOOL_NAMES,
             "delegate",
+            "consult_advisor",
         ],
         # Frozen in the prompt: what the owner's and this project's verified memory says.
         "memory_index": memory_store.prompt_index(memory_scopes(mission)),

@@ -362,8 +362,11 @@ def test_it_shows_a_run_timeline(owner_client: Client) -> None:
     ) in content
     assert "Asks for: <code>git_diff</code>" in content
     assert "&quot;path&quot;: &quot;NOTES.md&quot;" in content  # the tool call's input
-    # and its output: a run without a repository has the memory tools only
-    assert "Unknown tool &#x27;git_diff&#x27;; tools: memory_index, memory_invalidate," in content
+    # and its output: a run without a repository has no coding tools
+    assert (
+        "Unknown tool &#x27;git_diff&#x27;; tools: consult_advisor, delegate, ledger_fact,"
+        " ledger_plan, ledger_update, ledger_view, memory_index, memory_invalidate,"
+    ) in content
     assert 'class="step step-tool_call step-error"' in content
     assert 'id="run-answer">[scripted offline model] The notes are written.<' in content
     assert f'href="/missions/{mission.pk}/"' in content
@@ -682,9 +685,13 @@ def refresh_queries(client: Client, path: str, target: str) -> int:
 def test_the_live_refreshes_cost_the_same_queries_however_long_the_run(
     owner_client: Client,
 ) -> None:
-    turn = {"text": "Looking.", "tool_calls": [{"name": "git_diff", "arguments": {}}]}
+    # Each call its own (the same call three times in a row is a stall, and asks the owner).
+    turns = [
+        {"text": "Looking.", "tool_calls": [{"name": "git_diff", "arguments": {"page": n}}]}
+        for n in range(6)
+    ]
     short_mission, short = launch([{"text": "Done."}])
-    long_mission, long = launch([turn] * 6 + [{"text": "Done."}])
+    long_mission, long = launch([*turns, {"text": "Done."}])
     assert work() == ["done", "done"]
 
     assert refresh_queries(owner_client, f"/runs/{long.pk}/", "timeline") == refresh_queries(

@@ -150,6 +150,39 @@ def test_a_parent_fans_out_three_readers_and_reads_their_envelopes_as_data() -> 
     assert json.loads(block.group(2)) == seen
 
 
+def test_an_executor_consults_the_planners_model_as_an_advisor() -> None:
+    advice = {"status": "done", "payload": {"advice": "Bisect between v1 and v2."}}
+    run = parent_run(
+        [
+            {
+                "text": "Asking.",
+                "tool_calls": [
+                    {
+                        "name": "consult_advisor",
+                        "arguments": {"question": "Where did the bug come in?"},
+                    }
+                ],
+            },
+            {"text": "Advised: {output:1.1}"},
+        ],
+        {"advisor": answers(advice)},
+        tools=["consult_advisor", "delegate", "noop", "read_artifact"],
+    )
+
+    assert work() == ["waiting", "done", "done"]
+
+    run.refresh_from_db()
+    (advisor,) = Run.objects.filter(parent=run)
+    assert advisor.status == RunStatus.DONE
+    contract = advisor.input["contract"]
+    assert (advisor.input["role"], contract["role"]) == ("planner", "planner")
+    assert "Where did the bug come in?" in contract["objective"]
+    assert contract["output_schema"] == delegation.ADVICE_SCHEMA
+    # Read-only, and it can neither delegate nor consult in turn.
+    assert advisor.input["tools"] == ["noop", "read_artifact"]
+    assert "Bisect between v1 and v2." in answer_of(run)
+
+
 def test_a_child_s_spec_is_built_from_its_contract() -> None:
     run = parent_run(
         [
