@@ -212,6 +212,7 @@ class MissionOut(Schema):
     project_id: int
     goal: str
     definition_of_done: str
+    criteria: list[dict[str, Any]]  # as written before the work: a run's output says which pass
     caps: CapsOut
     routes: dict[str, Any]
     created_at: datetime
@@ -244,6 +245,7 @@ def mission_out(mission: Mission) -> dict[str, Any]:
         "project_id": mission.project_id,
         "goal": mission.goal,
         "definition_of_done": mission.definition_of_done,
+        "criteria": list(mission.criteria or []),
         "caps": {name: getattr(mission, name) for name in launch.MISSION_CAPS},
         "routes": mission.routes if isinstance(mission.routes, dict) else {},
         "created_at": mission.created_at,

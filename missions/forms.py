@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from missions import offline, steering
+from missions import offline, steering, verification
 from missions.launch import MAX_GOAL
 from missions.models import ModelInfo, Project, Role, RoleRoute
 
@@ -65,6 +65,17 @@ class MissionForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text=_("How you (and the agent) will know it is finished. Optional."),
     )
+    checks = forms.CharField(
+        label=_("Checks"),
+        required=False,
+        max_length=MAX_GOAL,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_(
+            "One per line; the mission ends done only when each passes. A line starting with $"
+            " is a command that must succeed in the project's repository (e.g. $ make test);"
+            " any other line is a statement an independent evaluator checks. Optional."
+        ),
+    )
     max_usd = forms.DecimalField(
         label=_("Max spend ($)"),
         required=False,
@@ -86,6 +97,17 @@ class MissionForm(forms.Form):
         data = super().clean() or {}
         if not data.get("offline") and "goal" in data and not data["goal"].strip():
             self.add_error("goal", forms.Field.default_error_messages["required"])
+        checks = verification.from_lines(data.get("checks") or "")
+        data["criteria"] = None
+        if checks and data.get("offline"):
+            self.add_error(
+                "checks", _("An offline mission has its own definition of done: leave this empty.")
+            )
+        elif checks:
+            try:
+                data["criteria"] = verification.validate(checks)
+            except verification.CriteriaError as error:
+                self.add_error("checks", error.message)
         return data
 
     def launch_arguments(self) -> dict[str, Any]:
@@ -98,6 +120,7 @@ class MissionForm(forms.Form):
             "project": data["project"],
             "goal": data["goal"],
             "definition_of_done": data["definition_of_done"],
+            "criteria": data["criteria"],
             "caps": self.caps(),
             "routes": self.routes(),
         }
@@ -140,6 +163,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
         "project": mission.project_id,
         "goal": mission.goal,
         "definition_of_done": mission.definition_of_done,
+        "checks": verification.to_lines(mission.criteria or []),
         "max_usd": _dollars(mission.max_usd_micros),
         "max_tokens": mission.max_tokens,
         "max_turns": mission.max_turns,

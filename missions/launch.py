@@ -48,6 +48,7 @@ def start_mission(
     With `criteria` (validated: `verification.validate`), the run ends `done` only when each
     passes."""
     route = route_for(mission, "executor")
+    criteria = criteria or list(mission.criteria or [])
     if offline is not None:
         script = offline_missions.get(offline).script
     if route.provider == "scripted" and script is None:
@@ -194,6 +195,7 @@ def create_mission(
             project=project,
             goal=goal,
             definition_of_done=definition_of_done.strip(),
+            criteria=clean_criteria,
             routes=clean_routes,
             **clean_caps,
         )

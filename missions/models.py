@@ -55,6 +55,9 @@ class Mission(Account):
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="missions")
     goal = models.TextField(_("goal"))
     definition_of_done = models.TextField(_("definition of done"), blank=True)
+    # The definition of done as criteria (`missions.verification`), as written before the work:
+    # each launch of the mission holds its root run to them (only a run's copy records passes).
+    criteria = models.JSONField(_("criteria"), default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Per-role overrides of the routing defaults: {"executor": {"provider": ..., "model": ...,
     # "effort": ...}}.

@@ -155,6 +155,40 @@ def update(current: list[dict[str, Any]], proposed: list[dict[str, Any]]) -> lis
     return changed
 
 
+COMMAND_PREFIX = "$ "
+
+
+def from_lines(text: str) -> list[dict[str, Any]]:
+    """Criteria as the owner types them on a phone, one per line: `$ command` for a command
+    that must succeed in the project's repository, any other line for a statement an
+    evaluator checks. Blank lines are skipped; ids are c1, c2... ([] for no line)."""
+    criteria: list[dict[str, Any]] = []
+    for line in (line.strip() for line in text.splitlines()):
+        if not line:
+            continue
+        number = len(criteria) + 1
+        if line.startswith(COMMAND_PREFIX.strip()):
+            command = line[1:].strip()
+            oracle: dict[str, Any] = {"command": command}
+            description = f"`{command}` succeeds"
+        else:
+            oracle, description = {"evaluator": True}, line
+        criteria.append(
+            {"id": f"c{number}", "description": description, "oracle": oracle, "passes": False}
+        )
+    return criteria
+
+
+def to_lines(criteria: list[dict[str, Any]]) -> str:
+    """`from_lines` read back: what a relaunch's form shows."""
+    return "\n".join(
+        COMMAND_PREFIX + str(c["oracle"]["command"])
+        if "command" in c.get("oracle", {})
+        else str(c.get("description", ""))
+        for c in criteria
+    )
+
+
 def constraint(criteria: list[dict[str, Any]]) -> str:
     """The criteria as the worker reads them (kept word for word through compactions)."""
     lines = ["Definition of done: you can finish only when every criterion passes."]

@@ -127,6 +127,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "project_id": project.pk,
         "goal": "Write the release notes.",
         "definition_of_done": "NOTES.md lists 1.3.",
+        "criteria": [],
         "caps": {
             "max_tokens": None,
             "max_usd_micros": 2_000_000,

@@ -200,6 +200,38 @@ def test_it_starts_a_mission_from_the_form_through_the_one_creation_path(
     assert "$2.50" in page
 
 
+def test_it_holds_a_mission_to_the_checks_typed_on_the_form(
+    owner_client: Client, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")  # the run is created, never executed
+    form = {"project": project().pk, "goal": "Write the notes", "executor": "openai/gpt-6.1-sol"}
+
+    response = owner_client.post(
+        "/missions/new/", {**form, "checks": "  The notes name every fix.\n\nThey fit a page."}
+    )
+
+    mission = Mission.objects.get()
+    assert response.status_code == 302
+    assert [(c["id"], c["description"], c["oracle"]) for c in mission.criteria] == [
+        ("c1", "The notes name every fix.", {"evaluator": True}),
+        ("c2", "They fit a page.", {"evaluator": True}),
+    ]
+    run = Run.objects.get(account=mission)
+    assert run.input["stop_hook"] == "definition_of_done"
+    assert run.input["criteria"] == mission.criteria
+    page = text_of(owner_client.get(response["Location"]))
+    assert '<ul class="criteria" id="mission-criteria">' in page
+    assert "They fit a page." in page
+    relaunch = text_of(owner_client.get(f"/missions/new/?from={mission.pk}"))
+    assert "The notes name every fix.\nThey fit a page.</textarea>" in relaunch
+
+    # A command runs in the project's repository: this project has none.
+    refused = owner_client.post("/missions/new/", {**form, "checks": "$ make test"})
+    assert refused.status_code == 400
+    assert "this project has none" in text_of(refused)
+    assert Mission.objects.count() == 1
+
+
 def test_it_shows_why_a_mission_could_not_start_and_creates_nothing(
     owner_client: Client, seeded_catalog: None
 ) -> None:

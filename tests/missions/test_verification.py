@@ -435,6 +435,10 @@ def test_the_api_starts_a_mission_held_to_its_criteria(
     run = Run.objects.get(pk=response.json()["run_id"])
     assert run.input["criteria"] == [{**c, "passes": False} for c in criteria]
     assert run.input["stop_hook"] == "definition_of_done"
+    # Kept with the mission, as written: what the API shows, and what a relaunch is held to.
+    mission = api.get(f"/missions/{response.json()['id']}").json()
+    assert mission["criteria"] == run.input["criteria"]
+    assert Mission.objects.get().criteria == run.input["criteria"]
 
 
 # --- durability -------------------------------------------------------------------------------
@@ -473,3 +477,38 @@ def test_a_kill_between_oracles_does_not_run_a_recorded_oracle_again(
         1,
         1,
     ]
+
+
+@pytest.mark.django_db  # the module's catalog fixture
+def test_checks_typed_one_per_line_become_criteria_and_read_back() -> None:
+    text = "$ python3 -m unittest\n\n  The README says how to run it.  \n$make lint"
+
+    criteria = verification.from_lines(text)
+
+    assert criteria == [
+        {
+            "id": "c1",
+            "description": "`python3 -m unittest` succeeds",
+            "oracle": {"command": "python3 -m unittest"},
+            "passes": False,
+        },
+        {
+            "id": "c2",
+            "description": "The README says how to run it.",
+            "oracle": {"evaluator": True},
+            "passes": False,
+        },
+        {
+            "id": "c3",
+            "description": "`make lint` succeeds",
+            "oracle": {"command": "make lint"},
+            "passes": False,
+        },
+    ]
+    assert verification.validate(criteria) == criteria
+    assert verification.to_lines(criteria) == (
+        "$ python3 -m unittest\nThe README says how to run it.\n$ make lint"
+    )
+    assert verification.from_lines(" \n ") == []
+    with pytest.raises(verification.CriteriaError, match=r"Criterion 1 \(c1\)"):
+        verification.validate(verification.from_lines("$"))
