@@ -230,6 +230,12 @@ def proposals(*, limit: int) -> tuple[list[Proposal], int]:
     return shown, pending.count()
 
 
+def pending_branches() -> set[str]:
+    """The proposals branches of the proposals still waiting for the owner."""
+    pending = inbox.approvals(pending_only=True).filter(question__tool=PROPOSE_TOOL)
+    return {str(_dict(approval.request.get("preview")).get("branch", "")) for approval in pending}
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 

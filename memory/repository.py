@@ -114,7 +114,8 @@ def drop(scope: str, branch: str) -> None:
 
 
 def branches(scope: str, prefix: str) -> list[str]:
-    if not head(scope):
+    # A scope's first proposal may come before any commit on main: look at the refs themselves.
+    if not (path_of(scope) / "HEAD").is_file():
         return []
     listed = _git(path_of(scope), "for-each-ref", "--format=%(refname)", prefix).stdout
     return listed.decode().split()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -148,6 +148,16 @@ def land(scope: str, draft: Draft, *, author: str, replaces: str = "") -> str:
     (path,) = write(scope, [draft], author=author, message=f"Approved: {note.title}")
     repository.drop(scope, f"{PROPOSALS}{note.id}")
     return path
+
+
+def drop_proposals(scope: str, *, keep: Collection[str]) -> list[str]:
+    """The proposals branches of `scope` but those in `keep` (the ones still waiting for the
+    owner) deleted: a refused or expired proposal leaves nothing behind. Safe at any moment: an
+    approved proposal lands from its draft, never from its branch. The branches dropped."""
+    dropped = [b for b in repository.branches(scope, PROPOSALS) if b not in keep]
+    for branch in dropped:
+        repository.drop(scope, branch)
+    return dropped
 
 
 def replace(scope: str, old: str, draft: Draft, *, author: str) -> list[str]:

@@ -6,7 +6,7 @@ from django.db import transaction
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task, db_task
 
-from memory import consolidation, embeddings, repository, store
+from memory import consolidation, embeddings, overview, repository, store
 
 
 @db_task()  # type: ignore[untyped-decorator]  # huey ships no hints
@@ -41,3 +41,8 @@ def consolidate_nightly() -> None:
     for scope in repository.scopes():
         store.sync(scope)
     consolidation.consolidate_all(why="nightly")
+    # Proposals the owner refused, or that expired with their run, leave no branch behind.
+    waiting = overview.pending_branches()
+    for scope in repository.scopes():
+        if store.shared(scope):
+            store.drop_proposals(scope, keep=waiting)

@@ -13,7 +13,7 @@ from approvals.models import Approval
 from kernel import runs
 from kernel.models import Run
 from kernel.worker import Worker
-from memory import repository, store
+from memory import repository, store, tasks
 from memory.models import Note
 from memory.store import Draft
 from memory.tools import MEMORY_TOOL_NAMES
@@ -130,3 +130,20 @@ def test_only_verified_notes_enter_a_run_s_prompt(project: Project) -> None:
 
     assert index.startswith(f"{scope}:\n- Verified fact (fact, ")
     assert "Rumour" not in index
+
+
+def test_a_refused_proposal_leaves_no_branch_after_the_nightly_pass(project: Project) -> None:
+    mission = Mission.objects.create(project=project, goal="Share lessons.")
+    lessons = [
+        {"scope": "global", "title": f"Lesson {n}", "body": f"Learnt {n}.", "type": "lesson"}
+        for n in (1, 2)
+    ]
+    first = agent(mission, [calls(("memory_propose", lessons[0])), FINISH])
+    second = agent(mission, [calls(("memory_propose", lessons[1])), FINISH])
+    refused, waiting = (Approval.objects.get(run=run) for run in (first, second))
+    service.decide(refused.pk, approve=False, args_hash=refused.request["args_hash"])
+    Worker(lease_seconds=30).run_until_idle()
+
+    tasks.consolidate_nightly.call_local()
+
+    assert repository.branches("global", store.PROPOSALS) == [waiting.request["preview"]["branch"]]
