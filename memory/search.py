@@ -124,24 +124,29 @@ def _full_text(query: str, scope_ids: list[int], moment: datetime, size: int) ->
     frequency in the scopes searched (a word in most notes — a name every message starts
     with — says little and would flood the candidates). Frequencies are counted up to a bound,
     so the cost follows the rare words' matches, not the size of the scopes."""
+    common = min(max(int(COMMON_FRACTION * size), MIN_COMMON), MAX_RARE_MATCHES)
     with connection.cursor() as cursor:
+        # The query's words and how many notes hold each (up to `common` + 1), in one round
+        # trip. A backslash would need escaping of its own in a tsquery: such a word is skipped.
         cursor.execute(
-            "SELECT DISTINCT lexeme FROM unnest(to_tsvector(%s::regconfig, %s))",
-            [TEXT_SEARCH, query],
+            """
+            SELECT w.lexeme, (
+                SELECT count(*) FROM (
+                    SELECT 1 FROM memory_note WHERE scope_id = ANY(%s)
+                    AND search @@ to_tsquery(%s::regconfig, quote_literal(w.lexeme)) LIMIT %s
+                ) t
+            )
+            FROM (
+                SELECT DISTINCT lexeme FROM unnest(to_tsvector(%s::regconfig, %s))
+                WHERE strpos(lexeme, E'\\\\') = 0 ORDER BY lexeme LIMIT %s
+            ) w
+            """,
+            [scope_ids, TEXT_SEARCH, common + 1, TEXT_SEARCH, query, MAX_WORDS],
         )
-        # A backslash would need escaping of its own in a tsquery: such a word is not looked up.
-        lexemes = [row[0] for row in cursor.fetchall() if "\\" not in row[0]][:MAX_WORDS]
+        counts = dict(cursor.fetchall())
+        lexemes = list(counts)
         if not lexemes:
             return []
-        common = min(max(int(COMMON_FRACTION * size), MIN_COMMON), MAX_RARE_MATCHES)
-        counts = {}
-        for lexeme in lexemes:
-            cursor.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM memory_note WHERE scope_id = ANY(%s)"
-                " AND search @@ to_tsquery(%s::regconfig, quote_literal(%s)) LIMIT %s) t",
-                [scope_ids, TEXT_SEARCH, lexeme, common + 1],
-            )
-            counts[lexeme] = cursor.fetchone()[0]
         rare = [lexeme for lexeme in lexemes if 0 < counts[lexeme] <= common]
         if not rare:  # only common words: all of them must be there
             return _matching(cursor, " & ".join(_quoted(lexemes)), scope_ids, moment, [], [])
