@@ -197,11 +197,7 @@ def _agent(ctx: RunContext) -> Outcome:
     # Look for owner messages at the first model call of this execution (they may have come
     # while the run waited), then only when the kernel says something arrived.
     look = [True]
-    watch = (
-        stalls.watch(ctx, tools=spec.tools, provider=provider.name, model=spec.model)
-        if spec.stalls
-        else None
-    )
+    watch = stalls.watch(ctx, tools=spec.tools) if spec.stalls else None
     for turn in range(1, spec.max_turns + 1):
         # Clearing is ours unless the provider does it, and only worth it a batch at a time
         # (looked at only past its threshold: it reads the whole thread).
@@ -601,6 +597,7 @@ def _call_model(
             "refusal": completed.refusal,
             "usage": asdict(completed.usage),
             "price_version": priced.price_version,
+            "usd_micros": priced.cost.usd_micros,  # what this turn cost, as metered
         },
         priced.cost,
     )

@@ -27,7 +27,6 @@ from approvals.service import ask_question
 from kernel.context import Done, RunContext
 from kernel.models import Effect, StepKind
 from missions.ledger import WRITE_TOOL_NAMES
-from missions.models import ModelPrice
 from missions.providers.base import ToolResult
 
 REPEATS = 3
@@ -54,8 +53,6 @@ class Watch:
 
     supervisor: bool
     caps: dict[str, int]
-    provider: str
-    model: str
     last_call: str | None = None
     repeats: int = 0
     quiet: int = 0
@@ -80,14 +77,12 @@ CAP_WORDS = {
 }
 
 
-def watch(ctx: RunContext, *, tools: list[str], provider: str, model: str) -> Watch:
+def watch(ctx: RunContext, *, tools: list[str]) -> Watch:
     run = ctx.run
     caps = {cap: int(getattr(run, cap)) for cap in CAPS if getattr(run, cap) is not None}
     return Watch(
         supervisor=run.parent_id is None and "ledger_plan" in tools,
         caps=caps,
-        provider=provider,
-        model=model,
     )
 
 
@@ -175,8 +170,7 @@ def _observe(
 
 
 def _spend(seen: Watch, response: dict[str, Any], calls: int, turn: int) -> None:
-    """This turn's spend, from its recorded response: its tokens, and its price under the
-    price version it was recorded with."""
+    """This turn's spend, from its recorded response: its tokens and its metered cost."""
     usage = response.get("usage") or {}
     tokens = {
         name: int(usage.get(name) or 0)
@@ -186,16 +180,4 @@ def _spend(seen: Watch, response: dict[str, Any], calls: int, turn: int) -> None
     # Turns that called no tool (a stop refused) are not seen here: counted by their number.
     seen.spent["turns"] = max(seen.spent["turns"] + 1, turn)
     seen.spent["tool_calls"] += calls
-    version = response.get("price_version")
-    if "max_usd_micros" in seen.caps and version:
-        price = ModelPrice.objects.filter(
-            version=version, provider=seen.provider, model=seen.model
-        ).first()
-        if price is not None:
-            seen.spent["usd_micros"] += (
-                tokens["input_tokens"] * price.input_per_mtok
-                + tokens["output_tokens"] * price.output_per_mtok
-                + tokens["cache_read_tokens"] * price.cache_read_per_mtok
-                + tokens["cache_write_tokens"] * price.cache_write_per_mtok
-                + 999_999
-            ) // 1_000_000
+    seen.spent["usd_micros"] += int(response.get("usd_micros") or 0)
