@@ -9,6 +9,11 @@ from pathlib import Path
 os.environ.setdefault(
     "AGENTOS_DATA_DIR", str(Path(__file__).resolve().parent.parent / ".data" / "test")
 )
+# Parallel test workers (pytest-xdist) each get a data dir of their own, so their own embedded
+# server, memory repositories and worktrees: run ids restart in every test database, and two runs
+# numbered alike must not share a folder.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["AGENTOS_DATA_DIR"] = f"{os.environ['AGENTOS_DATA_DIR']}-{worker}"
 
 from agentos.settings import *  # noqa: F403
 
