@@ -234,7 +234,15 @@ LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Every line written goes through the scrubber (known secret values and secret shapes).
+    "filters": {"secrets": {"()": "kernel.secrets.LogFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["secrets"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("AGENTOS_LOG_LEVEL", "INFO")},
     "loggers": {
         # pgserver logs every attach at INFO; keep start-up output readable.
@@ -243,7 +251,7 @@ LOGGING: dict[str, Any] = {
         # A doorbell rung while no console is open is normal, not a warning.
         "channels_postgres.core": {"level": "ERROR"},
         # run_huey attaches its own handler to "huey"; propagating would print every line twice.
-        "huey": {"propagate": False},
+        "huey": {"propagate": False, "filters": ["secrets"]},
     },
 }
 

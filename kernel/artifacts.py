@@ -17,6 +17,7 @@ from typing import BinaryIO
 from django.conf import settings
 
 from kernel.models import Artifact, Run
+from kernel.secrets import scrub_value
 
 NAME_MAX = Artifact._meta.get_field("name").max_length or 200
 MEDIA_TYPE_MAX = Artifact._meta.get_field("media_type").max_length or 100
@@ -42,6 +43,7 @@ def store(
         )
     if preview_chars < 0:
         raise ValueError(f"preview_chars must be >= 0, not {preview_chars}")
+    content = _scrubbed(content)
     sha256 = hashlib.sha256(content).hexdigest()
     path = _path(sha256)
     # Rewriting a file whose bytes no longer match repairs on-disk corruption (see `verify`).
@@ -54,7 +56,7 @@ def store(
         defaults={
             "size": len(content),
             "media_type": media_type,
-            "preview": _preview(content, media_type=media_type, chars=preview_chars),
+            "preview": scrub_value(_preview(content, media_type=media_type, chars=preview_chars)),
             "run": run,
             "name": name,
         },
@@ -105,6 +107,17 @@ def _write_atomically(path: Path, content: bytes) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
+
+
+def _scrubbed(content: bytes) -> bytes:
+    """Text content with its secrets replaced before it is hashed and kept (an artifact is read
+    back by models and the owner). Binary content is kept as it is: only its preview is text."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        return content
+    clean = scrub_value(text)
+    return content if clean is text else clean.encode("utf-8")
 
 
 def _preview(content: bytes, *, media_type: str, chars: int) -> str:

@@ -43,6 +43,7 @@ from psycopg.types.json import Jsonb, JsonbLoader, JsonLoader
 from kernel.budgets import Cost, Ledger
 from kernel.exceptions import KernelError, LeaseLost
 from kernel.models import Effect, Event, StepKind, Trust
+from kernel.secrets import scrub_value
 
 KINDS = frozenset(StepKind.values)
 EFFECTS = frozenset(Effect.values)
@@ -252,7 +253,7 @@ RETURNING id
 def _prior_params(prior: Deferred) -> dict[str, Any]:
     return {
         "prior_seq": prior.seq,
-        "prior_result": Jsonb(prior.result),
+        "prior_result": Jsonb(scrub_value(prior.result)),
         "prior_settled_by": prior.settled_by,
         "prior_executions": prior.executions,
         "prior_finished_at": prior.finished_at,
@@ -479,7 +480,9 @@ def record_result(
         "run": fence.run_id,
         "fence": fence.token,
         "seq": seq,
-        "result": Jsonb(result),
+        # What a tool printed may hold a secret; the journal (read back by models, the console,
+        # memory) never keeps it. Free when there is none (one regex search per string).
+        "result": Jsonb(scrub_value(result)),
         "settled_by": settled_by,
         "executions": executions,
     }
@@ -614,5 +617,5 @@ def append_event(
         account_id=account_id,
         seq=seq,
         trust=trust,
-        data=data,
+        data=scrub_value(data),
     )

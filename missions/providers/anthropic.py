@@ -25,6 +25,7 @@ from anthropic.types import (
     ToolParam,
 )
 
+from kernel import secrets
 from missions.providers.base import (
     AuthenticationFailed,
     BadRequest,
@@ -105,8 +106,9 @@ class AnthropicProvider:
             self.client.messages.create(
                 model=options.model,
                 max_tokens=options.max_output_tokens,
-                messages=request.messages,
-                system=request.system,
+                # No secret the product knows (a key a tool printed) leaves in a request.
+                messages=secrets.scrub_value(request.messages, opaque=secrets.PROVIDER_OPAQUE),
+                system=secrets.scrub_value(request.system),
                 tools=request.tools or anthropic.omit,
                 thinking=request.thinking,
                 output_config=request.output_config,
@@ -126,8 +128,9 @@ class AnthropicProvider:
         with _typed_errors():
             counted = self.client.messages.count_tokens(
                 model=options.model,
-                messages=request.messages,
-                system=request.system,
+                # No secret the product knows (a key a tool printed) leaves in a request.
+                messages=secrets.scrub_value(request.messages, opaque=secrets.PROVIDER_OPAQUE),
+                system=secrets.scrub_value(request.system),
                 tools=request.tools or anthropic.omit,
                 thinking=request.thinking,
                 output_config=request.output_config,

@@ -30,6 +30,7 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
+from kernel import secrets
 from missions.providers.base import (
     BadRequest,
     Completed,
@@ -177,7 +178,8 @@ class CompatibleProvider:
         messages.extend(conversation.items)
         return self.client.chat.completions.create(
             model=options.model,
-            messages=cast(list[ChatCompletionMessageParam], messages),
+            # No secret the product knows (a key a tool printed) leaves in a request.
+            messages=cast(list[ChatCompletionMessageParam], secrets.scrub_value(messages)),
             tools=[_tool(spec) for spec in tools] if tools else openai.omit,
             max_tokens=options.max_output_tokens,
             stream=True,

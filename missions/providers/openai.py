@@ -37,6 +37,7 @@ from openai.types.responses import (
 )
 from openai.types.shared_params import Reasoning
 
+from kernel import secrets
 from missions.providers.base import (
     AuthenticationFailed,
     BadRequest,
@@ -141,9 +142,13 @@ class OpenAIProvider:
     ) -> Iterator[Event]:
         stream = self.client.responses.create(
             model=options.model,
-            instructions=conversation.system,
-            # Native items (ours and the model's own), passed through without conversion.
-            input=cast(ResponseInputParam, conversation.items),
+            instructions=secrets.scrub_value(conversation.system),
+            # Native items (ours and the model's own), passed through without conversion but for
+            # the secrets the product knows (a key a tool printed never leaves in a request).
+            input=cast(
+                ResponseInputParam,
+                secrets.scrub_value(conversation.items, opaque=secrets.PROVIDER_OPAQUE),
+            ),
             tools=[_function_tool(spec) for spec in tools] if tools else openai.omit,
             max_output_tokens=options.max_output_tokens,
             reasoning=_reasoning(options) or openai.omit,
