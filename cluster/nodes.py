@@ -1,0 +1,259 @@
+"""The node registry: adding nodes, the control plane's SSH key, reaching a node's runner and
+collecting its telemetry.
+
+The node `local` is the control plane's own machine, always present (`local_node()`), called
+in-process; every other node is reached over SSH (`cluster.transport`) with the one key of the
+control plane, kept encrypted by the vault and made on first use. A node trusts that key through
+one `authorized_keys` line (`authorized_keys_line`) that forces the runner command, so the key
+opens nothing else on the node.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import re
+import shlex
+import threading
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agentos import vault
+from cluster import transport
+from cluster.models import LOCAL, NAME_PATTERN, ControlKey, Node
+
+KEY_COMMENT = "agentos-control-plane"
+# Where the runner lives on a remote node unless told otherwise: `runner/` (its versions and the
+# `current` link) and `state/` (fences, results, environments).
+DEFAULT_NODE_ROOT = "/var/lib/agentos-node"
+HELLO_SECONDS = 20.0
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+class NodeError(Exception):
+    """A node cannot be registered or reached as asked; the message says which field is wrong."""
+
+
+def local_root() -> Path:
+    """The local node's root: its `state/` (and `runner/` once a runner was deployed to it)."""
+    return Path(settings.DATA_DIR) / "nodes" / LOCAL
+
+
+def local_node() -> Node:
+    node, _ = Node.objects.get_or_create(name=LOCAL, defaults={"address": ""})
+    return node
+
+
+def add_node(
+    *, name: str, address: str, port: int = 22, ssh_user: str = "root", host_key: str = ""
+) -> Node:
+    """Register a remote node; its host key line (if given) is pinned."""
+    if not re.match(NAME_PATTERN, name):
+        raise NodeError(
+            f"node name {name!r}: use lowercase letters, digits and inner dashes, at most 63"
+        )
+    if name == LOCAL:
+        raise NodeError(f"node name {LOCAL!r} is the control plane's own node, always present")
+    if not address or any(ch.isspace() or ch in "\"',;" for ch in address):
+        raise NodeError(f"node address {address!r}: a host name or an IP address")
+    if not 1 <= port <= 65535:
+        raise NodeError(f"node port {port}: between 1 and 65535")
+    if not _USER.match(ssh_user):
+        raise NodeError(f"ssh user {ssh_user!r}: a Unix user name")
+    key_line = ""
+    if host_key.strip():
+        try:
+            key_line = transport.HostKey.parse(host_key).line
+        except ValueError as error:
+            raise NodeError(f"host key: {error}") from None
+    node = Node(name=name, address=address, port=port, ssh_user=ssh_user, host_key=key_line)
+    try:
+        node.full_clean()
+    except ValidationError as error:
+        raise NodeError(f"node {name}: {error.message_dict}") from None
+    try:
+        with transaction.atomic():
+            node.save()
+    except IntegrityError:
+        raise NodeError(f"a node named {name!r} already exists") from None
+    return node
+
+
+def pin_host_key(*, node: Node, host_key: str) -> Node:
+    """Replace a node's pinned host key (after the owner checked the new one on the machine)."""
+    try:
+        line = transport.HostKey.parse(host_key).line
+    except ValueError as error:
+        raise NodeError(f"host key: {error}") from None
+    Node.objects.filter(pk=node.pk).update(host_key=line)
+    _forget(node.name)
+    node.refresh_from_db()
+    return node
+
+
+def set_enabled(*, node: Node, enabled: bool) -> None:
+    Node.objects.filter(pk=node.pk).update(enabled=enabled)
+
+
+# --- the control plane's key ---------------------------------------------------------------
+
+
+def control_key() -> paramiko.PKey:
+    """The control plane's SSH private key, made (Ed25519) and stored encrypted on first use."""
+    row = ControlKey.objects.filter(pk=1).first()
+    if row is None:
+        private = Ed25519PrivateKey.generate()
+        pem = private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        ).decode()
+        key = paramiko.Ed25519Key(file_obj=io.StringIO(pem))
+        try:
+            with transaction.atomic():
+                ControlKey.objects.create(
+                    pk=1,
+                    ciphertext=vault.encrypt(pem),
+                    public_line=f"{key.get_name()} {key.get_base64()} {KEY_COMMENT}",
+                )
+        except IntegrityError:
+            pass  # made concurrently by another process: theirs is the key
+        row = ControlKey.objects.get(pk=1)
+    return paramiko.Ed25519Key(file_obj=io.StringIO(vault.decrypt(bytes(row.ciphertext))))
+
+
+def public_key_line() -> str:
+    control_key()
+    return ControlKey.objects.get(pk=1).public_line
+
+
+def runner_command(*, name: str, root: str = DEFAULT_NODE_ROOT, python: str = "python3") -> str:
+    """The forced command that starts the runner on a node rooted at `root`."""
+    base = Path(root)
+    # cd resolves `current` once: a process keeps the version it started with while a newer one
+    # is swapped in for the next connection.
+    return (
+        f"cd {shlex.quote(str(base / 'runner' / 'current'))} && exec {shlex.quote(python)} -m "
+        f"cluster.runner --state {shlex.quote(str(base / 'state'))} --node {shlex.quote(name)}"
+    )
+
+
+def authorized_keys_line(*, name: str, from_address: str, root: str = DEFAULT_NODE_ROOT) -> str:
+    """The line for root's `authorized_keys` on node `name`: the runner only, no pty, no
+    forwarding, and only from the control plane's address."""
+    try:
+        ipaddress.ip_network(from_address, strict=False)
+    except ValueError:
+        raise NodeError(
+            f"from address {from_address!r}: the control plane's IP address (or network)"
+        ) from None
+    command = runner_command(name=name, root=root).replace("\\", "\\\\").replace('"', '\\"')
+    return f'command="{command}",restrict,from="{from_address}" {public_key_line()}'
+
+
+# --- reaching runners ------------------------------------------------------------------------
+
+_endpoints: dict[tuple[str, str, int, str, str], transport.SshEndpoint] = {}
+_endpoints_lock = threading.Lock()
+
+
+def endpoint(node: Node) -> transport.Endpoint:
+    """The node's runner, reusing one SSH connection per node and settings."""
+    if node.is_local:
+        return transport.LocalEndpoint(name=LOCAL, state=local_root() / "state")
+    identity = (node.name, node.address, node.port, node.ssh_user, node.host_key)
+    with _endpoints_lock:
+        found = _endpoints.get(identity)
+        if found is None:
+            for stale in [k for k in _endpoints if k[0] == node.name]:
+                _endpoints.pop(stale).close()
+            found = transport.SshEndpoint(
+                name=node.name,
+                address=node.address,
+                port=node.port,
+                user=node.ssh_user,
+                host_key=node.host_key,
+                key=control_key(),
+            )
+            _endpoints[identity] = found
+        return found
+
+
+def close_all() -> None:
+    with _endpoints_lock:
+        endpoints = list(_endpoints.values())
+        _endpoints.clear()
+    for found in endpoints:
+        found.close()
+
+
+def _forget(name: str) -> None:
+    with _endpoints_lock:
+        for stale in [k for k in _endpoints if k[0] == name]:
+            _endpoints.pop(stale).close()
+
+
+def hello(node: Node) -> Node:
+    """Ask the node's runner `hello`; record its telemetry (up) or why it cannot answer (lost).
+    Raises the transport or runner error after recording it."""
+    try:
+        answer = endpoint(node).call("hello", {}, timeout=HELLO_SECONDS)
+    except transport.TransportError as error:
+        mark_lost(node=node, reason=error.reason)
+        raise
+    if not isinstance(answer, dict):
+        raise NodeError(f"node {node.name}: hello answered {answer!r}, not an object")
+    levels = [
+        item["level"]
+        for item in answer.get("levels", [])
+        if isinstance(item, dict) and item.get("available") and isinstance(item.get("level"), int)
+    ]
+    Node.objects.filter(pk=node.pk).update(
+        status=Node.Status.UP,
+        telemetry=answer,
+        telemetry_at=timezone.now(),
+        runner_version=str(answer.get("runner_version", ""))[:64],
+        levels=levels,
+        lost_at=None,
+        lost_reason="",
+    )
+    node.refresh_from_db()
+    return node
+
+
+def refresh_all() -> dict[str, str]:
+    """`hello` on every enabled node; the name of each node and "up" or why not."""
+    local_node()
+    report: dict[str, str] = {}
+    for node in Node.objects.filter(enabled=True):
+        try:
+            hello(node)
+            report[node.name] = "up"
+        except (transport.TransportError, transport.RunnerError, NodeError) as error:
+            report[node.name] = str(error)
+    return report
+
+
+def mark_lost(*, node: Node, reason: str) -> None:
+    Node.objects.filter(pk=node.pk).update(
+        status=Node.Status.LOST, lost_at=timezone.now(), lost_reason=reason[:2000]
+    )
+    _forget(node.name)
+    node.refresh_from_db()
+
+
+def call(node: Node, method: str, params: dict[str, Any], *, timeout: float) -> Any:
+    """One runner call; a transport failure marks the node lost before it is raised."""
+    try:
+        return endpoint(node).call(method, params, timeout=timeout)
+    except transport.TransportError as error:
+        mark_lost(node=node, reason=error.reason)
+        raise

@@ -1,0 +1,144 @@
+"""Placement: which node runs a step, and the record of each attempt (a `Placement` row).
+
+A node is a candidate when it is enabled, not lost, its telemetry is fresh (`FRESH_SECONDS`; stale
+telemetry is asked again on demand) and its runner offers the step's sandbox level; then it
+must have the memory and disk the step declares it needs. Among candidates the least busy wins:
+steps already running there and its load, per CPU; ties go to the node that was given a step
+longest ago, so the steps of one mission spread over the nodes round-robin when they are alike.
+
+Each attempt takes the next fence of its step (1, 2, …; unique per step in the database), so an
+attempt placed again after its node was lost carries a higher fence than the one it replaces and
+the runners refuse the older one.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from cluster import nodes, transport
+from cluster.models import Node, Placement
+
+FRESH_SECONDS = 180
+# Loads closer than this (per CPU) count as equal, so the round-robin tie-break decides.
+LOAD_STEP = 0.25
+
+
+@dataclass(frozen=True)
+class Needs:
+    level: int
+    memory_bytes: int = 0
+    disk_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.level not in (1, 2, 3):
+            raise ValueError(f"needs.level must be 1, 2 or 3, not {self.level!r}")
+        if self.memory_bytes < 0 or self.disk_bytes < 0:
+            raise ValueError("needs.memory_bytes and needs.disk_bytes cannot be negative")
+
+
+class NoNode(Exception):
+    """No node can run the step now; the message says why each one was passed over."""
+
+
+def choose(needs: Needs, *, exclude: Collection[str] = ()) -> Node:
+    """The node for a step with these needs (see the module docstring)."""
+    nodes.local_node()
+    now = timezone.now()
+    fresh_after = now - datetime.timedelta(seconds=FRESH_SECONDS)
+    passed: dict[str, str] = {}
+    candidates: list[Node] = []
+    for node in Node.objects.filter(enabled=True).exclude(name__in=list(exclude)):
+        if node.status == Node.Status.LOST:
+            passed[node.name] = f"lost since {node.lost_at:%H:%M:%S}: {node.lost_reason}"
+            continue
+        if node.telemetry_at is None or node.telemetry_at < fresh_after:
+            try:
+                node = nodes.hello(node)
+            except (transport.TransportError, transport.RunnerError, nodes.NodeError) as error:
+                passed[node.name] = f"no telemetry: {error}"
+                continue
+        why = _unfit(node, needs)
+        if why:
+            passed[node.name] = why
+        else:
+            candidates.append(node)
+    if not candidates:
+        details = "; ".join(f"{name}: {why}" for name, why in sorted(passed.items()))
+        raise NoNode(f"no node can run a level-{needs.level} step now ({details or 'no nodes'})")
+    activity = {
+        pk: (running, last)
+        for pk, running, last in Node.objects.filter(pk__in=[node.pk for node in candidates])
+        .annotate(
+            running=Count("placements", filter=Q(placements__status=Placement.Status.RUNNING)),
+            last=Max("placements__created_at"),
+        )
+        .values_list("pk", "running", "last")
+    }
+    epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+    def rank(node: Node) -> tuple[float, datetime.datetime, str]:
+        values = node.telemetry_values
+        cpus = max(float(values.get("cpus") or 1), 1.0)
+        running, last = activity.get(node.pk, (0, None))
+        load = (running + float(values.get("load1") or 0.0)) / cpus
+        return (round(load / LOAD_STEP) * LOAD_STEP, last or epoch, node.name)
+
+    return min(candidates, key=rank)
+
+
+def _unfit(node: Node, needs: Needs) -> str:
+    if needs.level not in node.levels:
+        offered = ", ".join(str(level) for level in node.levels) or "none"
+        return f"offers level {offered}, not {needs.level}"
+    values = node.telemetry_values
+    available = values.get("mem_available")
+    if needs.memory_bytes and isinstance(available, int) and available < needs.memory_bytes:
+        return f"{available} bytes of memory available, the step needs {needs.memory_bytes}"
+    free = values.get("disk_free")
+    if needs.disk_bytes and isinstance(free, int) and free < needs.disk_bytes:
+        return f"{free} bytes of disk free, the step needs {needs.disk_bytes}"
+    return ""
+
+
+def place(*, step_id: str, key: str, node: Node) -> Placement:
+    """Record a new attempt of the step on `node`, under the step's next fence."""
+    for _ in range(5):
+        fence = (
+            Placement.objects.filter(step_id=step_id).aggregate(top=Max("fence"))["top"] or 0
+        ) + 1
+        try:
+            with transaction.atomic():
+                return Placement.objects.create(step_id=step_id, key=key, node=node, fence=fence)
+        except IntegrityError:
+            continue  # another attempt took this fence first: take the next one
+    raise RuntimeError(f"could not take a fence for step {step_id} (five concurrent placements)")
+
+
+def finish(
+    placement: Placement,
+    *,
+    status: Placement.Status,
+    runner_version: str = "",
+    environment: str = "",
+    replayed: bool = False,
+    error: str = "",
+) -> None:
+    Placement.objects.filter(pk=placement.pk).update(
+        status=status,
+        runner_version=runner_version[:64],
+        environment=environment[:200],
+        replayed=replayed,
+        error=error[:4000],
+        finished_at=timezone.now(),
+    )
+    placement.refresh_from_db()
+
+
+def attempts(step_id: str) -> list[Placement]:
+    return list(Placement.objects.filter(step_id=step_id).select_related("node"))
