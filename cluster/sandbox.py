@@ -1,12 +1,16 @@
 """Sandboxes that run an agent's shell commands in a worktree.
 
-Level 1 is bubblewrap (`BwrapSandbox`), started as a dedicated non-root uid: bwrap run by root
-keeps root's power over root-owned files, so it never is. The sandbox sees only what is mounted:
-/usr and a few /etc files read-only, a synthetic passwd/group, private /proc, /dev and /tmp, the
-worktree read-write at /workspace with its git metadata read-only, and no network but loopback.
-A seccomp filter (`cluster.seccomp`) refuses namespaces, mounts, ptrace and the like; rlimits set by
-util-linux `prlimit` bound processes, memory, file size and CPU; a wall clock and the caller's
-`stopping` event kill the whole tree.
+Level 1 is bubblewrap, started as a dedicated non-root uid: bwrap run by root keeps root's power
+over root-owned files, so it never is. The sandbox sees only what is mounted: /usr and a few /etc
+files read-only, a synthetic passwd/group, private /proc, /dev and /tmp, the worktree read-write at
+/workspace with its git metadata read-only, and no network but loopback. A seccomp filter
+(`cluster.seccomp`) refuses namespaces, mounts, ptrace and the like; rlimits set by util-linux
+`prlimit` bound processes, memory, file size and CPU; a wall clock and the caller's `stopping`
+event kill the whole tree.
+
+This module decides what a sandbox is (a declarative profile: argv, worktree, identity, limits,
+the seccomp program) from what needs Django or libseccomp; a node's runner (`cluster.runner`,
+reached through `cluster.dispatch`) builds and supervises the sandbox itself.
 
 Each run has its own uid when we are root (`identity(run_id)`: `UID_BASE + run_id`, no passwd
 entry needed), so no run can signal, trace or read another's processes or files, and per-uid limits
@@ -20,22 +24,17 @@ Callers (the tools, `manage.py sandbox_exec`) use `for_level`, `identity` and `g
 
 from __future__ import annotations
 
-import contextlib
-import grp
-import os
-import shutil
-import stat
-import subprocess
+import base64
+import importlib.util
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from cluster import cgroups
+from cluster import dispatch
+from cluster.dispatch import StepRef as StepRef
 
 # Re-exported (the `as` form): callers import the sandbox's whole surface from here.
 from cluster.identity import DEFAULT_USER as DEFAULT_USER
@@ -46,27 +45,11 @@ from cluster.identity import give as give
 from cluster.identity import identity as identity
 from cluster.identity import identity_name as identity_name
 from cluster.identity import sandbox_user as sandbox_user
-from cluster.supervisor import Supervisor, Watch
-
-WORKSPACE = "/workspace"
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-SANDBOX_TMP = "/tmp"  # noqa: S108 (a private tmpfs inside the sandbox, not the host's /tmp)
-SANDBOX_SHM = "/dev/shm"  # noqa: S108 (likewise)
-# Host directories never mounted as a workspace or git metadata: the system's own, and the paths
-# the sandbox builds itself.
-RESERVED = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib64",
-    "/etc",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/boot",
-    WORKSPACE,
-)
+from cluster.runner import cgroups
+from cluster.runner.bwrap import RESERVED as RESERVED
+from cluster.runner.bwrap import SANDBOX_PATH as SANDBOX_PATH
+from cluster.runner.bwrap import WORKSPACE as WORKSPACE
+from cluster.runner.protocol import INVALID_PARAMS, RpcError
 
 
 @dataclass(frozen=True)
@@ -144,6 +127,8 @@ class Sandbox(Protocol):
     `run_id` picks the identity (`identity(run_id)`); the workdir must have been `give`n to it.
     `<workdir>/.git` is read-only unless `git_writable` (the git tools' own steps). With
     `stderr_apart` stderr goes to `Result.errors` instead of being mixed into `output`.
+    With `step` the run belongs to that journaled step: the node fences it and keeps its result
+    under the step's key, and a second call with that key answers the first result.
     """
 
     level: int
@@ -159,6 +144,7 @@ class Sandbox(Protocol):
         run_id: int | None = None,
         git_writable: bool = False,
         stderr_apart: bool = False,
+        step: StepRef | None = None,
     ) -> Result: ...
 
 
@@ -171,6 +157,8 @@ def for_level(level: int) -> Sandbox:
         return BwrapSandbox()
     if level == 0:
         raise SandboxUnavailable("sandbox level 0 has no shell: commands cannot run at this level")
+    if level == 2 and importlib.util.find_spec("cluster.runner.vm") is not None:
+        return NodeSandbox(2)
     if level in (2, 3):
         raise SandboxUnavailable(f"sandbox level {level} (a disposable VM) is not available yet")
     raise SandboxUnavailable(f"unknown sandbox level {level}: levels are 0 to 3")
@@ -192,141 +180,14 @@ def limits_mode() -> cgroups.Mode:
     return cgroups.mode()
 
 
-# --- Reaching the worktree ------------------------------------------------------------------------
-
-
-def _check_reachable(path: Path, uid: int, gid: int) -> None:
-    if uid == 0:
-        return
-    groups = {gid} if os.geteuid() == 0 else {gid, *os.getgroups()}
-    for directory in reversed(path.parents):
-        info = directory.stat()
-        if info.st_uid == uid:
-            searchable = info.st_mode & stat.S_IXUSR
-        elif info.st_gid in groups:
-            searchable = info.st_mode & stat.S_IXGRP
-        else:
-            searchable = info.st_mode & stat.S_IXOTH
-        if not searchable:
-            raise SandboxUnavailable(
-                f"the sandbox user (uid {uid}) cannot reach {path}: {directory} is not searchable"
-                f" by it (mode {stat.S_IMODE(info.st_mode):o}, owner uid {info.st_uid}). Put"
-                " worktrees under a directory it can traverse (AGENTOS_WORKSPACES_DIR), or"
-                f" chmod o+x {directory} yourself."
-            )
-
-
-# --- What the sandbox sees ------------------------------------------------------------------------
-
-
-def _workdir(workdir: Path) -> Path:
-    resolved = workdir.resolve()
-    if not resolved.is_dir():
-        raise ValueError(f"the workdir {workdir} is not a directory")
-    if _reserved(resolved):
-        raise ValueError(f"the workdir {workdir} is a system directory; refusing to mount it")
-    return resolved
-
-
-def _reserved(path: Path) -> bool:
-    return path == Path("/") or any(path.is_relative_to(reserved) for reserved in RESERVED)
-
-
-def _git_mounts(workdir: Path, *, writable: bool) -> list[str]:
-    """Binds that protect the worktree's git metadata.
-
-    `.git` as a directory (a standalone repository, what runs get) is re-bound read-only over
-    itself, unless `writable` (a git tool's own step), then it stays part of the writable workdir.
-    `.git` as a file (a linked worktree, "gitdir: <path>") is bound read-only, and the gitdir and
-    common dir it names are not mounted at all: the common dir's `config` holds remote URLs and
-    tokens and its `worktrees/` shows other runs. git inside then finds no repository.
-    """
-    dot_git = workdir / ".git"
-    try:
-        info = os.lstat(dot_git)
-    except FileNotFoundError:
-        return []
-    inside = f"{WORKSPACE}/.git"
-    if stat.S_ISDIR(info.st_mode):
-        return [] if writable else ["--ro-bind", str(dot_git), inside]
-    if not stat.S_ISREG(info.st_mode):
-        # A symlink could point back into the writable workspace: refuse rather than guess.
-        raise ValueError(f"{dot_git} is neither a directory nor a gitdir file; refusing to run")
-    return ["--ro-bind", str(dot_git), inside]
-
-
-def _system_mounts() -> list[str]:
-    mounts = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        host = Path("/", name)
-        if host.is_symlink():
-            mounts += ["--symlink", str(host.readlink()), str(host)]
-        elif host.is_dir():
-            mounts += ["--ro-bind", str(host), str(host)]
-    mounts += ["--perms", "0755", "--dir", "/etc"]  # bwrap would make it 0700
-    for name in ("/etc/alternatives", "/etc/ssl", "/etc/ld.so.cache"):
-        if Path(name).exists():
-            mounts += ["--ro-bind", name, name]
-    return mounts
-
-
-# The system git config inside. The repository's own config would win over it, but the sandbox
-# cannot write `.git/config` (read-only) and the git tools pass their own `-c` for what they need.
-GITCONFIG = b"""\
-[safe]
-\tdirectory = *
-[core]
-\thooksPath = /dev/null
-\tfsmonitor = false
-[protocol]
-\tallow = never
-[submodule]
-\trecurse = false
-[user]
-\tname = agentos
-\temail = agent@agentos.invalid
-[commit]
-\tgpgsign = false
-[init]
-\tdefaultBranch = main
-"""
-
-
-def _account_files(uid: int, gid: int, user: str) -> dict[str, bytes]:
-    """A passwd and group naming only the sandbox identity and nobody (what unmapped ids show as),
-    so tools that look the user up work without seeing the host's accounts. Also a system git
-    config: any repository trusted (the worktree may belong to another uid than the step's), no
-    hooks, no fsmonitor, no transport at all (nothing fetches or pushes from inside), no submodule
-    recursion, a fixed author, no signing. And a hosts file naming the loopback."""
-    try:
-        group = grp.getgrgid(gid).gr_name if gid < UID_BASE else user
-    except KeyError:
-        group = user
-    passwd = "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"  # noqa: S105
-    groups = "nogroup:x:65534:\n"
-    if uid != 65534:
-        passwd += f"{user}:x:{uid}:{gid}:agentos sandbox:/tmp:/bin/sh\n"
-    if gid != 65534:
-        groups += f"{group}:x:{gid}:\n"
-    return {
-        "/etc/passwd": passwd.encode(),
-        "/etc/group": groups.encode(),
-        "/etc/gitconfig": GITCONFIG,
-        # Test suites connect to "localhost"; without a hosts file glibc would ask DNS, absent.
-        "/etc/hosts": b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-    }
-
-
 # --- Readiness -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Tools:
-    bwrap: str
-    prlimit: str
+    """What the control plane adds to every level-1 profile: the compiled seccomp program."""
+
     seccomp: bytes
-    disable_userns: bool
-    tmpfs_size: bool  # bwrap 0.8's --size
 
 
 _tools: _Tools | None = None
@@ -334,20 +195,11 @@ _tools_lock = threading.Lock()
 
 
 def _ready() -> _Tools:
-    """Find bwrap, prlimit and libseccomp, then run `true` in a sandbox once per process."""
+    """Build the seccomp filter, then run `true` in a sandbox once per process."""
     global _tools
     with _tools_lock:
         if _tools is not None:
             return _tools
-        bwrap = shutil.which("bwrap")
-        if bwrap is None:
-            raise SandboxUnavailable(
-                "bubblewrap is not installed (no `bwrap` on PATH): apt-get install bubblewrap"
-                " (scripts/system-deps does it)"
-            )
-        prlimit = shutil.which("prlimit")
-        if prlimit is None:
-            raise SandboxUnavailable("util-linux `prlimit` is missing: apt-get install util-linux")
         try:
             # Imported here: importing it loads libseccomp, which may be missing.
             from cluster import seccomp
@@ -358,17 +210,11 @@ def _ready() -> _Tools:
                 f"cannot build the seccomp filter ({error}): apt-get install libseccomp2, and"
                 " pip install pyseccomp (it is in requirements.lock)"
             ) from error
-        usage = subprocess.run(  # noqa: S603 (bwrap found above, fixed flag)
-            [bwrap, "--help"], capture_output=True, text=True, check=False
-        ).stdout
-        tools = _Tools(bwrap, prlimit, bpf, "--disable-userns" in usage, "--size" in usage)
-        uid, gid = identity()
+        tools = _Tools(bpf)
+        uid = identity()[0]
         with tempfile.TemporaryDirectory(prefix="agentos-sandbox-check-", dir="/tmp") as scratch:
             give(Path(scratch))
-            trial = _execute(
-                tools,
-                _Launch(["true"], Path(scratch), [], uid, gid, identity_name(), Limits(30)),
-            )
+            trial = _execute(profile(1, ["true"], Path(scratch), Limits(30), tools), None, None)
         if trial.exit_code != 0:
             raise SandboxUnavailable(
                 f"bubblewrap cannot start a sandbox here as uid {uid} ({trial.summary().strip()})."
@@ -383,8 +229,11 @@ def _ready() -> _Tools:
 # --- Running -------------------------------------------------------------------------------------
 
 
-class BwrapSandbox:
-    level: int = 1
+class NodeSandbox:
+    """A sandbox of `level` on the node `cluster.dispatch` picks."""
+
+    def __init__(self, level: int) -> None:
+        self.level = level
 
     def run(
         self,
@@ -397,192 +246,95 @@ class BwrapSandbox:
         run_id: int | None = None,
         git_writable: bool = False,
         stderr_apart: bool = False,
+        step: StepRef | None = None,
     ) -> Result:
         if not argv:
             raise ValueError("nothing to run: argv is empty")
-        workdir = _workdir(workdir)
-        uid, gid = identity(run_id)
-        git_mounts = _git_mounts(workdir, writable=git_writable)
-        _check_reachable(workdir, uid, gid)
-        tools = _ready()
-        launch = _Launch(
+        tools = _ready() if self.level == 1 else None
+        built = profile(
+            self.level,
             argv,
             workdir,
-            git_mounts,
-            uid,
-            gid,
-            identity_name(run_id),
             limits,
-            stopping,
-            stdin,
-            stderr_apart,
+            tools,
+            run_id=run_id,
+            git_writable=git_writable,
+            stdin=stdin,
+            stderr_apart=stderr_apart,
         )
-        return _execute(tools, launch)
+        return _execute(built, step, stopping)
 
 
-@dataclass(frozen=True)
-class _Launch:
-    """One command to sandbox, as `run` resolved it."""
+class BwrapSandbox(NodeSandbox):
+    """Level 1: bubblewrap on the node."""
 
-    argv: list[str]
-    workdir: Path
-    git_mounts: list[str]
-    uid: int
-    gid: int
-    user: str
-    limits: Limits
-    stopping: threading.Event | None = None
-    stdin: bytes = b""
-    stderr_apart: bool = False
+    level: int = 1
+
+    def __init__(self) -> None:
+        super().__init__(1)
 
 
-@contextlib.contextmanager
-def _memfds() -> Iterator[list[int]]:
-    fds: list[int] = []
+def profile(
+    level: int,
+    argv: list[str],
+    workdir: Path | None,
+    limits: Limits,
+    tools: _Tools | None,
+    *,
+    run_id: int | None = None,
+    git_writable: bool = False,
+    stdin: bytes = b"",
+    stderr_apart: bool = False,
+) -> dict[str, Any]:
+    """The runner profile of one command (docs/cluster.md): the identity, the limits and the
+    seccomp program are decided here, on the control plane; the node checks and enforces them."""
+    uid, gid = identity(run_id)
+    return {
+        "level": level,
+        "argv": list(argv),
+        "workdir": None if workdir is None else str(workdir),
+        "writable": git_writable,
+        "uid": uid,
+        "gid": gid,
+        "user": identity_name(run_id),
+        "limits": asdict(limits),
+        "seccomp": None if tools is None else base64.b64encode(tools.seccomp).decode(),
+        "env": {},
+        "stdin": base64.b64encode(stdin).decode() if stdin else None,
+        "stderr_apart": stderr_apart,
+        "egress_socket": None,
+        "environment": None,
+    }
+
+
+def _execute(
+    built: dict[str, Any], step: StepRef | None, stopping: threading.Event | None
+) -> Result:
+    limits = built["limits"]
+    needs = dispatch.Needs(built["level"], limits["memory_bytes"], limits["disk_bytes"])
     try:
-        yield fds
-    finally:
-        for fd in fds:
-            os.close(fd)
+        answer = dispatch.execute(built, step=step, needs=needs, stopping=stopping)
+    except RpcError as error:
+        if error.code == INVALID_PARAMS:
+            # The node's words name the field: "profile.workdir: the workdir ... is not a
+            # directory"; callers know the field by its parameter.
+            raise ValueError(error.message.removeprefix("profile.workdir: ")) from None
+        raise SandboxUnavailable(error.message) from None
+    return result(answer)
 
 
-def _memfd(fds: list[int], content: bytes) -> str:
-    fd = os.memfd_create("agentos-sandbox")
-    fds.append(fd)
-    os.write(fd, content)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return str(fd)
-
-
-def _execute(tools: _Tools, launch: _Launch) -> Result:
-    """1. Set up the cgroup. 2. Start the command behind a gate (a shell waiting for a line on its
-    stdin), as the sandbox identity. 3. Move the gate into the cgroup, then open it: nothing the
-    command starts is ever outside. 4. Supervise it until its whole tree is gone. 5. Remove the
-    cgroup."""
-    limits = launch.limits
-    group = cgroups.create(cgroups.Caps(limits.memory_bytes, limits.processes, limits.cpus))
-    try:
-        with _memfds() as fds:
-            command = _command(tools, launch, fds, per_sandbox=group is not None)
-            info_read, info_write = os.pipe()
-            fds += [info_read, info_write]
-            command += ["--info-fd", str(info_write), "--", *launch.argv]
-            if group is not None:
-                # `read` takes one byte at a time from a pipe: the gate's line never reaches the
-                # command. Without it (EOF: we died before opening) the command never runs.
-                command = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "agentos-gate", *command]
-            # Never root: bwrap started by root keeps root's power over root-owned files.
-            drop: dict[str, Any] = {}
-            if os.geteuid() == 0:
-                drop = {"user": launch.uid, "group": launch.gid, "extra_groups": []}
-            started = time.monotonic()
-            # --die-with-parent fires when this thread ends; run() blocks it until the sandbox is
-            # gone.
-            process = subprocess.Popen(  # noqa: S603 (argv is the sandboxed command, by design)
-                command,
-                stdin=subprocess.PIPE if launch.stdin or group else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE if launch.stderr_apart else subprocess.STDOUT,
-                # Nothing of ours reaches bwrap's own processes (its pid 1 keeps its environment).
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                cwd="/",
-                pass_fds=[fd for fd in fds if fd != info_read],
-                start_new_session=True,
-                **drop,
-            )
-            fds.remove(info_write)
-            os.close(info_write)
-            if group is not None:
-                _open_gate(process, group, keep_stdin=bool(launch.stdin))
-            watch = Watch(
-                wall_seconds=limits.wall_seconds,
-                output_bytes=limits.output_bytes,
-                stopping=launch.stopping,
-                stdin=launch.stdin,
-                workspace=launch.workdir,
-                disk_bytes=limits.disk_bytes,
-            )
-            supervisor = Supervisor(process, info_read, watch, started)
-            try:
-                outcome = supervisor.run()
-            finally:
-                supervisor.close()
-        oom = group.oom_kills() if group is not None else 0
-    finally:
-        if group is not None:
-            group.remove()
+def result(answer: dict[str, Any]) -> Result:
+    """A runner's `run` result as the tools read it."""
+    killed = answer.get("killed")
     return Result(
-        exit_code=outcome.code,
-        output=outcome.output.decode("utf-8", errors="replace"),
-        truncated_bytes=outcome.dropped,
-        timed_out=outcome.timed_out,
-        cancelled=outcome.cancelled,
-        duration_ms=outcome.duration_ms,
-        errors=outcome.errors.decode("utf-8", errors="replace"),
-        killed=outcome.killed,
-        out_of_memory=oom,
-        memory_limit=limits.memory_bytes,
+        exit_code=answer["exit_code"],
+        output=answer["output"],
+        truncated_bytes=answer.get("truncated_bytes", 0),
+        timed_out=killed == "timeout",
+        cancelled=killed in ("cancelled", "stopped"),
+        duration_ms=answer.get("duration_ms", int(answer.get("seconds", 0) * 1000)),
+        errors=answer.get("errors", ""),
+        killed=answer.get("reason", "") if killed not in ("timeout", "cancelled") else "",
+        out_of_memory=answer.get("out_of_memory", 0),
+        memory_limit=answer.get("memory_limit", 0),
     )
-
-
-def _open_gate(process: subprocess.Popen[bytes], group: cgroups.Group, *, keep_stdin: bool) -> None:
-    if process.stdin is None:
-        raise ValueError("the gate needs the process's stdin")
-    try:
-        group.add(process.pid)
-        process.stdin.write(b"go\n")
-        process.stdin.flush()
-    except (cgroups.CgroupError, OSError) as error:
-        process.kill()
-        process.wait()
-        raise SandboxUnavailable(f"cannot put the sandbox in its cgroup: {error}") from error
-    if not keep_stdin:
-        process.stdin.close()
-
-
-def _command(tools: _Tools, launch: _Launch, fds: list[int], *, per_sandbox: bool) -> list[str]:
-    """prlimit then bwrap, up to (not including) the info fd and the command."""
-    limits = launch.limits
-    address_space = limits.address_space_bytes
-    if address_space is None and not per_sandbox:
-        address_space = limits.memory_bytes
-    command = [tools.prlimit]
-    if not per_sandbox:
-        # Per uid: with a uid per run, per run; the cgroup's pids.max replaces it when there is one
-        # (runs without an id share the named user, and one must not starve the others).
-        command.append(f"--nproc={limits.processes}")
-    if address_space is not None:
-        command.append(f"--as={address_space}")
-    command += [
-        f"--fsize={limits.file_bytes}",
-        # SIGXCPU at the limit (a chance to say so), SIGKILL a second later.
-        f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
-        "--core=0",
-        "--",
-        tools.bwrap,
-        "--unshare-all",
-        "--unshare-user",  # explicit: --unshare-all only tries, and --disable-userns needs it
-        "--die-with-parent",
-        "--new-session",
-        "--clearenv",
-        *("--setenv", "PATH", SANDBOX_PATH),
-        *("--setenv", "HOME", SANDBOX_TMP),
-        *("--setenv", "LANG", "C.UTF-8"),
-        *_system_mounts(),
-    ]
-    for dest, content in _account_files(launch.uid, launch.gid, launch.user).items():
-        command += ["--perms", "0644", "--ro-bind-data", _memfd(fds, content), dest]
-    # Every writable tmpfs has a size (RAM the memory cgroup charges, but a size says ENOSPC
-    # before the OOM killer picks a victim). /dev itself is read-only after bwrap filled it: its
-    # device nodes still work (/dev/null takes writes), new files cannot be stored there.
-    size = ["--size", str(limits.tmp_bytes)] if tools.tmpfs_size else []
-    command += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", SANDBOX_SHM]
-    command += ["--remount-ro", "/dev", *size, "--tmpfs", SANDBOX_TMP]
-    command += ["--bind", str(launch.workdir), WORKSPACE, *launch.git_mounts]
-    command += ["--chdir", WORKSPACE]
-    # The root itself is a tmpfs bwrap built: nothing outside the binds is writable.
-    command += ["--remount-ro", "/"]
-    if tools.disable_userns:
-        command.append("--disable-userns")
-    command += ["--seccomp", _memfd(fds, tools.seccomp)]
-    return command

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import cgroups, sandbox
+from cluster import sandbox
+from cluster.runner import cgroups
 
 GIT = ["git", "-c", "user.name=agentos tests", "-c", "user.email=tests@agentos.invalid"]
 

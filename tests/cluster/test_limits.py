@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import cgroups, sandbox
-from cluster.cgroups import NEEDED
+from cluster import sandbox
+from cluster.runner import cgroups
+from cluster.runner.cgroups import NEEDED
+from cluster.runner.supervisor import allocated_bytes
 from cluster.sandbox import Limits
-from cluster.supervisor import allocated_bytes
 from tests.cluster.helpers import marker, processes_with, python, run, sh
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="level 1 is Linux bubblewrap")

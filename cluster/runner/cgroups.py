@@ -15,8 +15,8 @@ delegated (we can enable them for `agentos/`; `AGENTOS_CGROUP_PARENT` names anot
 cgroup to use); else cgroup v1 with writable `memory`, `pids` and `cpu` hierarchies (this machine);
 else none: the sandbox falls back to rlimits alone (`mode()` says which and why, for the console).
 
-`cluster.sandbox` is the only caller: `create` before the sandbox starts, `Group.add` with the
-gated child's pid before it may fork, `Group.remove` once the sandbox is gone.
+`cluster.runner.bwrap` is the only caller: `create` before the sandbox starts, `Group.add` with
+the gated child's pid before it may fork, `Group.remove` once the sandbox is gone.
 """
 
 from __future__ import annotations
@@ -357,3 +357,14 @@ def clean_stale(bases: Iterable[Path]) -> list[Path]:
                         _remove(path)
                         removed.append(path)
     return removed
+
+
+def kill(paths: Iterable[Path]) -> None:
+    """SIGKILL every process in these sandbox cgroups: another runner process's kill switch.
+    Only directories under our own `agentos/` bases are touched."""
+    bases = directories()
+    for path in paths:
+        if any(path.parent == base for base in bases):
+            for pid in _pids(path):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

@@ -1,7 +1,7 @@
 """Watching one sandboxed command from the host: its output, its clocks, its workspace's size.
 
-`cluster.sandbox` starts the command and hands it to `Supervisor`, which returns an `Outcome` once
-the command and everything it started are gone.
+`cluster.runner.bwrap` starts the command and hands it to `Supervisor`, which returns an
+`Outcome` once the command and everything it started are gone.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Watch:
     output_bytes: int
     stopping: threading.Event | None
     stdin: bytes
-    workspace: Path
+    workspace: Path | None  # None: nothing to measure (a step without a worktree)
     disk_bytes: int
 
 
@@ -79,7 +79,8 @@ class DiskWatch:
 
     def stop(self) -> None:
         self.done.set()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.thread.join()
 
     def loop(self) -> None:
         while not self.done.is_set():
@@ -188,8 +189,9 @@ class Supervisor:
         if watch.stdin and process.stdin is not None:
             os.set_blocking(process.stdin.fileno(), False)
             self.selector.register(process.stdin.fileno(), selectors.EVENT_WRITE, "in")
-        self.disk = DiskWatch(watch.workspace, watch.disk_bytes)
-        self.disk.start()
+        self.disk = DiskWatch(watch.workspace or Path(), watch.disk_bytes)
+        if watch.workspace is not None:
+            self.disk.start()
 
     def run(self) -> Outcome:
         while self.output_open() or self.process.poll() is None:
