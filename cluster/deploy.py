@@ -5,36 +5,26 @@ are never touched)."""
 from __future__ import annotations
 
 import base64
-import hashlib
-from pathlib import Path
 from typing import Any
 
-import cluster
 from cluster import nodes, transport
-from cluster.models import Node
+from cluster.models import LOCAL, Node
+from cluster.runner import deploy as runner_deploy
 
 INSTALL_SECONDS = 120.0
 
 
 def runner_tree() -> dict[str, bytes]:
-    """The files a node needs to run `python3 -m cluster.runner`, by path relative to the
-    version's directory."""
-    top = Path(cluster.__file__).resolve().parent
-    tree = {"cluster/__init__.py": b""}
-    for path in sorted((top / "runner").rglob("*.py")):
-        tree[str(path.relative_to(top.parent))] = path.read_bytes()
-    return tree
+    """This checkout's runner, by path relative to a version's directory."""
+    return runner_deploy.source_files()
 
 
 def digest_of(tree: dict[str, bytes]) -> str:
-    digest = hashlib.sha256()
-    for relative in sorted(tree):
-        content = tree[relative]
-        digest.update(f"{len(relative)}:{relative}:{len(content)}:".encode() + content)
-    return digest.hexdigest()
+    return runner_deploy.tree_digest(tree)
 
 
 def version_of(tree: dict[str, bytes]) -> str:
+    # Named by content: deploying the same tree twice installs nothing new.
     return digest_of(tree)[:16]
 
 
@@ -53,7 +43,7 @@ def deploy(node: Node) -> dict[str, Any]:
 def deploy_all() -> dict[str, str]:
     """Install the runner on every enabled remote node; each node's name and what happened."""
     report: dict[str, str] = {}
-    for node in Node.objects.filter(enabled=True).exclude(name="local"):
+    for node in Node.objects.filter(enabled=True).exclude(name=LOCAL):
         try:
             answer = deploy(node)
             report[node.name] = f"{answer.get('previous')} -> {answer.get('current')}"

@@ -5,26 +5,43 @@ runner's result (the protocol's `run` result, docs/cluster.md). With a `StepRef`
 `run` (fencing, a result file keyed by the step's idempotency key); without one (readiness checks,
 `manage.py sandbox_exec`, the git helpers) it just executes, with no result file.
 
-For now every profile runs on the control plane's own node, `local`, through the runner's
-in-process handler (no process hop); placement over SSH nodes replaces the body of `execute` and
-`recorded`.
+A step is placed (`cluster.placement`) on a node that offers its level and has what it needs,
+each attempt recorded as a `Placement` (node, fence, the runner and environment versions it
+answered). The local node is called in-process, the others over SSH (`cluster.nodes`). A node
+lost mid-step (the connection dropped, no answer in time) is marked lost and the step placed
+again on another node under a higher fence with the SAME idempotency key: a runner that already
+accepted the higher fence refuses the older one, and one that already stored the key's result
+answers it without running again. Runs without a step (readiness checks, `sandbox_exec`, the git
+helpers) stay on the local node.
+
+The fence sent to a runner is `kernel fence * 2**20 + placement number under that kernel fence`,
+so it orders attempts first by the kernel's lease (a stale worker's attempts lose to the current
+worker's, wherever they run) and then by placement.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from cluster import transport
 from cluster.runner.handler import Handler
-from cluster.runner.protocol import parse_profile
+from cluster.runner.protocol import UNAVAILABLE, RpcError, parse_profile
 
 LOCAL = "local"
+# A step placed again this many times (each time its node lost) is given up: the cluster is
+# failing, not one node.
+MAX_PLACEMENTS = 4
+# On top of the profile's wall clock: starting the sandbox, writing the result, the network.
+GRACE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,22 +63,14 @@ class Needs:
     disk_bytes: int
 
 
-_local: Handler | None = None
-_local_lock = threading.Lock()
-
-
 def local_node() -> Handler:
-    """The control plane's own node: its runner's handler, in this process, on
-    `DATA_DIR/node` (a directory of the system's temp dir when Django is not configured)."""
-    global _local
-    with _local_lock:
-        if _local is None:
-            if settings.configured:
-                state = Path(settings.DATA_DIR) / "node"
-            else:
-                state = Path(tempfile.gettempdir()) / f"agentos-node-{os.geteuid()}"
-            _local = Handler(state, LOCAL)
-        return _local
+    """The control plane's own node: its runner's handler, in this process, on `DATA_DIR/node`
+    (a directory of the system's temp dir when Django is not configured)."""
+    if settings.configured:
+        state = Path(settings.DATA_DIR) / "node"
+    else:
+        state = Path(tempfile.gettempdir()) / f"agentos-node-{os.geteuid()}"
+    return transport.local_handler(state, LOCAL)
 
 
 def execute(
@@ -72,18 +81,108 @@ def execute(
     stopping: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Run `profile` on a node; raises `RpcError` as the runner answered it (-32602 a bad
-    profile, -32010 a stale fence, -32011 a level the node cannot run)."""
-    del needs  # one node for now: nothing to weigh
-    node = local_node()
+    profile, -32010 a stale fence, -32011 no node can run it now).
+
+    1. Choose a node (not one lost during this call). 2. Record the attempt under the next
+    fence. 3. Call `run` there; a stop asked meanwhile is sent as `cancel`. 4. A lost node: mark
+    the attempt lost, go to 1. 5. Record the runner's answer (or refusal) on the attempt."""
     if step is None:
-        return node.execute(parse_profile(profile), profile, stopping=stopping)
-    params = {"step_id": step.step_id, "key": step.key, "fence": step.fence, "profile": profile}
-    result: dict[str, Any] = node.call("run", params, stopping=stopping)
-    return result
+        return local_node().execute(parse_profile(profile), profile, stopping=stopping)
+    # The registry's models: imported here, as `cluster.sandbox` (and so this module) also serves
+    # programs that run without Django's apps.
+    from cluster import nodes, placement
+    from cluster.models import Placement
+
+    wanted = placement.Needs(
+        level=needs.level, memory_bytes=needs.memory_bytes, disk_bytes=needs.disk_bytes
+    )
+    timeout = float(profile.get("limits", {}).get("wall_seconds", 0)) + GRACE_SECONDS
+    lost: list[str] = []
+    for _ in range(MAX_PLACEMENTS):
+        try:
+            node = placement.choose(wanted, exclude=lost)
+        except placement.NoNode as error:
+            raise RpcError(UNAVAILABLE, str(error)) from None
+        attempt = placement.place(step_id=step.step_id, key=step.key, node=node, epoch=step.fence)
+        params = {
+            "step_id": step.step_id,
+            "key": step.key,
+            "fence": attempt.fence,
+            "profile": profile,
+        }
+        try:
+            with _cancel_on(stopping, nodes.endpoint(node), step.step_id):
+                result: dict[str, Any] = nodes.call(node, "run", params, timeout=timeout)
+        except transport.TransportError as error:
+            placement.finish(attempt, status=Placement.Status.LOST, error=error.reason)
+            lost.append(node.name)
+            if stopping is not None and stopping.is_set():
+                raise RpcError(UNAVAILABLE, f"stopped while its node was lost: {error}") from None
+            continue
+        except transport.RunnerError as error:
+            placement.finish(attempt, status=Placement.Status.REFUSED, error=error.message)
+            raise RpcError(error.code, error.message) from None
+        placement.finish(
+            attempt,
+            status=Placement.Status.DONE,
+            runner_version=str(result.get("runner_version") or ""),
+            environment=str(result.get("environment") or ""),
+            replayed=bool(result.get("replayed")),
+        )
+        return result
+    raise RpcError(
+        UNAVAILABLE,
+        f"step {step.step_id} was placed {MAX_PLACEMENTS} times and each node was lost "
+        f"({', '.join(lost)})",
+    )
+
+
+@contextlib.contextmanager
+def _cancel_on(
+    stopping: threading.Event | None, endpoint: transport.Endpoint, step_id: str
+) -> Iterator[None]:
+    """While a `run` waits for its answer, a set `stopping` is sent to the node as `cancel`: the
+    runner kills the sandbox and answers the run (killed "cancelled")."""
+    if stopping is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.1):
+            if stopping.is_set():
+                # The run's own call reports a node that cannot be reached.
+                with contextlib.suppress(transport.TransportError, transport.RunnerError):
+                    endpoint.call("cancel", {"step_id": step_id}, timeout=30)
+                return
+
+    thread = threading.Thread(target=watch, name="dispatch-cancel", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def recorded(step: StepRef) -> dict[str, Any] | None:
     """The result a node already wrote for this step's key (an attempt that ran it and died
-    before the journal recorded it), or None."""
-    found: dict[str, Any] | None = local_node().call("result", {"key": step.key})
-    return found
+    before the journal recorded it), or None. Asks the nodes the step was placed on, latest
+    first (the local node when it was never placed); an unreachable node is skipped."""
+    from cluster import nodes, placement
+
+    asked: list[str] = []
+    for attempt in reversed(placement.attempts(step.step_id)):
+        if attempt.node.name in asked:
+            continue
+        asked.append(attempt.node.name)
+        try:
+            found = nodes.endpoint(attempt.node).call("result", {"key": step.key}, timeout=30)
+        except transport.TransportError:
+            continue
+        if found is not None:
+            return dict(found)
+    if LOCAL in asked:
+        return None
+    local: dict[str, Any] | None = local_node().call("result", {"key": step.key})
+    return local

@@ -34,7 +34,7 @@ KEY_COMMENT = "agentos-control-plane"
 # Where the runner lives on a remote node unless told otherwise: `runner/` (its versions and the
 # `current` link) and `state/` (fences, results, environments).
 DEFAULT_NODE_ROOT = "/var/lib/agentos-node"
-HELLO_SECONDS = 20.0
+HELLO_SECONDS = 60.0
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
@@ -42,9 +42,9 @@ class NodeError(Exception):
     """A node cannot be registered or reached as asked; the message says which field is wrong."""
 
 
-def local_root() -> Path:
-    """The local node's root: its `state/` (and `runner/` once a runner was deployed to it)."""
-    return Path(settings.DATA_DIR) / "nodes" / LOCAL
+def local_state() -> Path:
+    """The local node's runner state (fences, results, environments)."""
+    return Path(settings.DATA_DIR) / "node"
 
 
 def local_node() -> Node:
@@ -53,9 +53,16 @@ def local_node() -> Node:
 
 
 def add_node(
-    *, name: str, address: str, port: int = 22, ssh_user: str = "root", host_key: str = ""
+    *,
+    name: str,
+    address: str,
+    port: int = 22,
+    ssh_user: str = "root",
+    host_key: str = "",
+    replace: bool = False,
 ) -> Node:
-    """Register a remote node; its host key line (if given) is pinned."""
+    """Register a remote node; its host key line (if given) is pinned. With `replace`, a node of
+    that name takes the new address, user and key (its placements stay)."""
     if not re.match(NAME_PATTERN, name):
         raise NodeError(
             f"node name {name!r}: use lowercase letters, digits and inner dashes, at most 63"
@@ -79,6 +86,20 @@ def add_node(
         node.full_clean()
     except ValidationError as error:
         raise NodeError(f"node {name}: {error.message_dict}") from None
+    if replace:
+        node, _ = Node.objects.update_or_create(
+            name=name,
+            defaults={
+                "address": address,
+                "port": port,
+                "ssh_user": ssh_user,
+                "host_key": key_line,
+                "enabled": True,
+                "status": Node.Status.UNKNOWN,
+            },
+        )
+        _forget(name)
+        return node
     try:
         with transaction.atomic():
             node.save()
@@ -146,17 +167,29 @@ def runner_command(*, name: str, root: str = DEFAULT_NODE_ROOT, python: str = "p
     )
 
 
-def authorized_keys_line(*, name: str, from_address: str, root: str = DEFAULT_NODE_ROOT) -> str:
+def authorized_keys_line(
+    *,
+    name: str,
+    from_address: str | None,
+    root: str = DEFAULT_NODE_ROOT,
+    python: str = "python3",
+    public_line: str | None = None,
+) -> str:
     """The line for root's `authorized_keys` on node `name`: the runner only, no pty, no
-    forwarding, and only from the control plane's address."""
-    try:
-        ipaddress.ip_network(from_address, strict=False)
-    except ValueError:
-        raise NodeError(
-            f"from address {from_address!r}: the control plane's IP address (or network)"
-        ) from None
-    command = runner_command(name=name, root=root).replace("\\", "\\\\").replace('"', '\\"')
-    return f'command="{command}",restrict,from="{from_address}" {public_key_line()}'
+    forwarding, and only from the control plane's address (a placeholder when not given)."""
+    if from_address is None:
+        source = "<control plane address>"
+    else:
+        try:
+            ipaddress.ip_network(from_address, strict=False)
+        except ValueError:
+            raise NodeError(
+                f"from address {from_address!r}: the control plane's IP address (or network)"
+            ) from None
+        source = from_address
+    command = runner_command(name=name, root=root, python=python)
+    escaped = command.replace("\\", "\\\\").replace('"', '\\"')
+    return f'command="{escaped}",restrict,from="{source}" {public_line or public_key_line()}'
 
 
 # --- reaching runners ------------------------------------------------------------------------
@@ -168,7 +201,7 @@ _endpoints_lock = threading.Lock()
 def endpoint(node: Node) -> transport.Endpoint:
     """The node's runner, reusing one SSH connection per node and settings."""
     if node.is_local:
-        return transport.LocalEndpoint(name=LOCAL, state=local_root() / "state")
+        return transport.LocalEndpoint(name=LOCAL, state=local_state())
     identity = (node.name, node.address, node.port, node.ssh_user, node.host_key)
     with _endpoints_lock:
         found = _endpoints.get(identity)
@@ -211,6 +244,11 @@ def hello(node: Node) -> Node:
         raise
     if not isinstance(answer, dict):
         raise NodeError(f"node {node.name}: hello answered {answer!r}, not an object")
+    return record_hello(node=node, answer=answer)
+
+
+def record_hello(*, node: Node, answer: dict[str, Any]) -> Node:
+    """The node is up, with this `hello` answer as its telemetry, collected now."""
     levels = [
         item["level"]
         for item in answer.get("levels", [])

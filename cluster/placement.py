@@ -6,9 +6,9 @@ must have the memory and disk the step declares it needs. Among candidates the l
 steps already running there and its load, per CPU; ties go to the node that was given a step
 longest ago, so the steps of one mission spread over the nodes round-robin when they are alike.
 
-Each attempt takes the next fence of its step (1, 2, …; unique per step in the database), so an
-attempt placed again after its node was lost carries a higher fence than the one it replaces and
-the runners refuse the older one.
+Each attempt takes the next fence of its step (unique per step in the database; see `place`), so
+an attempt placed again after its node was lost carries a higher fence than the one it replaces
+and the runners refuse the older one.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ from cluster import nodes, transport
 from cluster.models import Node, Placement
 
 FRESH_SECONDS = 180
+# Fences of one kernel epoch (the kernel's fence of the step) span PER_EPOCH numbers; the
+# runner's fence is a signed 64-bit value, so epochs stop at EPOCHS.
+PER_EPOCH = 1 << 20
+EPOCHS = 1 << 42
 # Loads closer than this (per CPU) count as equal, so the round-robin tie-break decides.
 LOAD_STEP = 0.25
 
@@ -106,12 +110,20 @@ def _unfit(node: Node, needs: Needs) -> str:
     return ""
 
 
-def place(*, step_id: str, key: str, node: Node) -> Placement:
-    """Record a new attempt of the step on `node`, under the step's next fence."""
+def place(*, step_id: str, key: str, node: Node, epoch: int = 0) -> Placement:
+    """Record a new attempt of the step on `node`, under its next fence: `epoch * 2**20 +` the
+    attempt's number within that epoch (the kernel's fence of the step), so fences order
+    attempts by epoch first."""
+    if not 0 <= epoch < EPOCHS:
+        raise ValueError(f"epoch (the step's kernel fence) must be from 0 to {EPOCHS - 1}")
+    low, high = epoch * PER_EPOCH, (epoch + 1) * PER_EPOCH
     for _ in range(5):
-        fence = (
-            Placement.objects.filter(step_id=step_id).aggregate(top=Max("fence"))["top"] or 0
-        ) + 1
+        top = Placement.objects.filter(step_id=step_id, fence__gt=low, fence__lt=high).aggregate(
+            top=Max("fence")
+        )["top"]
+        fence = (top or low) + 1
+        if fence >= high:
+            raise ValueError(f"step {step_id} was placed {PER_EPOCH - 1} times in epoch {epoch}")
         try:
             with transaction.atomic():
                 return Placement.objects.create(step_id=step_id, key=key, node=node, fence=fence)

@@ -30,6 +30,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from cluster.runner import deploy as runner_deploy
+
 SSHD = "/usr/sbin/sshd"
 PREFIX = "agn"
 # 10.213.0.0/16 holds 16384 /30 networks; each set of nodes takes consecutive ones from an
@@ -52,6 +54,7 @@ class TestNode:
     node_ip: str  # where its sshd listens
     root: Path  # runner/ and state/ of this node
     host_key: str = ""  # its sshd's public host key line, to pin
+    version: str = ""  # the runner version first installed
     sshd: subprocess.Popen[bytes] | None = None
     port: int = 22
 
@@ -162,7 +165,7 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
         shutil.rmtree(node.root)
     node.ssh_dir.mkdir(parents=True, mode=0o700)
     node.state.mkdir(mode=0o700)
-    _first_install(node.root / "runner")
+    node.version = _first_install(node.root / "runner")
     private = Ed25519PrivateKey.generate()
     key_file = node.ssh_dir / "ssh_host_ed25519_key"
     key_file.write_bytes(
@@ -177,12 +180,17 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
     node.host_key = public.decode()
-    from cluster import nodes  # the forced command is the one documented for real nodes
+    from cluster import nodes  # the line documented for real nodes
 
-    command = nodes.runner_command(name=node.name, root=str(node.root), python=python)
-    escaped = command.replace("\\", "\\\\").replace('"', '\\"')
     authorized = node.ssh_dir / "authorized_keys"
-    authorized.write_text(f'command="{escaped}",restrict,from="{node.host_ip}" {public_key_line}\n')
+    line = nodes.authorized_keys_line(
+        name=node.name,
+        from_address=node.host_ip,
+        root=str(node.root),
+        python=python,
+        public_line=public_key_line,
+    )
+    authorized.write_text(line + "\n")
     authorized.chmod(0o600)
     (node.ssh_dir / "sshd_config").write_text(
         "\n".join(
@@ -209,7 +217,7 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
     )
 
 
-def _first_install(runner: Path) -> None:
+def _first_install(runner: Path) -> str:
     """Copy the runner's tree as its first version (later ones go through its `install`)."""
     from cluster import deploy
 
@@ -220,7 +228,9 @@ def _first_install(runner: Path) -> None:
         path = target / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
+    (target / runner_deploy.DIGEST_FILE).write_text(deploy.digest_of(tree) + "\n")
     (runner / "current").symlink_to(Path("versions") / version)
+    return version
 
 
 def _start_sshd(node: TestNode) -> None:

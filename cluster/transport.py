@@ -31,6 +31,10 @@ from typing import Any, Protocol
 
 import paramiko
 
+# The runner package is standard library only: the control plane runs its handler in-process.
+from cluster.runner.handler import Handler
+from cluster.runner.protocol import RpcError
+
 CONNECT_SECONDS = 10.0
 # Bounded memory for one answer: a result carries at most `output_bytes` of output (a few MiB);
 # a runner that talks more is broken.
@@ -240,28 +244,38 @@ class SshEndpoint:
         transport.close()
 
 
+_handlers: dict[Path, Handler] = {}
+_handlers_lock = threading.Lock()
+
+
+def local_handler(state: Path, name: str) -> Handler:
+    """The runner's request handler for a state directory, one per process (it tracks the
+    sandboxes it runs)."""
+    with _handlers_lock:
+        handler = _handlers.get(state)
+        if handler is None:
+            handler = _handlers[state] = Handler(state, name)
+        return handler
+
+
 class LocalEndpoint:
     """The control plane's own node: the runner's request handler, called in-process (same state
     files, same fencing as a runner process on a remote node)."""
-
-    _handlers: dict[Path, Any] = {}
-    _lock = threading.Lock()
 
     def __init__(self, *, name: str, state: Path) -> None:
         self.name = name
         self.state = state
 
-    def call(self, method: str, params: dict[str, Any], *, timeout: float) -> Any:
-        # The runner package: standard library only, importable in the control plane too.
-        from cluster.runner.handler import Handler
-        from cluster.runner.protocol import RpcError
-
-        with self._lock:
-            handler = self._handlers.get(self.state)
-            if handler is None:
-                handler = self._handlers[self.state] = Handler(self.state, node=self.name)
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        timeout: float,
+        stopping: threading.Event | None = None,
+    ) -> Any:
         try:
-            answer = handler.call(method, params)
+            answer = local_handler(self.state, self.name).call(method, params, stopping=stopping)
         except RpcError as error:
             raise runner_error(self.name, error.code, error.message) from None
         # What a remote node would send: JSON values only, no objects shared with the handler.

@@ -3,17 +3,23 @@ shared by the whole module; the control plane reaches them with its vault-kept k
 
 from __future__ import annotations
 
+import secrets
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import pytest
 from django.conf import settings
 from pytest_django import DjangoDbBlocker
 
-from cluster import nodes, testhosts, transport
-from cluster.models import ControlKey, Node
+from cluster import dispatch, nodes, placement, sandbox, testhosts, transport
+from cluster.dispatch import StepRef
+from cluster.models import ControlKey, Node, Placement
+from cluster.sandbox import Limits
 
 NAMES = ["n1", "n2", "n3"]
 
@@ -40,17 +46,35 @@ def key_row(hosts: testhosts.TestHosts, django_db_blocker: DjangoDbBlocker) -> C
         return ControlKey.objects.get(pk=1)
 
 
+@pytest.fixture(scope="module")
+def hellos() -> dict[str, dict[str, Any]]:
+    """Each node's last `hello` answer: a test reuses what an earlier one collected (placement
+    would otherwise ask every node again for each test's fresh rows)."""
+    return {}
+
+
 @pytest.fixture
-def cluster_nodes(hosts: testhosts.TestHosts, key_row: ControlKey, db: None) -> list[Node]:
+def cluster_nodes(
+    hosts: testhosts.TestHosts, key_row: ControlKey, hellos: dict[str, dict[str, Any]], db: None
+) -> Iterator[list[Node]]:
     """The three nodes registered with their pinned host keys (in the test's transaction)."""
     # A flush by another module's transactional test may have dropped the key the nodes trust.
     ControlKey.objects.update_or_create(
         pk=1, defaults={"ciphertext": key_row.ciphertext, "public_line": key_row.public_line}
     )
-    return [
-        nodes.add_node(name=host.name, address=host.node_ip, port=host.port, host_key=host.host_key)
-        for host in hosts.nodes
-    ]
+    registered = []
+    for host in hosts.nodes:
+        node = nodes.add_node(
+            name=host.name, address=host.node_ip, port=host.port, host_key=host.host_key
+        )
+        if host.name in hellos:
+            nodes.record_hello(node=node, answer=hellos[host.name])
+        registered.append(node)
+    yield registered
+    # Connections are per node name and outlive the test's transaction: each test starts afresh.
+    nodes.close_all()
+    for node in Node.objects.filter(name__in=NAMES, status=Node.Status.UP):
+        hellos[node.name] = node.telemetry
 
 
 def test_it_refuses_a_node_whose_host_key_is_not_the_pinned_one(
@@ -102,3 +126,120 @@ def test_it_is_refused_by_a_node_when_connecting_from_another_address(
         assert client.is_authenticated()
     finally:
         client.close()
+
+
+def profile(script: str, workdir: Path, wall_seconds: float = 30) -> dict[str, Any]:
+    return sandbox.profile(
+        1, ["/bin/sh", "-c", script], workdir, Limits(wall_seconds=wall_seconds), sandbox._ready()
+    )
+
+
+def step_ref(epoch: int = 1) -> StepRef:
+    return StepRef(f"step-{secrets.token_hex(5)}", secrets.token_hex(8), epoch)
+
+
+def test_it_collects_each_nodes_telemetry_over_ssh(
+    hosts: testhosts.TestHosts, cluster_nodes: list[Node]
+) -> None:
+    for node in cluster_nodes:
+        up = nodes.hello(node)
+        assert up.status == Node.Status.UP
+        assert up.telemetry["node"] == node.name
+        assert 1 in up.levels
+        assert up.runner_version == hosts.node(node.name).version
+        assert up.telemetry_values["cpus"] >= 1
+        assert up.telemetry_at is not None
+
+
+def test_it_spreads_the_steps_of_a_mission_over_the_nodes(
+    hosts: testhosts.TestHosts, cluster_nodes: list[Node], workdir: Path
+) -> None:
+    """Four steps one after the other, as a mission's shell steps come: each lands on a node
+    (round-robin among equally loaded nodes), and the runner there says which node it is."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)  # the SSH nodes only
+    needs = dispatch.Needs(1, 256 << 20, 0)
+    answers = []
+    refs = [step_ref() for _ in range(4)]
+    for ref in refs:
+        answers.append(
+            dispatch.execute(profile(f"echo {ref.step_id} >> log", workdir), step=ref, needs=needs)
+        )
+
+    ran_on = [answer["node"] for answer in answers]
+    placed_on = [placement.attempts(ref.step_id)[0].node.name for ref in refs]
+    assert ran_on == placed_on
+    assert set(ran_on) == set(NAMES)
+    assert all(answer["exit_code"] == 0 and not answer["replayed"] for answer in answers)
+    assert (workdir / "log").read_text().split() == [ref.step_id for ref in refs]
+    for ref in refs:
+        (attempt,) = placement.attempts(ref.step_id)
+        assert attempt.status == Placement.Status.DONE
+        assert attempt.fence == (1 << 20) + 1
+        assert attempt.runner_version == hosts.node(attempt.node.name).version
+
+
+def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
+    hosts: testhosts.TestHosts, cluster_nodes: list[Node], workdir: Path
+) -> None:
+    """The step appends to `starts` when it starts and to `completions` when it completes; its
+    node (sshd, runner and sandbox) is SIGKILLed while it sleeps in between. An attempt killed
+    before its end never completes, so `completions` counts completed attempts: one, on another
+    node, under a higher fence and the same key; `starts` shows the killed attempt did start."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    ref = step_ref()
+    # Only the first attempt waits (to be killed); the second completes at once.
+    script = (
+        "echo start >> starts; [ $(wc -l < starts) -gt 1 ] || sleep 30; echo done >> completions"
+    )
+    killed: list[str] = []
+
+    def kill_when_started() -> None:
+        deadline = time.monotonic() + 30
+        while not (workdir / "starts").exists():
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.02)
+        (running,) = [h for h in hosts.nodes if list((h.state / "active").glob("*.json"))]
+        killed.append(running.name)
+        hosts.kill(running.name)
+
+    killer = threading.Thread(target=kill_when_started)
+    killer.start()
+    try:
+        answer = dispatch.execute(
+            profile(script, workdir), step=ref, needs=dispatch.Needs(1, 256 << 20, 0)
+        )
+    finally:
+        killer.join()
+    try:
+        first, second = placement.attempts(ref.step_id)
+        assert (first.node.name, first.status) == (killed[0], Placement.Status.LOST)
+        assert (second.status, second.key, second.fence) == (
+            Placement.Status.DONE,
+            first.key,
+            first.fence + 1,
+        )
+        assert answer["node"] == second.node.name != killed[0]
+        assert answer["exit_code"] == 0
+        assert (workdir / "starts").read_text() == "start\nstart\n"
+        assert (workdir / "completions").read_text() == "done\n"
+        lost = Node.objects.get(name=killed[0])
+        assert lost.status == Node.Status.LOST
+        assert "closed before the runner answered" in lost.lost_reason
+
+        # The same step asked again (its answer lost on the way back): the node that ran it
+        # answers the stored result and runs nothing.
+        again = nodes.call(
+            second.node,
+            "run",
+            {
+                "step_id": ref.step_id,
+                "key": ref.key,
+                "fence": second.fence,
+                "profile": profile(script, workdir),
+            },
+            timeout=30,
+        )
+        assert again["replayed"] is True
+        assert (workdir / "completions").read_text() == "done\n"
+    finally:
+        hosts.restart(killed[0])
