@@ -17,6 +17,7 @@ from agentos import audit, tokens
 from agentos.errors import DomainError
 from agentos.models import AuditEvent
 from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from cluster import tokens as run_tokens
 from kernel import runs
 from kernel.models import TERMINAL, Run
 from missions.models import Schedule
@@ -45,6 +46,9 @@ def engage(*, by: str, request: HttpRequest | None = None) -> Stopped:
             audit.record_request(AuditEvent.Kind.KILL_SWITCH, request, username=by, **detail)
         else:
             audit.record(AuditEvent.Kind.KILL_SWITCH, username=by, **detail)
+    # Every sandbox's token dies with it: nothing still running reaches out, even before its
+    # tree's stop is seen (the egress service also refuses a stopped tree within a second).
+    run_tokens.revoke_all()
     return stopped
 
 

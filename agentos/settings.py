@@ -270,3 +270,10 @@ CHAOS_CASES = [
     "missions.chaos.engine_bump_case",
     "missions.chaos.supervisor_case",
 ]
+
+# --- Egress: the sandboxes' only way out (cluster.egress) ----------------------------------------
+# Where `http://<name>.bridge/...` inside a sandbox goes, the credential added outside it.
+EGRESS_BRIDGE_URLS = {
+    "anthropic": env_str("AGENTOS_BRIDGE_ANTHROPIC_URL", "https://api.anthropic.com"),
+    "openai": env_str("AGENTOS_BRIDGE_OPENAI_URL", "https://api.openai.com"),
+}

@@ -29,3 +29,7 @@ class MissionsConfig(AppConfig):
         for tool in LEDGER_TOOLS:
             registry.register(tool)
         scrubber.register(keys.values)
+        # The sandboxes' allow-list and API bridges (cluster.egress asks; it knows no mission).
+        from missions import network
+
+        network.register()

@@ -79,6 +79,8 @@ class Command(BaseCommand):
                     ],
                     stop_signal=signal.SIGINT,
                 ),
+                # The sandboxes' only way out: their egress sockets and API bridges.
+                Child("egress", [python, manage, "egress", "--skip-checks"]),
             ],
             env=env,
             ready_url=f"{url}/api/v1/health",

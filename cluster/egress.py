@@ -1,0 +1,737 @@
+"""Egress: the only way out of a sandbox. One Unix socket per run (`<egress dir>/<run>.sock`, 0600,
+owned by the run's sandbox uid, bound in the sandbox at /run/agentos/egress.sock), served by an
+asyncio service on the control plane that answers as an HTTP proxy:
+
+- `CONNECT host:port` and absolute-URI plain HTTP, to hosts the run's policy allows (the policy
+  is registered by the application above: `register_policy`); anything else is refused with 403.
+  The service resolves names: the sandbox has no DNS and no route anywhere.
+- `http://<service>.bridge/<path>`: the API bridge. The bridge registered under that name
+  (`register_bridge`) gives the upstream URL and the credential headers, read from the vault here,
+  outside the sandbox; the sandbox never holds them.
+
+Every request carries the run's token (`cluster.tokens`) in `Proxy-Authorization` (Basic with any
+user name, as `http://run:<token>@127.0.0.1:3128` in `http_proxy` makes clients send it, or
+Bearer), valid for that socket's run and scope, and the run's tree must not be stopped (its root's
+status, looked up at most `STATUS_SECONDS` ago). Every decision is an event on the run's journal:
+`egress.allowed`, `egress.bridged`, `egress.refused`.
+
+Sockets are opened on request through the control socket (`attach`, from the process that starts
+the sandbox) and closed when the run's tree stops. The socket files are the service's only state:
+a service started after a crash binds again every socket whose run is still going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import ssl
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from cluster import tokens
+from cluster.identity import SandboxUnavailable, identity
+from kernel import journal
+from kernel.models import TERMINAL, Run
+
+logger = logging.getLogger(__name__)
+
+CONTROL = "control.sock"
+PROXY_PORT = 3128  # where the in-sandbox forwarder listens (cluster.runner.forwarder)
+HEAD_LIMIT = 64 * 1024
+HEAD_SECONDS = 30.0
+CONNECT_SECONDS = 10.0
+STATUS_SECONDS = 1.0  # how stale a run tree's status may be when a request is judged
+REAP_SECONDS = 1.0  # how often sockets of stopped trees are closed
+BODY_LIMIT = 64 * 1024 * 1024
+# Headers that speak to the proxy hop, or that a client could set to pass as someone else upstream.
+HOP = frozenset(
+    {
+        "proxy-authorization",
+        "proxy-connection",
+        "proxy-authenticate",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+    }
+)
+BRIDGE_SUFFIX = ".bridge"
+HOST = re.compile(r"^[A-Za-z0-9._-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$")
+
+
+# --- What the applications register ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where a bridged request goes and what the bridge adds: `base_url` (scheme, host, optional
+    port and path prefix) and the credential `headers`."""
+
+    base_url: str
+    headers: dict[str, str]
+
+
+# (run id, host, port) -> Verdict. Called in a worker thread (it may read the database).
+Policy = Callable[[int, str, int], Verdict]
+# (run id) -> Upstream, or raises LookupError with the reason (no key set...).
+Bridge = Callable[[int], Upstream]
+
+_policy: list[Policy] = []
+_bridges: dict[str, Bridge] = {}
+
+
+def register_policy(policy: Policy) -> None:
+    """The allow-list: one function deciding every direct destination of every run."""
+    _policy[:] = [policy]
+
+
+def register_bridge(name: str, bridge: Bridge) -> None:
+    """`http://<name>.bridge/...` inside a sandbox reaches what `bridge` answers."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
+        raise ValueError(f"a bridge name is lowercase letters, digits and dashes, not {name!r}")
+    _bridges[name] = bridge
+
+
+def decide(run_id: int, host: str, port: int) -> Verdict:
+    if not _policy:
+        return Verdict(False, "no egress policy is registered: nothing is reachable")
+    return _policy[0](run_id, host, port)
+
+
+# --- Where the sockets are ------------------------------------------------------------------------
+
+
+def directory() -> Path:
+    configured = os.environ.get("AGENTOS_EGRESS_DIR")
+    return Path(configured) if configured else Path(settings.DATA_DIR) / "egress"
+
+
+def socket_path(run_id: int) -> Path:
+    return directory() / f"{run_id}.sock"
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """What a sandbox of a run gets: its socket (for `profile.egress_socket`) and the environment
+    that points its clients at the in-sandbox forwarder with the run's token."""
+
+    socket: Path
+    token: str
+    env: dict[str, str]
+
+
+def attach(*, run_id: int, root_id: int, scopes: list[str], seconds: int) -> Attachment:
+    """Open `run_id`'s socket (through the running egress service) and mint its token for
+    `seconds`. Raises `SandboxUnavailable` when the service does not answer."""
+    answer = control({"open": run_id})
+    path = Path(answer["socket"])
+    _check_reachable(path)
+    token = tokens.mint(run_id=run_id, root_id=root_id, scopes=scopes, seconds=seconds)
+    proxy = f"http://run:{token}@127.0.0.1:{PROXY_PORT}"
+    env = {"AGENTOS_RUN_TOKEN": token}
+    # Both cases: curl reads only the lowercase http_proxy, other clients the uppercase ones.
+    for name in ("http_proxy", "https_proxy", "all_proxy"):
+        env[name] = env[name.upper()] = proxy
+    env["no_proxy"] = env["NO_PROXY"] = "localhost,127.0.0.1,::1"
+    return Attachment(path, token, env)
+
+
+def detach(run_id: int) -> None:
+    """Close `run_id`'s socket now (the reaper would once its tree stops)."""
+    control({"close": run_id})
+
+
+def control(request: dict[str, int]) -> dict[str, str]:
+    path = directory() / CONTROL
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(CONNECT_SECONDS)
+            client.connect(str(path))
+            client.sendall(json.dumps(request).encode() + b"\n")
+            raw = client.makefile("rb").readline()
+    except OSError as error:
+        raise SandboxUnavailable(
+            f"the egress service does not answer on {path} ({error}): it runs with `manage.py"
+            " serve` (or alone: `manage.py egress`)"
+        ) from None
+    answer = json.loads(raw or b"{}")
+    if "error" in answer or not raw:
+        raise SandboxUnavailable(f"the egress service refused: {answer.get('error', 'no answer')}")
+    return dict(answer)
+
+
+def _check_reachable(path: Path) -> None:
+    """bwrap binds the socket as the sandbox uid: every directory above it must be searchable by
+    others (the socket itself is that uid's alone)."""
+    for parent in reversed(path.parents):
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            raise SandboxUnavailable(
+                f"sandboxes cannot reach their egress socket {path}: {parent} is not searchable by"
+                f" others. Set AGENTOS_EGRESS_DIR to a directory under a searchable path, or"
+                f" chmod o+x {parent} yourself."
+            )
+
+
+# --- The service ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Open:
+    server: asyncio.Server
+    root_id: int
+    connections: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _Tree:
+    account_id: int | None
+    root_id: int
+    stopped: str  # why requests are refused, or ""
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str, *, journal: bool = True) -> None:
+        super().__init__(message)
+        self.status = status
+        self.journal = journal
+
+
+class Service:
+    """The egress service. `serve()` runs it until `stop()`; `running()` runs it in a thread."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or directory()
+        self._open: dict[int, _Open] = {}
+        self._trees: dict[int, tuple[float, _Tree]] = {}
+        self._stopping: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # 1. Prepare the directory. 2. Bind again the sockets of runs still going. 3. Answer the
+    # control socket and reap stopped trees until stopped.
+    async def serve(self, ready: threading.Event | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o711)  # searchable (bwrap binds a socket by path), not listable
+        control_path = self.root / CONTROL
+        control_path.unlink(missing_ok=True)
+        await self._reopen()
+        # The control socket appears last, listening and ours alone (bound under another name,
+        # then renamed): whoever sees it finds every socket served.
+        temporary = self.root / f".{CONTROL}.tmp"
+        temporary.unlink(missing_ok=True)
+        server = await asyncio.start_unix_server(self._control, path=str(temporary))
+        temporary.chmod(0o600)
+        temporary.replace(control_path)
+        if ready is not None:
+            ready.set()
+        try:
+            while not self._stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), REAP_SECONDS)
+                try:
+                    await self._reap()
+                except Exception:  # the database away for a moment: the next round retries
+                    logger.exception("egress: cannot check the open runs' trees")
+        finally:
+            server.close()
+            for run_id in list(self._open):
+                await self._close(run_id, unlink=False)  # kept: a restart binds them again
+            control_path.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+
+    async def _reopen(self) -> None:
+        for entry in self.root.iterdir():
+            match = re.fullmatch(r"(\d+)\.sock", entry.name)
+            if match is None:
+                continue
+            run_id = int(match.group(1))
+            try:
+                await self._bind(run_id)
+            except (LookupError, OSError) as error:
+                logger.info("egress socket of run %s not re-opened: %s", run_id, error)
+                entry.unlink(missing_ok=True)
+
+    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), HEAD_SECONDS)
+            request = json.loads(line)
+            if not isinstance(request, dict) or len(request) != 1:
+                raise ValueError("expected {open: run id} or {close: run id}")
+            ((verb, run_id),) = request.items()
+            if verb not in ("open", "close") or type(run_id) is not int or run_id < 1:
+                raise ValueError("expected {open: run id} or {close: run id}")
+            if verb == "open":
+                answer = {"socket": str(await self._bind(run_id))}
+            else:
+                await self._close(run_id, unlink=True)
+                answer = {"closed": str(run_id)}
+        except (ValueError, LookupError, OSError, TimeoutError) as error:
+            answer = {"error": str(error)}
+        writer.write(json.dumps(answer).encode() + b"\n")
+        with contextlib.suppress(OSError):
+            await writer.drain()
+        writer.close()
+
+    async def _bind(self, run_id: int) -> Path:
+        """Bind `run_id`'s socket (again, after a crash) unless it is open; LookupError when its
+        tree is stopped or it is no run."""
+        path = self.root / f"{run_id}.sock"
+        tree = await self._tree(run_id, fresh=True)
+        if tree.stopped:
+            raise LookupError(f"run {run_id}: {tree.stopped}")
+        if run_id in self._open:
+            return path
+        uid, gid = await asyncio.to_thread(identity, run_id)
+        # Bound under a temporary name, given to the run's uid, then renamed into place: the
+        # socket is never connectable by anyone else, even for an instant.
+        temporary = self.root / f".{run_id}.sock.tmp"
+        temporary.unlink(missing_ok=True)
+        server = await asyncio.start_unix_server(
+            lambda r, w: self._connection(run_id, r, w), path=str(temporary)
+        )
+        try:
+            temporary.chmod(0o600)
+            if os.geteuid() == 0:
+                os.chown(temporary, uid, gid)
+            temporary.replace(path)
+        except OSError:
+            server.close()
+            temporary.unlink(missing_ok=True)
+            raise
+        self._open[run_id] = _Open(server, tree.root_id)
+        return path
+
+    async def _close(self, run_id: int, *, unlink: bool) -> None:
+        opened = self._open.pop(run_id, None)
+        if opened is None:
+            if unlink:
+                (self.root / f"{run_id}.sock").unlink(missing_ok=True)
+            return
+        opened.server.close()
+        for task in list(opened.connections):
+            task.cancel()
+        if unlink:
+            (self.root / f"{run_id}.sock").unlink(missing_ok=True)
+
+    async def _reap(self) -> None:
+        for run_id in list(self._open):
+            tree = await self._tree(run_id)
+            if tree.stopped:
+                await self._close(run_id, unlink=True)
+
+    async def _tree(self, run_id: int, *, fresh: bool = False) -> _Tree:
+        now = asyncio.get_running_loop().time()
+        cached = self._trees.get(run_id)
+        if cached is not None and not fresh and now - cached[0] < STATUS_SECONDS:
+            return cached[1]
+        tree = await asyncio.to_thread(_lookup_tree, run_id)
+        self._trees[run_id] = (now, tree)
+        return tree
+
+    # --- one client connection ---
+
+    async def _connection(
+        self, run_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        opened = self._open.get(run_id)
+        if task is None or opened is None:
+            writer.close()
+            return
+        opened.connections.add(task)
+        try:
+            await self._serve_one(run_id, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            logger.exception("egress: request of run %s failed", run_id)
+        finally:
+            opened.connections.discard(task)
+            writer.close()
+
+    async def _serve_one(
+        self, run_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
+        except asyncio.LimitOverrunError:
+            await _answer(writer, 431, "request head too large")
+            return
+        request: _Request | None = None
+        try:
+            request = _parse(head)
+            destination = await self._judge(run_id, request)
+        except Refused as refused:
+            if refused.journal:
+                seen = request if request is not None else head
+                await self._event(run_id, "egress.refused", request=seen, reason=str(refused))
+            extra = {"Proxy-Authenticate": 'Basic realm="agentos"'} if refused.status == 407 else {}
+            await _answer(writer, refused.status, str(refused), extra)
+            return
+        if request.method == "CONNECT":
+            await self._tunnel(run_id, request, destination, reader, writer)
+        else:
+            await self._forward(run_id, request, destination, reader, writer)
+
+    async def _judge(self, run_id: int, request: _Request) -> _Destination:
+        """The token, the tree, then the destination; `Refused` at the first that fails."""
+        bridge = request.host.endswith(BRIDGE_SUFFIX) and request.method != "CONNECT"
+        name = request.host[: -len(BRIDGE_SUFFIX)] if bridge else ""
+        scope = f"bridge:{name}" if bridge else "egress"
+        try:
+            tokens.verify(_token(request.headers), run_id=run_id, scope=scope)
+        except tokens.TokenRefused as refused:
+            raise Refused(refused.status, str(refused)) from None
+        tree = await self._tree(run_id)
+        if tree.stopped:
+            raise Refused(403, f"run {run_id}: {tree.stopped}")
+        if bridge:
+            found = _bridges.get(name)
+            if found is None:
+                raise Refused(404, f"no bridge named {name!r} (known: {sorted(_bridges)})")
+            try:
+                upstream = await asyncio.to_thread(_in_thread, found, run_id)
+            except LookupError as error:
+                raise Refused(503, f"bridge {name}: {error}") from None
+            return _Destination.of_bridge(name, upstream, request.path)
+        verdict = await asyncio.to_thread(_in_thread, decide, run_id, request.host, request.port)
+        if not verdict.allowed:
+            raise Refused(403, f"{request.host}:{request.port} is not allowed: {verdict.reason}")
+        # Direct: a CONNECT tunnel (TLS end to end, the client's) or plain HTTP.
+        return _Destination(request.host, request.port, False, request.path, {}, "")
+
+    async def _tunnel(
+        self,
+        run_id: int,
+        request: _Request,
+        destination: _Destination,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        upstream = await self._dial(run_id, request, destination, writer)
+        if upstream is None:
+            return
+        up_reader, up_writer = upstream
+        await self._event(run_id, "egress.allowed", request=request, reason="")
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        await _pipe_both(reader, writer, up_reader, up_writer)
+
+    async def _forward(
+        self,
+        run_id: int,
+        request: _Request,
+        destination: _Destination,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        length = 0
+        headers = [(k, v) for k, v in request.headers if k.lower() not in HOP]
+        if any(k.lower() == "transfer-encoding" for k, _ in headers):
+            await self._event(run_id, "egress.refused", request=request, reason="chunked body")
+            await _answer(writer, 411, "a request body needs a Content-Length")
+            return
+        for key, value in headers:
+            if key.lower() == "content-length":
+                if not value.isdigit() or int(value) > BODY_LIMIT:
+                    await _answer(writer, 413, f"Content-Length {value!r} refused")
+                    return
+                length = int(value)
+        if destination.bridge:
+            # The sandbox's own credential headers never pass: the bridge's are the only ones.
+            added = {k.lower() for k in destination.headers}
+            headers = [(k, v) for k, v in headers if k.lower() not in added | {"authorization"}]
+            headers += list(destination.headers.items())
+        upstream = await self._dial(run_id, request, destination, writer)
+        if upstream is None:
+            return
+        up_reader, up_writer = upstream
+        host = destination.host if destination.port in (80, 443) else destination.netloc
+        lines = [f"{request.method} {destination.path} HTTP/1.1", f"Host: {host}"]
+        lines += [f"{k}: {v}" for k, v in headers] + ["Connection: close", "", ""]
+        up_writer.write("\r\n".join(lines).encode("latin-1"))
+        if length:
+            up_writer.write(await reader.readexactly(length))
+        await up_writer.drain()
+        kind = "egress.bridged" if destination.bridge else "egress.allowed"
+        await self._event(run_id, kind, request=request, reason=destination.bridge)
+        await _pipe(up_reader, writer)
+        up_writer.close()
+
+    async def _dial(
+        self,
+        run_id: int,
+        request: _Request,
+        destination: _Destination,
+        writer: asyncio.StreamWriter,
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(
+                    destination.host,
+                    destination.port,
+                    ssl=ssl.create_default_context() if destination.tls else None,
+                ),
+                CONNECT_SECONDS,
+            )
+        except (OSError, TimeoutError) as error:
+            reason = f"cannot reach {destination.netloc}: {error or 'timed out'}"
+            await self._event(run_id, "egress.failed", request=request, reason=reason)
+            await _answer(writer, 502, reason)
+            return None
+
+    async def _event(self, run_id: int, kind: str, *, request: object, reason: str) -> None:
+        tree = self._trees.get(run_id)
+        data: dict[str, object] = {"reason": reason}
+        if isinstance(request, _Request):
+            data.update(method=request.method, host=request.host, port=request.port)
+        elif isinstance(request, bytes):
+            data["request"] = request[:200].decode("latin-1").split("\r\n", 1)[0]
+        account = tree[1].account_id if tree else None
+        try:
+            await asyncio.to_thread(_in_thread, _append, kind, run_id, account, data)
+        except Exception:
+            logger.exception("egress: cannot journal %s of run %s", kind, run_id)
+
+
+# --- Parsing and piping ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    host: str
+    port: int
+    path: str  # origin-form ("/x?y"); "" for CONNECT
+    headers: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class _Destination:
+    host: str
+    port: int
+    tls: bool
+    path: str
+    headers: dict[str, str]
+    bridge: str  # the bridge's name, "" when direct
+
+    @property
+    def netloc(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def of_bridge(cls, name: str, upstream: Upstream, path: str) -> _Destination:
+        parts = urlsplit(upstream.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise Refused(
+                503, f"bridge {name}: upstream {upstream.base_url!r} is not an http(s) URL"
+            )
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        prefix = parts.path.rstrip("/")
+        return cls(
+            parts.hostname, port, parts.scheme == "https", prefix + path, upstream.headers, name
+        )
+
+
+def _parse(head: bytes) -> _Request:
+    try:
+        text = head.decode("latin-1")
+        first, *rest = text[:-4].split("\r\n")
+        method, target, version = first.split(" ")
+    except ValueError:
+        raise Refused(400, "malformed request line", journal=False) from None
+    if not version.startswith("HTTP/1.") or not method.isalpha():
+        raise Refused(400, f"unsupported request line {first[:100]!r}", journal=False)
+    headers = []
+    for line in rest:
+        key, sep, value = line.partition(":")
+        if not sep or not key or key != key.strip():
+            raise Refused(400, f"malformed header line {line[:100]!r}", journal=False)
+        headers.append((key, value.strip()))
+    if method == "CONNECT":
+        host, sep, port_text = target.rpartition(":")
+        if not sep or not port_text.isdigit():
+            raise Refused(400, f"CONNECT needs host:port, not {target[:100]!r}")
+        return _Request(method, _host(host), _port(port_text), "", headers)
+    parts = urlsplit(target)
+    if parts.scheme != "http" or not parts.hostname:
+        raise Refused(
+            400,
+            "only proxy requests are served here: CONNECT host:port, or an absolute http:// URL"
+            " (use http://<service>.bridge/... for a provider's API)",
+        )
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise Refused(400, f"bad port in {target[:100]!r}") from None
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return _Request(method, _host(parts.hostname), port, path, headers)
+
+
+def _host(host: str) -> str:
+    if not HOST.match(host):
+        raise Refused(400, f"malformed host {host[:100]!r}")
+    return host.lower().strip("[]")
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 < port < 65536:
+        raise Refused(400, f"port {port} out of range")
+    return port
+
+
+def _token(headers: list[tuple[str, str]]) -> str:
+    for key, value in headers:
+        if key.lower() != "proxy-authorization":
+            continue
+        kind, _, credential = value.partition(" ")
+        if kind.lower() == "bearer":
+            return credential.strip()
+        if kind.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credential.strip(), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                break
+            return decoded.partition(":")[2]
+    raise tokens.TokenRefused("no run token: send Proxy-Authorization (the http_proxy URL has it)")
+
+
+async def _answer(
+    writer: asyncio.StreamWriter, status: int, message: str, extra: dict[str, str] | None = None
+) -> None:
+    reasons = {
+        400: "Bad Request",
+        403: "Forbidden",
+        404: "Not Found",
+        407: "Proxy Authentication Required",
+        411: "Length Required",
+        413: "Payload Too Large",
+        431: "Request Header Fields Too Large",
+        502: "Bad Gateway",
+        503: "Service Unavailable",
+    }
+    body = (message + "\n").encode()
+    head = [f"HTTP/1.1 {status} {reasons.get(status, 'Refused')}", "Content-Type: text/plain"]
+    head += [f"{k}: {v}" for k, v in (extra or {}).items()]
+    head += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    writer.write("\r\n".join(head).encode() + body)
+    with contextlib.suppress(OSError):
+        await writer.drain()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while chunk := await reader.read(65536):
+        writer.write(chunk)
+        await writer.drain()
+    if writer.can_write_eof():
+        with contextlib.suppress(OSError):
+            writer.write_eof()
+
+
+async def _pipe_both(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+) -> None:
+    try:
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+    finally:
+        up_writer.close()
+
+
+# --- The database side (worker threads) -----------------------------------------------------------
+
+
+def _in_thread[T](function: Callable[..., T], *args: object) -> T:
+    """Database work from the event loop's worker threads: their connections are checked like a
+    request's (a connection broken meanwhile is replaced, not reused)."""
+    close_old_connections()
+    try:
+        return function(*args)
+    finally:
+        close_old_connections()
+
+
+def _lookup_tree(run_id: int) -> _Tree:
+    return _in_thread(_lookup_tree_now, run_id)
+
+
+def _lookup_tree_now(run_id: int) -> _Tree:
+    row = Run.objects.filter(pk=run_id).values_list("account_id", "root_id", "status").first()
+    if row is None:
+        return _Tree(None, run_id, "no such run")
+    account_id, root_id, status = row
+    root_id = root_id or run_id
+    if status in TERMINAL:
+        return _Tree(account_id, root_id, f"the run has ended ({status})")
+    if root_id != run_id:
+        root_status = Run.objects.filter(pk=root_id).values_list("status", flat=True).first()
+        if root_status in TERMINAL:
+            return _Tree(account_id, root_id, f"its run tree has stopped ({root_status})")
+    return _Tree(account_id, root_id, "")
+
+
+def _append(kind: str, run_id: int, account_id: int | None, data: dict[str, Any]) -> None:
+    journal.append_event(kind, run_id=run_id, account_id=account_id, **data)
+
+
+# --- Running it -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running(root: Path | None = None) -> Iterator[Service]:
+    """The service on an event loop in a thread of this process (tests, `manage.py egress`)."""
+    service = Service(root)
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(service.serve(ready))
+        except BaseException as error:  # reported to the caller below
+            failure.append(error)
+            ready.set()
+
+    thread = threading.Thread(target=main, name="egress", daemon=True)
+    thread.start()
+    ready.wait(timeout=30)
+    if failure:
+        raise failure[0]
+    try:
+        yield service
+    finally:
+        service.stop()
+        thread.join(timeout=10)
