@@ -28,9 +28,10 @@ def version_of(tree: dict[str, bytes]) -> str:
     return digest_of(tree)[:16]
 
 
-def deploy(node: Node) -> dict[str, Any]:
-    """Install the checkout's runner on `node`; the runner answers {previous, current}."""
-    tree = runner_tree()
+def deploy(node: Node, *, tree: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """Install the checkout's runner (or `tree`) on `node`; the runner answers {previous,
+    current}."""
+    tree = runner_tree() if tree is None else tree
     params = {
         "version": version_of(tree),
         "files": {path: base64.b64encode(content).decode() for path, content in tree.items()},

@@ -22,6 +22,7 @@ worker's, wherever they run) and then by placement.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import tempfile
 import threading
@@ -31,12 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Max
+from django.utils import timezone
 
 from cluster import transport
 from cluster.runner.handler import Handler
 from cluster.runner.protocol import UNAVAILABLE, RpcError, parse_profile
 
 LOCAL = "local"
+# How far back a node back from lost has the fences of the steps it lost raised.
+REJOIN_DAYS = 7
 # A step placed again this many times (each time its node lost) is given up: the cluster is
 # failing, not one node.
 MAX_PLACEMENTS = 4
@@ -163,6 +168,39 @@ def _cancel_on(
     finally:
         done.set()
         thread.join()
+
+
+def rejoin(node: Any) -> list[str]:
+    """A node back after it was lost: for each step it lost (within `REJOIN_DAYS`), cancel what
+    may still run there (a runner cut off by the network, not dead) and, when the step was
+    placed again since, raise the node's fence of the step to the latest one, so a late request
+    of the lost attempt is refused there too. Returns the steps whose fence was raised.
+
+    The protocol moves a runner's fence only through `run`: the fence is carried by a run of
+    `/bin/true` under a key of its own (`fence-sync:<step>:<fence>`), no workdir."""
+    from cluster import nodes, sandbox
+    from cluster.models import Placement
+
+    since = timezone.now() - datetime.timedelta(days=REJOIN_DAYS)
+    raised: list[str] = []
+    lost = Placement.objects.filter(node=node, status=Placement.Status.LOST, created_at__gte=since)
+    for step_id, fence in lost.values_list("step_id", "fence").distinct():
+        with contextlib.suppress(transport.RunnerError):
+            nodes.call(node, "cancel", {"step_id": step_id}, timeout=30)
+        top = Placement.objects.filter(step_id=step_id).aggregate(top=Max("fence"))["top"]
+        if top is None or top <= fence:
+            continue
+        # sandbox's own readiness (seccomp program): the profile is built as any other.
+        noop = sandbox.profile(
+            1, ["/bin/true"], None, sandbox.Limits(wall_seconds=30), sandbox._ready()
+        )
+        params = {"step_id": step_id, "key": f"fence-sync:{step_id}:{top}", "fence": top}
+        try:
+            nodes.call(node, "run", {**params, "profile": noop}, timeout=90)
+        except transport.StaleFence:
+            continue  # it already knows a fence as high
+        raised.append(step_id)
+    return raised
 
 
 def recorded(step: StepRef) -> dict[str, Any] | None:

@@ -244,7 +244,13 @@ def hello(node: Node) -> Node:
         raise
     if not isinstance(answer, dict):
         raise NodeError(f"node {node.name}: hello answered {answer!r}, not an object")
-    return record_hello(node=node, answer=answer)
+    was_lost = Node.objects.filter(pk=node.pk, status=Node.Status.LOST).exists()
+    node = record_hello(node=node, answer=answer)
+    if was_lost:
+        from cluster import dispatch  # above this module: it places steps on nodes
+
+        dispatch.rejoin(node)
+    return node
 
 
 def record_hello(*, node: Node, answer: dict[str, Any]) -> Node:

@@ -164,7 +164,7 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
     if node.root.exists():
         shutil.rmtree(node.root)
     node.ssh_dir.mkdir(parents=True, mode=0o700)
-    node.state.mkdir(mode=0o700)
+    node.state.mkdir(mode=0o711)  # the runner keeps it so: environments are under it
     node.version = _first_install(node.root / "runner")
     private = Ed25519PrivateKey.generate()
     key_file = node.ssh_dir / "ssh_host_ed25519_key"

@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 from pytest_django import DjangoDbBlocker
 
-from cluster import dispatch, nodes, placement, sandbox, testhosts, transport
+from cluster import deploy, dispatch, nodes, placement, sandbox, testhosts, transport
 from cluster.dispatch import StepRef
 from cluster.models import ControlKey, Node, Placement
 from cluster.sandbox import Limits
@@ -184,7 +184,9 @@ def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
     """The step appends to `starts` when it starts and to `completions` when it completes; its
     node (sshd, runner and sandbox) is SIGKILLed while it sleeps in between. An attempt killed
     before its end never completes, so `completions` counts completed attempts: one, on another
-    node, under a higher fence and the same key; `starts` shows the killed attempt did start."""
+    node, under a higher fence and the same key; `starts` shows the killed attempt did start.
+    Then the stale fence is refused over SSH, by the node that ran it and the one back from
+    the dead."""
     nodes.set_enabled(node=nodes.local_node(), enabled=False)
     ref = step_ref()
     # Only the first attempt waits (to be killed); the second completes at once.
@@ -241,5 +243,101 @@ def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
         )
         assert again["replayed"] is True
         assert (workdir / "completions").read_text() == "done\n"
+
+        # The dead node comes back: it is told the step's newer fence, so a late request of the
+        # lost attempt is refused there as on the node that ran the step.
+        hosts.restart(killed[0])
+        back = nodes.hello(lost)
+        assert back.status == Node.Status.UP
+        stale = {
+            "step_id": ref.step_id,
+            "key": ref.key,
+            "fence": first.fence,
+            "profile": profile(script, workdir),
+        }
+        for node in (back, second.node):
+            with pytest.raises(transport.StaleFence) as refused:
+                nodes.call(node, "run", stale, timeout=30)
+            assert refused.value.code == -32010
+            assert refused.value.message == (
+                f"stale fence {first.fence} for step {ref.step_id}: "
+                f"fence {second.fence} already accepted"
+            )
+        assert (workdir / "completions").read_text() == "done\n"
     finally:
         hosts.restart(killed[0])
+
+
+def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
+    hosts: testhosts.TestHosts, cluster_nodes: list[Node], workdir: Path
+) -> None:
+    """A new runner is installed on all three nodes while a step runs on one: the step ends
+    under the version it started with, the next ones run the new version, and the environment
+    built before the swap is kept as it was."""
+    n1 = cluster_nodes[0]
+    old = hosts.node("n1").version
+    built = nodes.call(
+        n1,
+        "build_environment",
+        {
+            "name": "tools",
+            "version": "1",
+            "profile": profile(
+                "mkdir /env/bin && printf '#!/bin/sh\\necho from-env\\n' > /env/bin/hi"
+                " && chmod 755 /env/bin/hi",
+                workdir,
+            ),
+        },
+        timeout=90,
+    )
+    endpoint = nodes.endpoint(n1)  # the thread below uses no database
+    running = {
+        "step_id": f"step-{secrets.token_hex(5)}",
+        "key": secrets.token_hex(8),
+        "fence": 1,
+        "profile": profile("while [ ! -e go ]; do sleep 0.05; done; echo ended", workdir),
+    }
+    answers: list[dict[str, Any]] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(endpoint.call("run", running, timeout=90))
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not list((hosts.node("n1").state / "active").glob("*.json")):
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.02)
+        # A tree of its own, so that the version is new whatever the checkout holds.
+        tree = {
+            **deploy.runner_tree(),
+            "cluster/runner/release.py": f'NAME = "{secrets.token_hex(4)}"\n'.encode(),
+        }
+        swapped = {node.name: deploy.deploy(node, tree=tree) for node in cluster_nodes}
+    finally:
+        (workdir / "go").touch()
+        thread.join(60)
+
+    new = deploy.version_of(tree)
+    assert swapped == {name: {"previous": old, "current": new} for name in NAMES}
+    assert answers[0]["output"] == "ended\n"
+    assert answers[0]["runner_version"] == old
+    for node in cluster_nodes:
+        assert nodes.hello(node).runner_version == new
+    assert nodes.call(n1, "environments", {}, timeout=30) == [built]
+    with_env = {**profile("/env/bin/hi", workdir), "environment": {"name": "tools", "version": "1"}}
+    after = nodes.call(
+        n1,
+        "run",
+        {
+            "step_id": f"step-{secrets.token_hex(5)}",
+            "key": secrets.token_hex(8),
+            "fence": 1,
+            "profile": with_env,
+        },
+        timeout=60,
+    )
+    assert (after["output"], after["environment"], after["runner_version"]) == (
+        "from-env\n",
+        "tools@1",
+        new,
+    )
