@@ -31,7 +31,7 @@ import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cluster import dispatch
 from cluster.dispatch import StepRef as StepRef
@@ -50,6 +50,9 @@ from cluster.runner.bwrap import RESERVED as RESERVED
 from cluster.runner.bwrap import SANDBOX_PATH as SANDBOX_PATH
 from cluster.runner.bwrap import WORKSPACE as WORKSPACE
 from cluster.runner.protocol import INVALID_PARAMS, RpcError
+
+if TYPE_CHECKING:
+    from cluster.egress import Attachment as Egress
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ class Sandbox(Protocol):
     `run_id` picks the identity (`identity(run_id)`); the workdir must have been `give`n to it.
     `<workdir>/.git` is read-only unless `git_writable` (the git tools' own steps). With
     `stderr_apart` stderr goes to `Result.errors` instead of being mixed into `output`.
+    With `egress` (`cluster.egress.attach`) the command reaches out through the run's egress
+    socket: http_proxy points at the forwarder inside, which relays to it; without, no network.
     With `step` the run belongs to that journaled step: the node fences it and keeps its result
     under the step's key, and a second call with that key answers the first result.
     """
@@ -145,6 +150,7 @@ class Sandbox(Protocol):
         git_writable: bool = False,
         stderr_apart: bool = False,
         step: StepRef | None = None,
+        egress: Egress | None = None,
     ) -> Result: ...
 
 
@@ -247,6 +253,7 @@ class NodeSandbox:
         git_writable: bool = False,
         stderr_apart: bool = False,
         step: StepRef | None = None,
+        egress: Egress | None = None,
     ) -> Result:
         if not argv:
             raise ValueError("nothing to run: argv is empty")
@@ -261,6 +268,7 @@ class NodeSandbox:
             git_writable=git_writable,
             stdin=stdin,
             stderr_apart=stderr_apart,
+            egress=egress,
         )
         return _execute(built, step, stopping)
 
@@ -285,6 +293,7 @@ def profile(
     git_writable: bool = False,
     stdin: bytes = b"",
     stderr_apart: bool = False,
+    egress: Egress | None = None,
 ) -> dict[str, Any]:
     """The runner profile of one command (docs/cluster.md): the identity, the limits and the
     seccomp program are decided here, on the control plane; the node checks and enforces them."""
@@ -299,10 +308,12 @@ def profile(
         "user": identity_name(run_id),
         "limits": asdict(limits),
         "seccomp": None if tools is None else base64.b64encode(tools.seccomp).decode(),
-        "env": {},
+        # Egress (cluster.egress.attach): the proxy variables with the run's token, the one
+        # credential-like value a sandbox holds; never a secret.
+        "env": dict(egress.env) if egress else {},
         "stdin": base64.b64encode(stdin).decode() if stdin else None,
         "stderr_apart": stderr_apart,
-        "egress_socket": None,
+        "egress_socket": str(egress.socket) if egress else None,
         "environment": None,
     }
 

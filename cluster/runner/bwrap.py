@@ -35,6 +35,11 @@ from cluster.runner.supervisor import Supervisor, Watch
 WORKSPACE = "/workspace"
 ENV = "/env"
 EGRESS_SOCKET = "/run/agentos/egress.sock"
+# The in-sandbox end of egress (cluster.runner.forwarder, a copy of this file's neighbour):
+# 127.0.0.1:3128 inside relayed to EGRESS_SOCKET; the command starts once it listens.
+FORWARDER = Path(__file__).with_name("forwarder.py")
+FORWARDER_INSIDE = "/run/agentos/forwarder.py"
+WITH_FORWARDER = ["/bin/sh", "-c", f'/usr/bin/python3 -I {FORWARDER_INSIDE} && exec "$@"', "egress"]
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SANDBOX_TMP = "/tmp"  # noqa: S108 (a private tmpfs inside the sandbox, not the host's /tmp)
 SANDBOX_SHM = "/dev/shm"  # noqa: S108 (likewise)
@@ -337,7 +342,8 @@ def _execute(
             command = _command(found, profile, mounts, fds, per_sandbox=group is not None)
             info_read, info_write = os.pipe()
             fds += [info_read, info_write]
-            command += ["--info-fd", str(info_write), "--", *profile.argv]
+            argv = [*WITH_FORWARDER, *profile.argv] if profile.egress_socket else profile.argv
+            command += ["--info-fd", str(info_write), "--", *argv]
             gated = group is not None or started_hook is not None
             if gated:
                 # `read` takes one byte at a time from a pipe: the gate's line never reaches the
@@ -482,6 +488,8 @@ def _command(
         command += ["--bind" if mounts.env_writable else "--ro-bind", str(mounts.env_dir), ENV]
     if profile.egress_socket is not None:
         command += ["--bind", str(profile.egress_socket), EGRESS_SOCKET]
+        forwarder = _memfd(fds, FORWARDER.read_bytes())
+        command += ["--perms", "0444", "--ro-bind-data", forwarder, FORWARDER_INSIDE]
     if mounts.workdir is not None:
         command += ["--bind", str(mounts.workdir), WORKSPACE, *mounts.git]
         command += ["--chdir", WORKSPACE]

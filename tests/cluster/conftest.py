@@ -80,3 +80,13 @@ def rlimits_only(monkeypatch: pytest.MonkeyPatch) -> None:
     cgroups.mode()  # detected first, so the patch is not overwritten
     monkeypatch.setattr(cgroups, "_backend", None)
     monkeypatch.setattr(cgroups, "_mode", cgroups.Mode("rlimits", "patched by the test"))
+
+
+# The egress service and its test hosts, for test_egress and test_exfiltration.
+from tests.cluster.egress_fixtures import (  # noqa: E402, F401
+    egress_dir,
+    elsewhere,
+    provider,
+    service,
+    upstream,
+)

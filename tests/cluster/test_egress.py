@@ -8,14 +8,9 @@ import asyncio
 import base64
 import contextlib
 import os
-import shutil
 import signal
 import socket
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +22,8 @@ from cluster.identity import SandboxUnavailable, identity
 from kernel.models import Event, Run, RunStatus
 from missions import keys
 from missions.models import Mission, Project
-from tests.providers.wire import WireServer, wire_server
+from tests.cluster.egress_fixtures import Upstream
+from tests.providers.wire import WireServer
 from tools.models import Decision, PermissionRule
 
 pytestmark = [
@@ -37,71 +33,6 @@ pytestmark = [
 ]
 
 KEY = "sk-ant-egress-canary-" + "k" * 24
-
-
-class Upstream:
-    """A plain HTTP server on 127.0.0.1 that answers who asked for what."""
-
-    def __init__(self) -> None:
-        self.seen: list[dict[str, str]] = []
-        seen = self.seen
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:  # the stdlib's naming
-                seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
-                body = f"hello from {self.path}\n".encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture(scope="module")
-def egress_dir() -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix=f"agentos-egress-{os.getpid()}-", dir="/tmp"))
-    base.chmod(0o711)
-    os.environ["AGENTOS_EGRESS_DIR"] = str(base / "sockets")
-    yield base / "sockets"
-    os.environ.pop("AGENTOS_EGRESS_DIR", None)
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def service(egress_dir: Path) -> Iterator[egress.Service]:
-    with egress.running(egress_dir) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    server = Upstream()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def elsewhere() -> Iterator[Upstream]:
-    server = Upstream()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def provider() -> Iterator[WireServer]:
-    with wire_server() as server:
-        yield server
 
 
 def make_run(*, hosts: list[str], parent: Run | None = None) -> Run:
