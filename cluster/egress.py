@@ -23,8 +23,6 @@ a service started after a crash binds again every socket whose run is still goin
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import json
 import logging
@@ -43,7 +41,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import close_old_connections
 
-from cluster import tokens
+from cluster import proxy, tokens
 from cluster.identity import SandboxUnavailable, identity
 from kernel import journal
 from kernel.models import TERMINAL, Run
@@ -58,22 +56,7 @@ CONNECT_SECONDS = 10.0
 STATUS_SECONDS = 1.0  # how stale a run tree's status may be when a request is judged
 REAP_SECONDS = 1.0  # how often sockets of stopped trees are closed
 BODY_LIMIT = 64 * 1024 * 1024
-# Headers that speak to the proxy hop, or that a client could set to pass as someone else upstream.
-HOP = frozenset(
-    {
-        "proxy-authorization",
-        "proxy-connection",
-        "proxy-authenticate",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "upgrade",
-        "host",
-    }
-)
 BRIDGE_SUFFIX = ".bridge"
-HOST = re.compile(r"^[A-Za-z0-9._-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$")
 
 
 # --- What the applications register ---------------------------------------------------------------
@@ -212,13 +195,6 @@ class _Tree:
     stopped: str  # why requests are refused, or ""
 
 
-class Refused(Exception):
-    def __init__(self, status: int, message: str, *, journal: bool = True) -> None:
-        super().__init__(message)
-        self.status = status
-        self.journal = journal
-
-
 class Service:
     """The egress service. `serve()` runs it until `stop()`; `running()` runs it in a thread."""
 
@@ -314,7 +290,7 @@ class Service:
         temporary = self.root / f".{run_id}.sock.tmp"
         temporary.unlink(missing_ok=True)
         server = await asyncio.start_unix_server(
-            lambda r, w: self._connection(run_id, r, w), path=str(temporary)
+            lambda r, w: self._connection(run_id, r, w), path=str(temporary), limit=HEAD_LIMIT
         )
         try:
             temporary.chmod(0o600)
@@ -384,56 +360,58 @@ class Service:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
         except asyncio.LimitOverrunError:
-            await _answer(writer, 431, "request head too large")
+            await proxy.answer(writer, 431, "request head too large")
             return
-        request: _Request | None = None
+        request: proxy.Request | None = None
         try:
-            request = _parse(head)
+            request = proxy.parse(head)
             destination = await self._judge(run_id, request)
-        except Refused as refused:
+        except proxy.Refused as refused:
             if refused.journal:
                 seen = request if request is not None else head
                 await self._event(run_id, "egress.refused", request=seen, reason=str(refused))
             extra = {"Proxy-Authenticate": 'Basic realm="agentos"'} if refused.status == 407 else {}
-            await _answer(writer, refused.status, str(refused), extra)
+            await proxy.answer(writer, refused.status, str(refused), extra)
             return
         if request.method == "CONNECT":
             await self._tunnel(run_id, request, destination, reader, writer)
         else:
             await self._forward(run_id, request, destination, reader, writer)
 
-    async def _judge(self, run_id: int, request: _Request) -> _Destination:
+    async def _judge(self, run_id: int, request: proxy.Request) -> proxy.Destination:
         """The token, the tree, then the destination; `Refused` at the first that fails."""
         bridge = request.host.endswith(BRIDGE_SUFFIX) and request.method != "CONNECT"
         name = request.host[: -len(BRIDGE_SUFFIX)] if bridge else ""
         scope = f"bridge:{name}" if bridge else "egress"
         try:
-            tokens.verify(_token(request.headers), run_id=run_id, scope=scope)
+            tokens.verify(proxy.token_of(request.headers), run_id=run_id, scope=scope)
         except tokens.TokenRefused as refused:
-            raise Refused(refused.status, str(refused)) from None
+            raise proxy.Refused(refused.status, str(refused)) from None
         tree = await self._tree(run_id)
         if tree.stopped:
-            raise Refused(403, f"run {run_id}: {tree.stopped}")
+            raise proxy.Refused(403, f"run {run_id}: {tree.stopped}")
         if bridge:
             found = _bridges.get(name)
             if found is None:
-                raise Refused(404, f"no bridge named {name!r} (known: {sorted(_bridges)})")
+                raise proxy.Refused(404, f"no bridge named {name!r} (known: {sorted(_bridges)})")
             try:
                 upstream = await asyncio.to_thread(_in_thread, found, run_id)
             except LookupError as error:
-                raise Refused(503, f"bridge {name}: {error}") from None
-            return _Destination.of_bridge(name, upstream, request.path)
+                raise proxy.Refused(503, f"bridge {name}: {error}") from None
+            return _bridge_destination(name, upstream, request.path)
         verdict = await asyncio.to_thread(_in_thread, decide, run_id, request.host, request.port)
         if not verdict.allowed:
-            raise Refused(403, f"{request.host}:{request.port} is not allowed: {verdict.reason}")
+            raise proxy.Refused(
+                403, f"{request.host}:{request.port} is not allowed: {verdict.reason}"
+            )
         # Direct: a CONNECT tunnel (TLS end to end, the client's) or plain HTTP.
-        return _Destination(request.host, request.port, False, request.path, {}, "")
+        return proxy.Destination(request.host, request.port, False, request.path, {}, "")
 
     async def _tunnel(
         self,
         run_id: int,
-        request: _Request,
-        destination: _Destination,
+        request: proxy.Request,
+        destination: proxy.Destination,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
@@ -444,26 +422,26 @@ class Service:
         await self._event(run_id, "egress.allowed", request=request, reason="")
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        await _pipe_both(reader, writer, up_reader, up_writer)
+        await proxy.pipe_both(reader, writer, up_reader, up_writer)
 
     async def _forward(
         self,
         run_id: int,
-        request: _Request,
-        destination: _Destination,
+        request: proxy.Request,
+        destination: proxy.Destination,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
         length = 0
-        headers = [(k, v) for k, v in request.headers if k.lower() not in HOP]
+        headers = [(k, v) for k, v in request.headers if k.lower() not in proxy.HOP]
         if any(k.lower() == "transfer-encoding" for k, _ in headers):
             await self._event(run_id, "egress.refused", request=request, reason="chunked body")
-            await _answer(writer, 411, "a request body needs a Content-Length")
+            await proxy.answer(writer, 411, "a request body needs a Content-Length")
             return
         for key, value in headers:
             if key.lower() == "content-length":
                 if not value.isdigit() or int(value) > BODY_LIMIT:
-                    await _answer(writer, 413, f"Content-Length {value!r} refused")
+                    await proxy.answer(writer, 413, f"Content-Length {value!r} refused")
                     return
                 length = int(value)
         if destination.bridge:
@@ -484,14 +462,14 @@ class Service:
         await up_writer.drain()
         kind = "egress.bridged" if destination.bridge else "egress.allowed"
         await self._event(run_id, kind, request=request, reason=destination.bridge)
-        await _pipe(up_reader, writer)
+        await proxy.pipe(up_reader, writer)
         up_writer.close()
 
     async def _dial(
         self,
         run_id: int,
-        request: _Request,
-        destination: _Destination,
+        request: proxy.Request,
+        destination: proxy.Destination,
         writer: asyncio.StreamWriter,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         try:
@@ -506,13 +484,13 @@ class Service:
         except (OSError, TimeoutError) as error:
             reason = f"cannot reach {destination.netloc}: {error or 'timed out'}"
             await self._event(run_id, "egress.failed", request=request, reason=reason)
-            await _answer(writer, 502, reason)
+            await proxy.answer(writer, 502, reason)
             return None
 
     async def _event(self, run_id: int, kind: str, *, request: object, reason: str) -> None:
         tree = self._trees.get(run_id)
         data: dict[str, object] = {"reason": reason}
-        if isinstance(request, _Request):
+        if isinstance(request, proxy.Request):
             data.update(method=request.method, host=request.host, port=request.port)
         elif isinstance(request, bytes):
             data["request"] = request[:200].decode("latin-1").split("\r\n", 1)[0]
@@ -523,153 +501,17 @@ class Service:
             logger.exception("egress: cannot journal %s of run %s", kind, run_id)
 
 
-# --- Parsing and piping ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Request:
-    method: str
-    host: str
-    port: int
-    path: str  # origin-form ("/x?y"); "" for CONNECT
-    headers: list[tuple[str, str]]
-
-
-@dataclass(frozen=True)
-class _Destination:
-    host: str
-    port: int
-    tls: bool
-    path: str
-    headers: dict[str, str]
-    bridge: str  # the bridge's name, "" when direct
-
-    @property
-    def netloc(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @classmethod
-    def of_bridge(cls, name: str, upstream: Upstream, path: str) -> _Destination:
-        parts = urlsplit(upstream.base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise Refused(
-                503, f"bridge {name}: upstream {upstream.base_url!r} is not an http(s) URL"
-            )
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        prefix = parts.path.rstrip("/")
-        return cls(
-            parts.hostname, port, parts.scheme == "https", prefix + path, upstream.headers, name
+def _bridge_destination(name: str, upstream: Upstream, path: str) -> proxy.Destination:
+    parts = urlsplit(upstream.base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise proxy.Refused(
+            503, f"bridge {name}: upstream {upstream.base_url!r} is not an http(s) URL"
         )
-
-
-def _parse(head: bytes) -> _Request:
-    try:
-        text = head.decode("latin-1")
-        first, *rest = text[:-4].split("\r\n")
-        method, target, version = first.split(" ")
-    except ValueError:
-        raise Refused(400, "malformed request line", journal=False) from None
-    if not version.startswith("HTTP/1.") or not method.isalpha():
-        raise Refused(400, f"unsupported request line {first[:100]!r}", journal=False)
-    headers = []
-    for line in rest:
-        key, sep, value = line.partition(":")
-        if not sep or not key or key != key.strip():
-            raise Refused(400, f"malformed header line {line[:100]!r}", journal=False)
-        headers.append((key, value.strip()))
-    if method == "CONNECT":
-        host, sep, port_text = target.rpartition(":")
-        if not sep or not port_text.isdigit():
-            raise Refused(400, f"CONNECT needs host:port, not {target[:100]!r}")
-        return _Request(method, _host(host), _port(port_text), "", headers)
-    parts = urlsplit(target)
-    if parts.scheme != "http" or not parts.hostname:
-        raise Refused(
-            400,
-            "only proxy requests are served here: CONNECT host:port, or an absolute http:// URL"
-            " (use http://<service>.bridge/... for a provider's API)",
-        )
-    try:
-        port = parts.port or 80
-    except ValueError:
-        raise Refused(400, f"bad port in {target[:100]!r}") from None
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    return _Request(method, _host(parts.hostname), port, path, headers)
-
-
-def _host(host: str) -> str:
-    if not HOST.match(host):
-        raise Refused(400, f"malformed host {host[:100]!r}")
-    return host.lower().strip("[]")
-
-
-def _port(text: str) -> int:
-    port = int(text)
-    if not 0 < port < 65536:
-        raise Refused(400, f"port {port} out of range")
-    return port
-
-
-def _token(headers: list[tuple[str, str]]) -> str:
-    for key, value in headers:
-        if key.lower() != "proxy-authorization":
-            continue
-        kind, _, credential = value.partition(" ")
-        if kind.lower() == "bearer":
-            return credential.strip()
-        if kind.lower() == "basic":
-            try:
-                decoded = base64.b64decode(credential.strip(), validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                break
-            return decoded.partition(":")[2]
-    raise tokens.TokenRefused("no run token: send Proxy-Authorization (the http_proxy URL has it)")
-
-
-async def _answer(
-    writer: asyncio.StreamWriter, status: int, message: str, extra: dict[str, str] | None = None
-) -> None:
-    reasons = {
-        400: "Bad Request",
-        403: "Forbidden",
-        404: "Not Found",
-        407: "Proxy Authentication Required",
-        411: "Length Required",
-        413: "Payload Too Large",
-        431: "Request Header Fields Too Large",
-        502: "Bad Gateway",
-        503: "Service Unavailable",
-    }
-    body = (message + "\n").encode()
-    head = [f"HTTP/1.1 {status} {reasons.get(status, 'Refused')}", "Content-Type: text/plain"]
-    head += [f"{k}: {v}" for k, v in (extra or {}).items()]
-    head += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
-    writer.write("\r\n".join(head).encode() + body)
-    with contextlib.suppress(OSError):
-        await writer.drain()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while chunk := await reader.read(65536):
-        writer.write(chunk)
-        await writer.drain()
-    if writer.can_write_eof():
-        with contextlib.suppress(OSError):
-            writer.write_eof()
-
-
-async def _pipe_both(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-) -> None:
-    try:
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-    finally:
-        up_writer.close()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    prefix = parts.path.rstrip("/")
+    return proxy.Destination(
+        parts.hostname, port, parts.scheme == "https", prefix + path, upstream.headers, name
+    )
 
 
 # --- The database side (worker threads) -----------------------------------------------------------

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
@@ -24,6 +25,8 @@ from pathlib import Path
 from django.conf import settings
 
 from agentos import private, vault
+
+logger = logging.getLogger(__name__)
 
 PREFIX = "aosr1"
 FILE_NAME = "run-tokens.key"
@@ -150,10 +153,12 @@ def _read() -> tuple[int, bytes]:
         sealed = json.loads(vault.decrypt(private.read(key_file()).strip().encode()))
         return int(sealed["generation"]), base64.b64decode(sealed["key"])
     except (vault.Unreadable, ValueError, KeyError) as error:
-        raise TokenRefused(
-            f"the run token key in {key_file()} cannot be read ({error}); every token is refused"
-            " until it is removed (a new key is then made)"
-        ) from None
+        # Sealed by a vault key since dropped, or damaged: a new key costs only the tokens out
+        # now (minutes long), which it kills as the kill switch would.
+        logger.warning("the run token key in %s cannot be read (%s): made anew", key_file(), error)
+        _write(1)
+        sealed = json.loads(vault.decrypt(private.read(key_file()).strip().encode()))
+        return int(sealed["generation"]), base64.b64decode(sealed["key"])
 
 
 def _write(generation: int) -> None:
