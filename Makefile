@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # PYTHON=/path/to/python3.12 overrides the search below.
 PYTHON ?= $(shell scripts/find-python312)
 
-.PHONY: help run test lint fmt typecheck check chaos bench bench-memory eval lock clean-data system-deps
+.PHONY: help run test lint fmt typecheck check chaos nodes bench bench-memory eval lock clean-data system-deps
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -60,6 +60,11 @@ check: lint typecheck test ## Everything CI runs
 
 chaos: $(VENV)/.installed-dev ## Long kernel chaos run (>= 200 kills) on its own database (.data/chaos)
 	AGENTOS_DATA_DIR=.data/chaos $(BIN)/python manage.py chaos $(CHAOS_ARGS)
+
+nodes: $(VENV)/.installed-run ## Three SSH test nodes on this machine (root), registered as testnode1..3, until Ctrl-C
+	@scripts/system-deps --tests
+	$(BIN)/python manage.py migrate --no-input --verbosity 0
+	$(BIN)/python manage.py testnodes
 
 bench: $(VENV)/.installed-dev ## Kernel and engine benchmarks vs their floors, on their own database (.data/bench)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_kernel $(BENCH_ARGS)

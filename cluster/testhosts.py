@@ -166,20 +166,11 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
     node.ssh_dir.mkdir(parents=True, mode=0o700)
     node.state.mkdir(mode=0o711)  # the runner keeps it so: environments are under it
     node.version = _first_install(node.root / "runner")
-    private = Ed25519PrivateKey.generate()
+    private, public = host_key_pair()
     key_file = node.ssh_dir / "ssh_host_ed25519_key"
-    key_file.write_bytes(
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        )
-    )
+    key_file.write_bytes(private.encode())
     key_file.chmod(0o600)
-    public = private.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
-    node.host_key = public.decode()
+    node.host_key = public
     from cluster import nodes  # the line documented for real nodes
 
     authorized = node.ssh_dir / "authorized_keys"
@@ -231,6 +222,20 @@ def _first_install(runner: Path) -> str:
     (target / runner_deploy.DIGEST_FILE).write_text(deploy.digest_of(tree) + "\n")
     (runner / "current").symlink_to(Path("versions") / version)
     return version
+
+
+def host_key_pair() -> tuple[str, str]:
+    """A new Ed25519 SSH key: the private key (OpenSSH format) and its public line."""
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    )
+    public = private.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    return pem.decode(), public.decode()
 
 
 def _start_sshd(node: TestNode) -> None:

@@ -3,6 +3,8 @@ shared by the whole module; the control plane reaches them with its vault-kept k
 
 from __future__ import annotations
 
+import io
+import re
 import secrets
 import socket
 import threading
@@ -14,11 +16,13 @@ from typing import Any
 import paramiko
 import pytest
 from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from pytest_django import DjangoDbBlocker
 
-from cluster import deploy, dispatch, nodes, placement, sandbox, testhosts, transport
+from cluster import deploy, dispatch, nodes, placement, sandbox, tasks, testhosts, transport
 from cluster.dispatch import StepRef
-from cluster.models import ControlKey, Node, Placement
+from cluster.models import LOCAL, ControlKey, Node, Placement
 from cluster.sandbox import Limits
 
 NAMES = ["n1", "n2", "n3"]
@@ -341,3 +345,75 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
         "tools@1",
         new,
     )
+
+
+def test_it_refreshes_every_node_and_marks_an_unreachable_one_lost(
+    hosts: testhosts.TestHosts, cluster_nodes: list[Node]
+) -> None:
+    hosts.kill("n3")
+    try:
+        tasks.refresh_nodes.call_local()
+    finally:
+        hosts.restart("n3")
+    found = {node.name: node for node in Node.objects.filter(name__in=NAMES)}
+    assert found["n1"].status == found["n2"].status == Node.Status.UP
+    assert found["n3"].status == Node.Status.LOST
+    assert "cannot connect" in found["n3"].lost_reason
+    with pytest.raises(placement.NoNode, match=r"n3: lost since .*cannot connect"):
+        placement.choose(placement.Needs(level=1), exclude=["n1", "n2", LOCAL])
+
+
+def test_it_registers_a_node_and_prints_its_authorized_keys_line(db: None, tmp_path: Path) -> None:
+    key_file = tmp_path / "host.pub"
+    key_file.write_text(testhosts.host_key_pair()[1] + " root@edge\n")
+    out = io.StringIO()
+    call_command(
+        "node_add",
+        "edge",
+        "192.0.2.7",
+        "--port",
+        "2222",
+        "--host-key",
+        str(key_file),
+        "--from",
+        "192.0.2.1",
+        stdout=out,
+    )
+    node = Node.objects.get(name="edge")
+    assert (node.address, node.port, node.host_key) == (
+        "192.0.2.7",
+        2222,
+        key_file.read_text().rsplit(" ", 1)[0],
+    )
+    line = out.getvalue().splitlines()[-1]
+    assert line.startswith(
+        'command="cd /var/lib/agentos-node/runner/current && exec python3 -m cluster.runner'
+        ' --state /var/lib/agentos-node/state --node edge",restrict,from="192.0.2.1" ssh-ed25519 '
+    )
+    assert line.endswith(" agentos-control-plane")
+    assert nodes.control_key().get_base64() in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["Edge_1", "192.0.2.7"], "node name 'Edge_1': use lowercase letters"),
+        (["local", "192.0.2.7"], "'local' is the control plane's own node"),
+        (["edge", "192.0.2.7", "--port", "0"], "node port 0: between 1 and 65535"),
+        (["edge", "192.0.2.7", "--from", "nowhere"], "from address 'nowhere'"),
+        (["edge", "192.0.2.7", "--host-key", "/nonexistent"], "--host-key /nonexistent"),
+    ],
+)
+def test_it_refuses_a_bad_node_precisely(db: None, args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("node_add", *args, stdout=io.StringIO())
+    assert not Node.objects.filter(name="edge").exists()
+
+
+def test_it_refuses_a_malformed_host_key(db: None) -> None:
+    with pytest.raises(nodes.NodeError, match="host key: the host key says type 'ssh-rsa'"):
+        nodes.add_node(
+            name="edge",
+            address="192.0.2.7",
+            host_key="ssh-rsa " + testhosts.host_key_pair()[1].split()[1],
+        )

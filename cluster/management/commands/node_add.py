@@ -54,10 +54,11 @@ class Command(BaseCommand):
             except OSError as error:
                 raise CommandError(f"--host-key {host_key}: {error.strerror}") from None
         try:
+            # The line first: a bad --from registers nothing.
+            line = nodes.authorized_keys_line(name=name, from_address=from_address, root=root)
             node = nodes.add_node(
                 name=name, address=address, port=port, ssh_user=user, host_key=key_line
             )
-            line = nodes.authorized_keys_line(name=node.name, from_address=from_address, root=root)
         except nodes.NodeError as error:
             raise CommandError(str(error)) from None
         self.stdout.write(f"Node {node.name} registered at {node.address}:{node.port}.")

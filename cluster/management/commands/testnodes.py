@@ -55,7 +55,7 @@ class Command(BaseCommand):
                     outcome = "up"
                 except (transport.TransportError, transport.RunnerError) as error:
                     outcome = str(error)
-                self.stdout.write(f"{host.name}: ssh root@{host.node_ip} ({outcome})")
+                self.stdout.write(f"{host.name}: {host.node_ip}:{host.port} ({outcome})")
             self.stdout.write("Running; Ctrl-C stops the nodes.")
             stopping.wait()
         finally:
