@@ -5,6 +5,7 @@ are never touched)."""
 from __future__ import annotations
 
 import base64
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cluster import nodes, transport
@@ -28,26 +29,44 @@ def version_of(tree: dict[str, bytes]) -> str:
     return digest_of(tree)[:16]
 
 
-def deploy(node: Node, *, tree: dict[str, bytes] | None = None) -> dict[str, Any]:
-    """Install the checkout's runner (or `tree`) on `node`; the runner answers {previous,
-    current}."""
-    tree = runner_tree() if tree is None else tree
-    params = {
+def install_params(tree: dict[str, bytes]) -> dict[str, Any]:
+    return {
         "version": version_of(tree),
         "files": {path: base64.b64encode(content).decode() for path, content in tree.items()},
         "digest": digest_of(tree),
     }
+
+
+def deploy(node: Node, *, tree: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """Install the checkout's runner (or `tree`) on `node`; the runner answers {previous,
+    current}."""
+    params = install_params(runner_tree() if tree is None else tree)
     answer: dict[str, Any] = nodes.call(node, "install", params, timeout=INSTALL_SECONDS)
     return answer
 
 
-def deploy_all() -> dict[str, str]:
-    """Install the runner on every enabled remote node; each node's name and what happened."""
+def deploy_all(*, tree: dict[str, bytes] | None = None) -> dict[str, str]:
+    """Install the runner on every enabled remote node at once (each validates and self-tests
+    the tree before swapping it in); each node's name and "previous -> current", or why not."""
+    params = install_params(runner_tree() if tree is None else tree)
+    targets = [
+        (node, nodes.endpoint(node))
+        for node in Node.objects.filter(enabled=True).exclude(name=LOCAL)
+    ]
     report: dict[str, str] = {}
-    for node in Node.objects.filter(enabled=True).exclude(name=LOCAL):
-        try:
-            answer = deploy(node)
-            report[node.name] = f"{answer.get('previous')} -> {answer.get('current')}"
-        except (transport.TransportError, transport.RunnerError) as error:
-            report[node.name] = f"failed: {error}"
+    # Threads only wait on the network; the database is used from this thread alone.
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="deploy") as pool:
+        calls = [
+            (node, pool.submit(endpoint.call, "install", params, timeout=INSTALL_SECONDS))
+            for node, endpoint in targets
+        ]
+        for node, call in calls:
+            try:
+                answer = call.result()
+                report[node.name] = f"{answer.get('previous')} -> {answer.get('current')}"
+            except transport.TransportError as error:
+                nodes.mark_lost(node=node, reason=error.reason)
+                report[node.name] = f"failed: {error}"
+            except transport.RunnerError as error:
+                report[node.name] = f"failed: {error}"
     return report
