@@ -82,13 +82,19 @@ Policy = Callable[[int, str, int], Verdict]
 # (run id) -> Upstream, or raises LookupError with the reason (no key set...).
 Bridge = Callable[[int], Upstream]
 
+# (run id) -> the token scopes its sandboxes need ("egress", "bridge:<name>"); [] for none.
+Needs = Callable[[int], list[str]]
+
 _policy: list[Policy] = []
+_needs: list[Needs] = []
 _bridges: dict[str, Bridge] = {}
 
 
-def register_policy(policy: Policy) -> None:
-    """The allow-list: one function deciding every direct destination of every run."""
+def register_policy(policy: Policy, *, needs: Needs | None = None) -> None:
+    """The allow-list: one function deciding every direct destination of every run; `needs`
+    says which scopes a run's sandboxes get (none: no network at all, no socket opened)."""
     _policy[:] = [policy]
+    _needs[:] = [needs] if needs is not None else []
 
 
 def register_bridge(name: str, bridge: Bridge) -> None:
@@ -133,13 +139,29 @@ def attach(*, run_id: int, root_id: int, scopes: list[str], seconds: int) -> Att
     path = Path(answer["socket"])
     _check_reachable(path)
     token = tokens.mint(run_id=run_id, root_id=root_id, scopes=scopes, seconds=seconds)
-    proxy = f"http://run:{token}@127.0.0.1:{PROXY_PORT}"
+    url = f"http://run:{token}@127.0.0.1:{PROXY_PORT}"
     env = {"AGENTOS_RUN_TOKEN": token}
     # Both cases: curl reads only the lowercase http_proxy, other clients the uppercase ones.
     for name in ("http_proxy", "https_proxy", "all_proxy"):
-        env[name] = env[name.upper()] = proxy
+        env[name] = env[name.upper()] = url
     env["no_proxy"] = env["NO_PROXY"] = "localhost,127.0.0.1,::1"
     return Attachment(path, token, env)
+
+
+def attach_for_run(run_id: int, *, seconds: float) -> Attachment | None:
+    """The egress of a command of `run_id` that may run `seconds`: None when the run needs no
+    network (nothing on its allow-list, no bridge) or when the service does not answer (logged:
+    the command then runs without network, as every sandbox does by default)."""
+    scopes = _needs[0](run_id) if _needs else []
+    if not scopes:
+        return None
+    root_id = Run.objects.filter(pk=run_id).values_list("root_id", flat=True).first()
+    lifetime = min(int(seconds) + 60, tokens.MAX_SECONDS)  # the command, then its last request
+    try:
+        return attach(run_id=run_id, root_id=root_id or run_id, scopes=scopes, seconds=lifetime)
+    except SandboxUnavailable as error:
+        logger.warning("run %s: %s; its command runs without network", run_id, error)
+        return None
 
 
 def detach(run_id: int) -> None:

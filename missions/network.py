@@ -1,6 +1,8 @@
 """What a run's sandbox may reach through egress (`cluster.egress`), and the bridges' credentials.
 
-The allow-list of a run is its task's hosts (`allowed_hosts` in the run's input, or its root's:
+A run's sandboxes get a socket only when it `needs` one: something may be on its allow-list, or
+its task names bridges (`bridges`: e.g. ["anthropic", "git"]). The allow-list of a run is its
+task's hosts (`allowed_hosts` in the run's input, or its root's:
 `host` or `host:port`, shell-style globs) plus the owner's permission rules for the tool `egress`
 (pattern over `host:port`, or over the host alone when it has no colon; empty project: every
 project). Deny → ask → allow as for every tool, except that nobody is there to ask: `ask` refuses,
@@ -19,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
-from cluster import egress
+from cluster import egress, tokens
 from kernel.models import Run
 from missions import keys
 from missions.models import Mission
@@ -103,8 +105,30 @@ def git_bridge(run_id: int) -> egress.Upstream:
     return egress.Upstream(mission.project.clone_url, {"Authorization": f"Basic {basic}"})
 
 
+def needs(run_id: int) -> list[str]:
+    """The scopes of a run's sandboxes: `egress` when anything may be on its allow-list (task
+    hosts, an allow rule for its project), `bridge:<name>` for each bridge its task names
+    (`bridges` in its or its root's input)."""
+    run = Run.objects.filter(pk=run_id).values_list("input", "root_id", "account_id").first()
+    if run is None:
+        return []
+    given, root_id, account_id = run
+    project = Mission.objects.filter(pk=account_id).values_list("project_id", flat=True).first()
+    allowed = PermissionRule.objects.filter(tool=TOOL, decision=Decision.ALLOW)
+    scopes = []
+    if _task_hosts(given, root_id) or allowed.filter(project_id__in=[project, None]).exists():
+        scopes.append("egress")
+    inputs = [given, *Run.objects.filter(pk=root_id).values_list("input", flat=True)]
+    for item in inputs:
+        named = item.get("bridges") if isinstance(item, dict) else None
+        for name in named if isinstance(named, list) else []:
+            if f"bridge:{name}" in tokens.SCOPES and f"bridge:{name}" not in scopes:
+                scopes.append(f"bridge:{name}")
+    return scopes
+
+
 def register() -> None:
-    egress.register_policy(decide)
+    egress.register_policy(decide, needs=needs)
     for name in HEADERS:
         egress.register_bridge(name, provider_bridge(name))
     egress.register_bridge("git", git_bridge)

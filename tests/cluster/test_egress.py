@@ -133,6 +133,21 @@ def test_it_forwards_to_an_allowed_host_only_and_journals_every_refusal(
     assert answer.endswith(b"hello from /tunnelled\n")
     refuses_bad_tokens(upstream)
     follows_the_owners_rules(upstream)
+    attaches_only_what_a_run_needs()
+
+
+def attaches_only_what_a_run_needs() -> None:
+    """No socket for a run with nothing on its allow-list; scopes as its task names them."""
+    quiet = make_run(hosts=[])
+    assert egress.attach_for_run(quiet.pk, seconds=30) is None
+    assert not egress.socket_path(quiet.pk).exists()
+    busy = make_run(hosts=["pypi.org:443"])
+    Run.objects.filter(pk=busy.pk).update(input={"allowed_hosts": ["x"], "bridges": ["git", "?"]})
+    attached = egress.attach_for_run(busy.pk, seconds=30)
+    assert attached is not None
+    claims = tokens.verify(attached.token, run_id=busy.pk, scope="bridge:git")
+    assert claims.scopes == ("bridge:git", "egress")
+    assert claims.expires_at - time.time() == pytest.approx(90, abs=5)
 
 
 def refuses_bad_tokens(upstream: Upstream) -> None:
