@@ -35,6 +35,7 @@ import stat
 import subprocess
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,9 @@ QEMU = "qemu-system-x86_64"
 PROXY_ADDRESS = "10.0.2.100:3128"  # QEMU's guestfwd: the egress socket, inside the guest
 GUEST_SOCKET = "/run/agentos/egress.sock"  # where bubblewrap shows QEMU the egress socket
 GUEST_PATH = "/usr/local/bin:/usr/bin:/bin"
-KERNEL_ARGS = "console=ttyS0 quiet panic=-1 rdinit=/init"
+# mitigations=off: the guest's processes are all the run's; the host's own protections are not
+# the guest kernel's to give (and under TCG every syscall's mitigation costs).
+KERNEL_ARGS = "console=ttyS0 quiet panic=-1 rdinit=/init mitigations=off"
 # A boot is the kernel, the modules and the 9p mounts: seconds under TCG, more on a loaded node.
 BOOT_SECONDS = {"kvm": 30.0, "tcg": 120.0}
 PROBE_SECONDS = {"kvm": 20.0, "tcg": 120.0}
@@ -56,6 +59,14 @@ MIN_MEMORY = 256 << 20  # below this the kernel and the 9p caches do not fit
 TRANSLATION_CACHE_MB = 256  # TCG's code buffer (1 GiB by default), part of QEMU's footprint
 CONSOLE_KEPT = 16 << 10  # the tail of the guest console kept to explain a failed boot
 DRAIN_SECONDS = 5.0  # after QEMU exits, how long its pipes may take to close
+PROXY_VARIABLES = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+)
 ETC_COPIED = ("/etc/alternatives", "/etc/ssl", "/etc/ld.so.cache")
 
 
@@ -256,8 +267,8 @@ def _run_archive(profile: Profile, git: str) -> bytes:
     }
     env = {"PATH": GUEST_PATH, "HOME": bwrap.SANDBOX_TMP, "LANG": "C.UTF-8", **profile.env}
     if profile.egress_socket is not None:
-        for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
-            env[name] = f"http://{PROXY_ADDRESS}"
+        for name in PROXY_VARIABLES:
+            env[name] = _guest_proxy(env.get(name))
     words = [
         "exec",
         "/usr/bin/prlimit",
@@ -287,17 +298,30 @@ def _run_archive(profile: Profile, git: str) -> bytes:
         *profile.argv,
     ]
     archive = vmimage.Archive()
+    # Read by the guest's init (root) only: the command must not find its own setup there.
     archive.file(
         "run/agentos/config",
         "".join(f"{key}={shlex.quote(str(value))}\n" for key, value in settings.items()).encode(),
+        0o600,
     )
-    archive.file("run/agentos/command", (" ".join(map(shlex.quote, words)) + "\n").encode())
-    archive.file("run/agentos/stdin", profile.stdin)
+    archive.file("run/agentos/command", (" ".join(map(shlex.quote, words)) + "\n").encode(), 0o600)
+    archive.file("run/agentos/stdin", profile.stdin, 0o600)
     for path, content in bwrap._account_files(profile.uid, profile.gid, profile.user).items():
         archive.file(path.lstrip("/"), content)
     for top in ETC_COPIED:
         _copy_readable(archive, Path(top))
     return archive.finish()
+
+
+def _guest_proxy(url: str | None) -> str:
+    """The proxy URL as the guest reaches it: the egress forward's address, keeping the URL's
+    credentials (the run's token, `http://run:<token>@127.0.0.1:3128` at level 1)."""
+    if not url:
+        return f"http://{PROXY_ADDRESS}"
+    parts = urllib.parse.urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{PROXY_ADDRESS}" if userinfo else PROXY_ADDRESS
+    return urllib.parse.urlunsplit((parts.scheme or "http", netloc, parts.path, "", ""))
 
 
 def _copy_readable(archive: vmimage.Archive, path: Path) -> None:

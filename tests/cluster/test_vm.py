@@ -23,7 +23,7 @@ import pytest
 from cluster import sandbox
 from cluster.runner import vm
 from cluster.sandbox import Limits
-from tests.cluster.conftest import make_repo
+from tests.cluster.conftest import git, make_repo
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or platform.machine() != "x86_64",
@@ -246,7 +246,12 @@ def test_it_reaches_only_the_egress_proxy(escape: dict[str, Any]) -> None:
 def timed_out(sandbox_base: Path, run_id: int) -> dict[str, Any]:
     """A VM through the runner's dispatch (`cluster.sandbox.for_level(2)`) killed at its wall
     clock, with QEMU's host process seen while it ran."""
-    workdir = Path(tempfile.mkdtemp(prefix="vm-timeout-", dir=sandbox_base))
+    # A linked worktree, as a run gets it: its `.git` is a file naming the repository.
+    parent = Path(tempfile.mkdtemp(prefix="vm-timeout-", dir=sandbox_base))
+    parent.chmod(0o711)
+    repo = make_repo(parent / "repo")
+    workdir = parent / "worktree"
+    git("worktree", "add", "--quiet", "-b", "agent", str(workdir), cwd=repo)
     timeout_run = run_id + 1
     sandbox.give(workdir, timeout_run)
     uid = sandbox.identity(timeout_run)[0]
@@ -271,7 +276,12 @@ def timed_out(sandbox_base: Path, run_id: int) -> dict[str, Any]:
     started = time.monotonic()
     try:
         result = sandbox.for_level(2).run(
-            ["sh", "-c", "cat /proc/net/dev; echo sleeping; sleep 600"],
+            [
+                "sh",
+                "-c",
+                "cat /proc/net/dev; (echo pwned >> .git) 2>/dev/null || echo .git read-only;"
+                " echo sleeping; sleep 600",
+            ],
             workdir=workdir,
             limits=Limits(wall_seconds=2),
             run_id=timeout_run,
@@ -281,6 +291,7 @@ def timed_out(sandbox_base: Path, run_id: int) -> dict[str, Any]:
         watcher.join()
     return {
         "result": result,
+        "dot_git": (workdir / ".git").read_text(),
         "seconds": time.monotonic() - started,
         "seen": seen,
         "left": [_describe(pid) for pid in _processes_of(uid)],
@@ -311,12 +322,14 @@ def test_it_kills_the_vm_at_the_wall_clock(timed_out: dict[str, Any]) -> None:
     result = timed_out["result"]
     assert result.timed_out, result.summary()
     assert result.exit_code is None
-    assert result.output.endswith("sleeping\n")
+    assert result.output.endswith(".git read-only\nsleeping\n")
+    assert timed_out["dot_git"].startswith("gitdir: ")  # a linked worktree's pointer, untouched
+    assert "pwned" not in timed_out["dot_git"]
     assert timed_out["left"] == []  # QEMU, socat, bubblewrap: nothing of the VM outlives it
 
 
 def test_it_has_no_network_without_an_egress_socket(timed_out: dict[str, Any]) -> None:
-    devices = timed_out["result"].output.splitlines()[2:-1]
+    devices = timed_out["result"].output.splitlines()[2:-2]
     assert [line.split(":")[0].strip() for line in devices] == ["lo"]
 
 
