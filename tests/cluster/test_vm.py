@@ -84,6 +84,22 @@ def udp():
 seen["udp"] = attempt(udp)
 seen["proxied"] = urllib.request.urlopen("http://example.invalid/hello", timeout=20).read().decode()
 seen["git"] = subprocess.run(["git", "log", "--format=%s"], capture_output=True, text=True).stdout
+seen["big file"] = attempt(lambda: open("/tmp/big", "wb").write(b"x" * (2 << 20)))
+children = []
+try:
+    for _ in range(200):
+        child = os.fork()
+        if child == 0:
+            signal.pause()
+            os._exit(0)
+        children.append(child)
+    seen["forks"] = "all"
+except OSError as error:
+    seen["forks"] = errno.errorcode[error.errno]
+for child in children:
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+seen["forked"] = len(children)
 print(json.dumps(seen))
 """
 
@@ -155,7 +171,7 @@ def escape(sandbox_base: Path, run_id: int) -> dict[str, Any]:
             2,
             ["python3", "-c", ESCAPE_SUITE, str(port), str(canary_file), canary],
             repo,
-            Limits(wall_seconds=120),
+            Limits(wall_seconds=120, processes=48, file_bytes=1 << 20),
             None,
             run_id=run_id,
         ),
@@ -228,6 +244,12 @@ def test_it_drops_every_privilege_and_refuses_namespaces_mounts_and_ptrace(
     assert escape["seen"]["calls"] == {"mount": "EPERM", "unshare": "ENOSPC", "ptrace": "EPERM"}
 
 
+def test_it_applies_the_process_and_file_size_limits(escape: dict[str, Any]) -> None:
+    assert escape["seen"]["big file"] == "EFBIG"
+    assert escape["seen"]["forks"] == "EAGAIN"
+    assert 30 < escape["seen"]["forked"] < 48  # the suite's own processes count too
+
+
 def test_it_reaches_only_the_egress_proxy(escape: dict[str, Any]) -> None:
     seen = escape["seen"]
     assert seen["interfaces"] == ["eth0", "lo"]
@@ -280,10 +302,10 @@ def timed_out(sandbox_base: Path, run_id: int) -> dict[str, Any]:
                 "sh",
                 "-c",
                 "cat /proc/net/dev; (echo pwned >> .git) 2>/dev/null || echo .git read-only;"
-                " echo sleeping; sleep 600",
+                " echo sleeping; head -c 300000 /dev/zero | tr '\\0' x; sleep 600",
             ],
             workdir=workdir,
-            limits=Limits(wall_seconds=2),
+            limits=Limits(wall_seconds=2, output_bytes=100_000),
             run_id=timeout_run,
         )
     finally:
@@ -322,14 +344,17 @@ def test_it_kills_the_vm_at_the_wall_clock(timed_out: dict[str, Any]) -> None:
     result = timed_out["result"]
     assert result.timed_out, result.summary()
     assert result.exit_code is None
-    assert result.output.endswith(".git read-only\nsleeping\n")
+    head, _, flood = result.output.partition(".git read-only\nsleeping\n")
+    assert len(result.output) == 100_000  # the cap; the rest counted, not kept
+    assert flood == "x" * (100_000 - len(head) - len(".git read-only\nsleeping\n"))
+    assert result.truncated_bytes == 300_000 - len(flood)
     assert timed_out["dot_git"].startswith("gitdir: ")  # a linked worktree's pointer, untouched
     assert "pwned" not in timed_out["dot_git"]
     assert timed_out["left"] == []  # QEMU, socat, bubblewrap: nothing of the VM outlives it
 
 
 def test_it_has_no_network_without_an_egress_socket(timed_out: dict[str, Any]) -> None:
-    devices = timed_out["result"].output.splitlines()[2:-2]
+    devices = timed_out["result"].output.splitlines()[2:-3]
     assert [line.split(":")[0].strip() for line in devices] == ["lo"]
 
 
