@@ -1,10 +1,15 @@
-"""The kill switch: one confirmed tap stops every run, takes every lease back and pauses every
-schedule, then says what it stopped. For when something is going wrong faster than the owner can
-read it; everything stopped can be looked at, forked or restarted afterwards."""
+"""The kill switch: one confirmed tap stops every run, takes every lease back, pauses every
+schedule, revokes every sandbox's egress token and kills every sandbox on every node, then says
+what it stopped. For when something is going wrong faster than the owner can read it; everything
+stopped can be looked at, forked or restarted afterwards.
+
+The database part is one transaction (all of it, or none). What follows it is outside any
+transaction and safe to repeat: a process killed in between leaves runs already stopped, whose
+sandboxes their workers cancel and whose tokens the egress service refuses (a stopped tree)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import transaction
@@ -17,10 +22,14 @@ from agentos import audit, tokens
 from agentos.errors import DomainError
 from agentos.models import AuditEvent
 from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from cluster import nodes, transport
 from cluster import tokens as run_tokens
+from cluster.models import Node
 from kernel import runs
 from kernel.models import TERMINAL, Run
 from missions.models import Schedule
+
+STOP_SECONDS = 10  # per node: a node this slow is reported as not answering
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,10 @@ class Stopped:
     runs: list[int]
     leases_revoked: int
     schedules: list[str]
+    # Per node: the steps whose sandboxes were killed there, or why the node did not answer.
+    sandboxes: dict[str, list[str]] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    tokens_revoked: bool = False
 
 
 def engage(*, by: str, request: HttpRequest | None = None) -> Stopped:
@@ -49,7 +62,32 @@ def engage(*, by: str, request: HttpRequest | None = None) -> Stopped:
     # Every sandbox's token dies with it: nothing still running reaches out, even before its
     # tree's stop is seen (the egress service also refuses a stopped tree within a second).
     run_tokens.revoke_all()
-    return stopped
+    sandboxes, unreachable = _stop_sandboxes()
+    audit.record(
+        AuditEvent.Kind.KILL_SWITCH,
+        username=by,
+        stage="sandboxes",  # the database part was recorded with it, above
+        sandboxes=sandboxes,
+        unreachable=unreachable,
+        tokens_revoked=True,
+    )
+    return replace(stopped, sandboxes=sandboxes, unreachable=unreachable, tokens_revoked=True)
+
+
+def _stop_sandboxes() -> tuple[dict[str, list[str]], dict[str, str]]:
+    """`stop_all` on every enabled node: a runner kills every sandbox its node runs, whichever
+    of its processes started it. A node that does not answer is reported, not waited for."""
+    stopped: dict[str, list[str]] = {}
+    unreachable: dict[str, str] = {}
+    nodes.local_node()  # the control plane's own node is always asked
+    for node in Node.objects.filter(enabled=True).order_by("name"):
+        try:
+            answer = nodes.call(node, "stop_all", {}, timeout=STOP_SECONDS)
+        except (transport.TransportError, transport.RunnerError, nodes.NodeError) as error:
+            unreachable[node.name] = str(error)
+            continue
+        stopped[node.name] = [str(step) for step in answer.get("stopped", [])]
+    return stopped, unreachable
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -83,12 +121,18 @@ class KillSwitchOut(Schema):
     runs: list[int] = Field(description="the runs asked to stop")
     leases_revoked: int
     schedules: list[str] = Field(description="the schedules paused, by name")
+    sandboxes: dict[str, list[str]] = Field(
+        description="per node, the steps whose sandboxes were killed there"
+    )
+    unreachable: dict[str, str] = Field(description="per node that did not answer, why")
+    tokens_revoked: bool = Field(description="every sandbox's egress token revoked")
 
 
 @router.post(
     "/stop-everything",
     response=KillSwitchOut,
-    summary="Kill switch: stop every run, take every lease back, pause every schedule",
+    summary="Kill switch: stop every run, take every lease back, pause every schedule, revoke"
+    " every egress token, kill every sandbox on every node",
 )
 def stop_everything(request: HttpRequest, payload: KillSwitchIn) -> Stopped:
     if not payload.confirm:

@@ -101,7 +101,7 @@ def stop_everything_while_a_step_is_stuck(owner_client: Client, approval: Approv
     time.sleep(3.5)  # the stuck step wakes up and tries to record its result
     assert not Step.objects.filter(run=stuck).exclude(finished_at=None).exists()
     until("the approval's run to end", lambda: Run.objects.get(pk=approval.run_id).is_terminal)
-    event = AuditEvent.objects.get(kind=AuditEvent.Kind.KILL_SWITCH)
+    event = AuditEvent.objects.filter(kind=AuditEvent.Kind.KILL_SWITCH).earliest("pk")
     assert sorted(event.detail["runs"]) == sorted([stuck.pk, approval.run_id])
     assert event.detail["schedules"] == [schedule.pk]
 

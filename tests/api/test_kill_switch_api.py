@@ -23,7 +23,15 @@ def test_a_script_stops_everything_only_when_it_confirms(api: Api) -> None:
     assert refused.json()["error"]["code"] == "confirm_required"
     assert missing.status_code == 422
     assert done.status_code == 200
-    assert done.json() == {"runs": [queued.pk], "leases_revoked": 0, "schedules": []}
+    assert done.json() == {
+        "runs": [queued.pk],
+        "leases_revoked": 0,
+        "schedules": [],
+        "sandboxes": {"local": []},  # the control plane's own node, asked even when idle
+        "unreachable": {},
+        "tokens_revoked": True,
+    }
     assert Run.objects.get(pk=queued.pk).cancel_requested
-    event = AuditEvent.objects.get(kind=AuditEvent.Kind.KILL_SWITCH)
-    assert event.username == "token:tests"
+    event, sandboxes = AuditEvent.objects.filter(kind=AuditEvent.Kind.KILL_SWITCH).order_by("pk")
+    assert event.username == sandboxes.username == "token:tests"
+    assert sandboxes.detail["sandboxes"] == {"local": []}
