@@ -8,11 +8,15 @@ output journaled with the step (`tools.snapshots`, crash-safe across that replay
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel.models import Effect
+from kernel.steps import StepCall
 from tools import snapshots
 from tools.base import Risk, Tool, ToolEnv, ToolError
+
+if TYPE_CHECKING:
+    from cluster.dispatch import StepRef
 
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 1800
@@ -20,20 +24,33 @@ MAX_TIMEOUT = 1800
 
 def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT) -> Command:
     """`command` in the level-1 sandbox, in the run's worktree, protected paths put back after
-    it: what the shell tool and the definition of done's command oracles both run."""
+    it: what the shell tool and the definition of done's command oracles both run.
+
+    The node keeps the command's result under the step (`step_ref`) before it answers: a replay
+    whose earlier attempt got that far answers it instead of running the command again (the
+    harness does not put the worktree back to its checkpoint then either: `recorded`)."""
+    from cluster import sandbox
     from cluster.sandbox import Limits, SandboxUnavailable, for_level
 
     top = env.need_workspace()
+    step = step_ref(env.call)
+    stored = recorded(env.call)
     guard = snapshots.Guard(top, run_id=env.run_id, key=env.call.idempotency_key)
+    # With a stored result this still ends what the dead attempt began: the protected paths its
+    # command changed are put back from its snapshot.
     earlier = guard.begin()
     try:
-        result = for_level(1).run(
-            ["/bin/sh", "-c", command],
-            workdir=top,
-            limits=Limits(wall_seconds=timeout),
-            stopping=env.call.stopping,
-            run_id=env.run_id,
-        )
+        if stored is not None:
+            result = sandbox.result(stored)
+        else:
+            result = for_level(1).run(
+                ["/bin/sh", "-c", command],
+                workdir=top,
+                limits=Limits(wall_seconds=timeout),
+                stopping=env.call.stopping,
+                run_id=env.run_id,
+                step=step,
+            )
     except SandboxUnavailable as error:
         guard.end()
         raise ToolError(f"No sandbox on this node: {error}") from None
@@ -45,6 +62,31 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
     if changed:
         lines.append(snapshots.note(changed))
     return Command(result.exit_code, "\n".join(lines))
+
+
+def step_ref(call: StepCall) -> StepRef:
+    """The step as its node knows it. Run ids start again in a new database while a node's
+    fences and results stay, so the run's creation time is part of both names."""
+    from cluster.dispatch import StepRef
+    from kernel.models import Run
+
+    created = Run.objects.values_list("created_at", flat=True).get(pk=call.run_id)
+    incarnation = int(created.timestamp() * 1_000_000)
+    return StepRef(
+        step_id=f"run-{call.run_id}-{incarnation}-{call.seq}",
+        key=f"{call.idempotency_key}-{incarnation}",
+        fence=call.fence.token,
+    )
+
+
+def recorded(call: StepCall) -> dict[str, Any] | None:
+    """On a replayed step: the result its node already wrote for it (the command ran, the
+    worker died before the journal recorded it), else None."""
+    if not call.replay:
+        return None
+    from cluster import dispatch
+
+    return dispatch.recorded(step_ref(call))
 
 
 class Command(NamedTuple):

@@ -20,7 +20,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -502,11 +501,3 @@ def _command(
     if profile.seccomp:
         command += ["--seccomp", _memfd(fds, profile.seccomp)]
     return command
-
-
-def scratch_dir(owner: tuple[int, int]) -> tempfile.TemporaryDirectory[str]:
-    """An empty directory the sandbox identity owns (a trial's or a test's workdir)."""
-    scratch = tempfile.TemporaryDirectory(prefix="agentos-sandbox-check-", dir="/tmp")
-    if os.geteuid() == 0:
-        os.chown(scratch.name, *owner)
-    return scratch

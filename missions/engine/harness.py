@@ -19,7 +19,7 @@ from kernel.models import Effect, Run, Step, StepKind, Trust
 from missions.engine import framing, relief
 from missions.models import Mission
 from missions.providers.base import ToolResult
-from tools import checkpoints, levels, permissions, workspace
+from tools import checkpoints, levels, permissions, shell, workspace
 from tools.base import Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
 from tools.git import SHA
 from tools.models import Decision
@@ -296,7 +296,8 @@ def _restoring(execute: Any, top: Path, run_id: int, checkpoint: dict[str, str])
     (an earlier attempt may have written before it died): the write then applies once."""
 
     def run(step: StepCall) -> Done:
-        if step.replay:
+        # A command whose node kept its result ran whole: its writes stay, the replay answers it.
+        if step.replay and shell.recorded(step) is None:
             try:
                 checkpoints.restore(
                     top,

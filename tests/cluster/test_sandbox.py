@@ -572,12 +572,12 @@ def test_it_explains_a_workdir_the_sandbox_user_cannot_reach(sandbox_base: Path)
     ("level", "message"),
     [
         (0, "level 0 has no shell"),
-        (2, "level 2 (a disposable VM) is not available yet"),
         (3, "level 3 (a disposable VM) is not available yet"),
         (7, "unknown sandbox level 7"),
     ],
 )
-def test_it_has_only_level_one(level: int, message: str) -> None:
+def test_it_has_no_shell_at_level_zero_nor_three(level: int, message: str) -> None:
+    # Level 2 is the node's VM (cluster/runner/vm.py, tests/cluster/test_vm.py).
     with pytest.raises(sandbox.SandboxUnavailable, match=re.escape(message)):
         sandbox.for_level(level)
     assert sandbox.for_level(1).level == 1

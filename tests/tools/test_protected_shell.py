@@ -16,7 +16,7 @@ from kernel.journal import Fence
 from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.worktrees import commit
-from tools import snapshots
+from tools import shell, snapshots
 from tools.base import ToolEnv
 from tools.shell import SHELL
 
@@ -147,6 +147,33 @@ def test_a_crash_after_the_command_and_before_the_restore_is_undone_by_the_repla
     assert not (top / "GEMINI.md").exists()
     assert (top / "AGENTS.md").read_text() == "Be careful.\n"
     assert not home.exists()
+
+
+def test_a_replay_answers_the_result_its_node_kept_and_still_undoes_protected_changes(
+    hostile: AgentRun,
+) -> None:
+    run = hostile([FINISH])
+    top = Path(run.workspace)
+    key = "ef" * 32
+    command = "echo ran >> count; cat count; echo 'export X=1' > .envrc"
+    # The first attempt: snapshot, the command run on its node (which keeps the result), then
+    # the worker is killed before the journal records it.
+    snapshots.Guard(top, run_id=run.pk, key=key).begin()
+    first = step_env(run.pk, top, key, replay=False)
+    done = for_level(1).run(
+        ["/bin/sh", "-c", command], workdir=top, run_id=run.pk, step=shell.step_ref(first.call)
+    )
+    assert done.output == "ran\n", done.summary()
+
+    output = SHELL.run(step_env(run.pk, top, key, replay=True), {"command": command})
+
+    assert output.splitlines() == [
+        "ran",
+        "[exit code 0]",
+        "[protected paths restored after an interrupted attempt of this command: .envrc (created)]",
+    ]
+    assert (top / "count").read_text() == "ran\n"  # not run again
+    assert not (top / ".envrc").exists()
 
 
 def test_a_crash_while_writing_the_snapshot_or_after_the_restore_leaves_nothing_behind(
