@@ -2,9 +2,9 @@
 
 A node is a candidate when it is enabled, not lost, its telemetry is fresh (`FRESH_SECONDS`; stale
 telemetry is asked again on demand) and its runner offers the step's sandbox level; then it
-must have the memory and disk the step declares it needs. Among candidates the least busy wins:
-steps already running there and its load, per CPU; ties go to the node that was given a step
-longest ago, so the steps of one mission spread over the nodes round-robin when they are alike.
+must have the memory and disk the step declares it needs. Among candidates the least busy ones
+(steps already running there plus load, per CPU, within a slack) are alike, and the one given a
+step longest ago wins, so the steps of one mission spread over the nodes round-robin.
 
 Each attempt takes the next fence of its step (unique per step in the database; see `place`), so
 an attempt placed again after its node was lost carries a higher fence than the one it replaces
@@ -29,8 +29,9 @@ FRESH_SECONDS = 180
 # runner's fence is a signed 64-bit value, so epochs stop at EPOCHS.
 PER_EPOCH = 1 << 20
 EPOCHS = 1 << 42
-# Loads closer than this (per CPU) count as equal, so the round-robin tie-break decides.
-LOAD_STEP = 0.25
+# Loads within this (per CPU) or 30 % of the least loaded node's count as equal: telemetry is a
+# snapshot, and a node's load moves by that much between two of them.
+LOAD_SLACK = 0.5
 
 
 @dataclass(frozen=True)
@@ -86,14 +87,17 @@ def choose(needs: Needs, *, exclude: Collection[str] = ()) -> Node:
     }
     epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 
-    def rank(node: Node) -> tuple[float, datetime.datetime, str]:
+    def load(node: Node) -> float:
         values = node.telemetry_values
         cpus = max(float(values.get("cpus") or 1), 1.0)
-        running, last = activity.get(node.pk, (0, None))
-        load = (running + float(values.get("load1") or 0.0)) / cpus
-        return (round(load / LOAD_STEP) * LOAD_STEP, last or epoch, node.name)
+        return (activity.get(node.pk, (0, None))[0] + float(values.get("load1") or 0.0)) / cpus
 
-    return min(candidates, key=rank)
+    loads = {node.pk: load(node) for node in candidates}
+    least = min(loads.values())
+    # Nodes about as loaded as the least loaded one are equally good: the one given a step
+    # longest ago wins, so the steps of a mission go round them.
+    alike = [node for node in candidates if loads[node.pk] <= least + max(LOAD_SLACK, least * 0.3)]
+    return min(alike, key=lambda node: (activity.get(node.pk, (0, None))[1] or epoch, node.name))
 
 
 def _unfit(node: Node, needs: Needs) -> str:

@@ -9,7 +9,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,11 @@ from cluster import deploy, dispatch, nodes, placement, sandbox, tasks, testhost
 from cluster.dispatch import StepRef
 from cluster.models import LOCAL, ControlKey, Node, Placement
 from cluster.sandbox import Limits
+from kernel.models import Run
+from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_mission, outputs
+
+# The tools' fixtures of a mission on the demo repository, for the mission test below.
+__all__ = ["demo_base", "hostile", "hostile_mission"]
 
 NAMES = ["n1", "n2", "n3"]
 
@@ -153,33 +158,6 @@ def test_it_collects_each_nodes_telemetry_over_ssh(
         assert up.runner_version == hosts.node(node.name).version
         assert up.telemetry_values["cpus"] >= 1
         assert up.telemetry_at is not None
-
-
-def test_it_spreads_the_steps_of_a_mission_over_the_nodes(
-    hosts: testhosts.TestHosts, cluster_nodes: list[Node], workdir: Path
-) -> None:
-    """Four steps one after the other, as a mission's shell steps come: each lands on a node
-    (round-robin among equally loaded nodes), and the runner there says which node it is."""
-    nodes.set_enabled(node=nodes.local_node(), enabled=False)  # the SSH nodes only
-    needs = dispatch.Needs(1, 256 << 20, 0)
-    answers = []
-    refs = [step_ref() for _ in range(4)]
-    for ref in refs:
-        answers.append(
-            dispatch.execute(profile(f"echo {ref.step_id} >> log", workdir), step=ref, needs=needs)
-        )
-
-    ran_on = [answer["node"] for answer in answers]
-    placed_on = [placement.attempts(ref.step_id)[0].node.name for ref in refs]
-    assert ran_on == placed_on
-    assert set(ran_on) == set(NAMES)
-    assert all(answer["exit_code"] == 0 and not answer["replayed"] for answer in answers)
-    assert (workdir / "log").read_text().split() == [ref.step_id for ref in refs]
-    for ref in refs:
-        (attempt,) = placement.attempts(ref.step_id)
-        assert attempt.status == Placement.Status.DONE
-        assert attempt.fence == (1 << 20) + 1
-        assert attempt.runner_version == hosts.node(attempt.node.name).version
 
 
 def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
@@ -401,3 +379,92 @@ def test_it_refuses_a_malformed_host_key(db: None) -> None:
             address="192.0.2.7",
             host_key="ssh-rsa " + testhosts.host_key_pair()[1].split()[1],
         )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_runs_a_missions_shell_steps_on_the_three_nodes(
+    hosts: testhosts.TestHosts,
+    cluster_nodes: list[Node],
+    hostile: Callable[..., Run],
+) -> None:
+    """A mission through the kernel (its model scripted): each shell step is placed on a node,
+    the three nodes take turns, and each node's runner holds the result of the steps it ran."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    commands = [f"echo step{index} >> steps.txt" for index in range(3)]
+    run = hostile([calls(("shell", {"command": command})) for command in commands] + [FINISH])
+
+    assert run.status == "done", run.error
+    assert [out["output"].splitlines()[-1] for out in outputs(run, "shell")] == [
+        "[exit code 0]"
+    ] * 3
+    assert (Path(run.workspace) / "steps.txt").read_text() == "step0\nstep1\nstep2\n"
+    attempts = list(Placement.objects.filter(step_id__startswith=f"run-{run.pk}-"))
+    assert sorted(attempt.node.name for attempt in attempts) == NAMES
+    for attempt in attempts:
+        assert attempt.status == Placement.Status.DONE
+        # The claim's fence of the run, then the first placement under it.
+        epoch, number = divmod(attempt.fence, 1 << 20)
+        assert (number, 1 <= epoch <= run.fence) == (1, True)
+        current = hosts.node(attempt.node.name).root / "runner" / "current"
+        assert attempt.runner_version == current.readlink().name
+        stored = nodes.call(attempt.node, "result", {"key": attempt.key}, timeout=30)
+        assert stored["node"] == attempt.node.name
+
+
+def hello_answer(
+    name: str, *, levels: list[int], load1: float, mem_available: int
+) -> dict[str, Any]:
+    return {
+        "protocol": 1,
+        "runner_version": "v1",
+        "node": name,
+        "levels": [{"level": level, "available": True, "why": ""} for level in levels],
+        "telemetry": {
+            "collected_at": time.time(),
+            "load1": load1,
+            "cpus": 2,
+            "mem_total": 8 << 30,
+            "mem_available": mem_available,
+            "disk_free": 50 << 30,
+        },
+        "sandboxes": 0,
+    }
+
+
+def test_it_places_by_level_needs_and_load_and_takes_turns(db: None) -> None:
+    """Placement's choice from the nodes' telemetry (these nodes are never called: their
+    telemetry is fresh)."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    shape = {
+        "idle-a": ([1], 0.2, 6 << 30),
+        "idle-b": ([1, 2], 0.4, 1 << 30),
+        "busy": ([1], 7.5, 6 << 30),
+    }
+    for name, (levels, load1, memory) in shape.items():
+        node = nodes.add_node(name=name, address="192.0.2.1", host_key=testhosts.host_key_pair()[1])
+        nodes.record_hello(
+            node=node, answer=hello_answer(name, levels=levels, load1=load1, mem_available=memory)
+        )
+
+    def place_one(needs: placement.Needs) -> str:
+        chosen = placement.choose(needs)
+        placement.finish(
+            placement.place(step_id=f"s-{secrets.token_hex(4)}", key="k", node=chosen),
+            status=Placement.Status.DONE,
+        )
+        return chosen.name
+
+    assert [place_one(placement.Needs(level=1)) for _ in range(4)] == [
+        "idle-a",
+        "idle-b",
+        "idle-a",
+        "idle-b",
+    ]
+    assert place_one(placement.Needs(level=2)) == "idle-b"
+    assert place_one(placement.Needs(level=1, memory_bytes=2 << 30)) == "idle-a"
+    with pytest.raises(placement.NoNode) as none:
+        placement.choose(placement.Needs(level=2, memory_bytes=2 << 30))
+    assert str(none.value) == (
+        "no node can run a level-2 step now (busy: offers level 1, not 2; idle-a: offers level"
+        f" 1, not 2; idle-b: {1 << 30} bytes of memory available, the step needs {2 << 30})"
+    )
