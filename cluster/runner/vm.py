@@ -58,6 +58,7 @@ PROBE_SECONDS = {"kvm": 20.0, "tcg": 120.0}
 MIN_MEMORY = 256 << 20  # below this the kernel and the 9p caches do not fit
 TRANSLATION_CACHE_MB = 256  # TCG's code buffer (1 GiB by default), part of QEMU's footprint
 CONSOLE_KEPT = 16 << 10  # the tail of the guest console kept to explain a failed boot
+INFO_SECONDS = 2.0  # how long a kill waits for bubblewrap to name its pid 1
 DRAIN_SECONDS = 5.0  # after QEMU exits, how long its pipes may take to close
 PROXY_VARIABLES = (
     "http_proxy",
@@ -538,6 +539,7 @@ class _Watch:
         self.pidfd: int | None = None
         self.command_started: float | None = None
         self.killed: str | None = None
+        self.killed_at = 0.0
         self.reason = ""
 
     def run(self, boot_seconds: float) -> dict[str, Any]:
@@ -551,9 +553,11 @@ class _Watch:
                 break  # something still holds a pipe: QEMU is gone, stop waiting
             if self.killed is None:
                 self.check(now, boot_deadline)
+            elif self.pidfd is None and now - self.killed_at > INFO_SECONDS:
+                self.kill_group()  # bubblewrap never said who its pid 1 is
             for key, _events in self.selector.select(0.05):
                 self.read(key.fd, str(key.data))
-        self.kill()
+        self.kill(final=True)
         try:
             self.process.wait(DRAIN_SECONDS)
         except subprocess.TimeoutExpired:
@@ -582,14 +586,17 @@ class _Watch:
             self.reason = f"the workspace grew past {self.limits.disk_bytes // 2**20} MB"
         else:
             return
+        self.killed_at = now
         self.kill()
 
-    def kill(self) -> None:
+    def kill(self, *, final: bool = False) -> None:
         """Kill bubblewrap's pid 1 (the namespace goes with it: QEMU, socat) and let bubblewrap
         outside reap it and exit: killed together, pid 1 would be left to the host's init, which
-        may never reap it. Before pid 1 is known, the whole process group."""
+        may never reap it. Until bubblewrap names pid 1 (milliseconds after it starts) the kill
+        waits for it (`note_info` kills then); the whole process group only if it never does."""
         if self.pidfd is None:
-            self.kill_group()
+            if final:
+                self.kill_group()
             return
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)

@@ -365,6 +365,22 @@ def test_it_runs_qemu_as_the_run_uid_outside_the_host_network(timed_out: dict[st
     assert all(entry["netns"] != ours for entry in timed_out["seen"])
 
 
+def test_it_ends_a_vm_stopped_while_it_starts(sandbox_base: Path, run_id: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="vm-stopped-", dir=sandbox_base))
+    stopped_run = run_id + 2
+    sandbox.give(workdir, stopped_run)
+    stopping = threading.Event()
+    stopping.set()
+
+    result = sandbox.for_level(2).run(
+        ["sleep", "600"], workdir=workdir, stopping=stopping, run_id=stopped_run
+    )
+
+    assert result.cancelled, result.summary()
+    assert result.exit_code is None
+    assert _processes_of(sandbox.identity(stopped_run)[0]) == []
+
+
 def test_it_says_why_level_two_is_unavailable_without_a_kernel(tmp_path: Path) -> None:
     ok, why = vm.available(tmp_path / "missing")
 
