@@ -24,6 +24,7 @@ from missions import keys
 from missions.models import Mission, Project
 from tests.cluster.egress_fixtures import Upstream
 from tests.providers.wire import WireServer
+from tools import remotes
 from tools.models import Decision, PermissionRule
 
 pytestmark = [
@@ -33,6 +34,7 @@ pytestmark = [
 ]
 
 KEY = "sk-ant-egress-canary-" + "k" * 24
+REPO_TOKEN = "glpat-egress-canary-" + "r" * 12
 
 
 def make_run(*, hosts: list[str], parent: Run | None = None) -> Run:
@@ -204,7 +206,10 @@ def test_it_refuses_a_stopped_tree_then_closes_the_socket(
 
 
 def test_it_bridges_with_the_vaults_key_and_drops_the_sandboxs_own(
-    service: egress.Service, provider: WireServer, monkeypatch: pytest.MonkeyPatch
+    service: egress.Service,
+    provider: WireServer,
+    upstream: Upstream,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tests.providers.wire import Json
 
@@ -235,6 +240,21 @@ def test_it_bridges_with_the_vaults_key_and_drops_the_sandboxs_own(
     assert events(run, "egress.bridged")[0]["host"] == "anthropic.bridge"
     # A direct request to the provider is no bridge: the allow-list refuses it.
     assert get(attached.socket, f"{provider.url}/v1/messages", attached.token)[0] == 403
+
+    # git.bridge: the project's origin with its token, the path under the clone URL's.
+    mission = Mission.objects.get(pk=run.account_id)
+    Project.objects.filter(pk=mission.project_id).update(
+        clone_url=f"http://127.0.0.1:{upstream.port}/team/repo.git"
+    )
+    remotes.put(project_id=mission.project_id, remote="origin", kind="token", secret=REPO_TOKEN)
+    url = "http://git.bridge/info/refs?service=git-upload-pack"
+    assert b"lacks the scope 'bridge:git'" in get(attached.socket, url, attached.token)[1]
+    git_token = token_of(run, "bridge:git")
+    assert get(attached.socket, url, git_token)[0] == 200
+    seen = upstream.seen[-1]
+    assert seen["path"] == "/team/repo.git/info/refs?service=git-upload-pack"
+    expected = base64.b64encode(f"x-access-token:{REPO_TOKEN}".encode()).decode()
+    assert seen["authorization"] == f"Basic {expected}"
 
 
 def follows_the_owners_rules(upstream: Upstream) -> None:

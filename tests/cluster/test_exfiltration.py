@@ -16,6 +16,7 @@ is scrubbed from the journal and from the next provider request.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shlex
 import sys
 import tempfile
@@ -233,6 +234,13 @@ def test_it_scrubs_a_secret_planted_in_a_tool_output(
     assert PROVIDER_KEY not in sent
     assert PLANTED not in sent
     assert secrets.MARK in sent
+
+    # A log line with it, as the console handler's filter writes it.
+    record = logging.LogRecord(
+        "agentos", logging.ERROR, __file__, 1, "got %s", (result.output,), None
+    )
+    secrets.LogFilter().filter(record)
+    assert record.getMessage() == f"got key = {secrets.MARK}\nother = {secrets.MARK}\n"
 
 
 def _stop_when_ready(run: Run, workdir: Path) -> None:
