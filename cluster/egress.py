@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, connection
 
 from cluster import proxy, tokens
 from cluster.identity import SandboxUnavailable, identity
@@ -540,13 +540,14 @@ def _bridge_destination(name: str, upstream: Upstream, path: str) -> proxy.Desti
 
 
 def _in_thread[T](function: Callable[..., T], *args: object) -> T:
-    """Database work from the event loop's worker threads: their connections are checked like a
-    request's (a connection broken meanwhile is replaced, not reused)."""
-    close_old_connections()
+    """Database work from the event loop's worker threads. Each thread keeps its connection
+    between requests (a connection per request would cost more than the request's own queries);
+    one that failed is closed, and the next call opens a fresh one."""
     try:
         return function(*args)
-    finally:
-        close_old_connections()
+    except (OperationalError, InterfaceError):
+        connection.close()
+        raise
 
 
 def _lookup_tree(run_id: int) -> _Tree:
