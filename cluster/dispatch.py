@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from cluster import transport
 from cluster.runner.handler import Handler
-from cluster.runner.protocol import UNAVAILABLE, RpcError, parse_profile
+from cluster.runner.protocol import INVALID_PARAMS, UNAVAILABLE, RpcError, parse_profile
 
 LOCAL = "local"
 # How far back a node back from lost has the fences of the steps it lost raised.
@@ -98,6 +98,9 @@ def execute(
     from cluster import nodes, placement
     from cluster.models import Placement
 
+    longest = Placement._meta.get_field("key").max_length or 0
+    if len(step.key) > longest:
+        raise RpcError(INVALID_PARAMS, f"key is longer than {longest} characters")
     wanted = placement.Needs(
         level=needs.level, memory_bytes=needs.memory_bytes, disk_bytes=needs.disk_bytes
     )

@@ -77,6 +77,9 @@ class Placement(models.Model):
         DONE = "done"  # the runner answered a result (whatever the command's exit code)
         LOST = "lost"  # the node was lost before it answered
         REFUSED = "refused"  # the runner refused the request (stale fence, invalid, busy)
+        # Still running when the step was placed again: its caller died (a worker killed) and a
+        # later attempt took over under a higher fence.
+        ABANDONED = "abandoned"
 
     step_id = models.CharField(max_length=200)
     key = models.CharField(max_length=200)

@@ -29,6 +29,9 @@ FRESH_SECONDS = 180
 # runner's fence is a signed 64-bit value, so epochs stop at EPOCHS.
 PER_EPOCH = 1 << 20
 EPOCHS = 1 << 42
+# A placement still `running` after this long lost its caller (a worker killed before it
+# recorded the answer): it no longer counts as load on its node. Longer than any step's wall clock.
+RUNNING_SECONDS = 4 * 3600
 # Loads within this (per CPU) or 30 % of the least loaded node's count as equal: telemetry is a
 # snapshot, and a node's load moves by that much between two of them.
 LOAD_SLACK = 0.5
@@ -80,7 +83,13 @@ def choose(needs: Needs, *, exclude: Collection[str] = ()) -> Node:
         pk: (running, last)
         for pk, running, last in Node.objects.filter(pk__in=[node.pk for node in candidates])
         .annotate(
-            running=Count("placements", filter=Q(placements__status=Placement.Status.RUNNING)),
+            running=Count(
+                "placements",
+                filter=Q(
+                    placements__status=Placement.Status.RUNNING,
+                    placements__created_at__gte=now - datetime.timedelta(seconds=RUNNING_SECONDS),
+                ),
+            ),
             last=Max("placements__created_at"),
         )
         .values_list("pk", "running", "last")
@@ -130,9 +139,17 @@ def place(*, step_id: str, key: str, node: Node, epoch: int = 0) -> Placement:
             raise ValueError(f"step {step_id} was placed {PER_EPOCH - 1} times in epoch {epoch}")
         try:
             with transaction.atomic():
-                return Placement.objects.create(step_id=step_id, key=key, node=node, fence=fence)
+                placed = Placement.objects.create(step_id=step_id, key=key, node=node, fence=fence)
         except IntegrityError:
             continue  # another attempt took this fence first: take the next one
+        Placement.objects.filter(
+            step_id=step_id, status=Placement.Status.RUNNING, fence__lt=fence
+        ).update(
+            status=Placement.Status.ABANDONED,
+            error=f"placed again under fence {fence}",
+            finished_at=timezone.now(),
+        )
+        return placed
     raise RuntimeError(f"could not take a fence for step {step_id} (five concurrent placements)")
 
 

@@ -468,3 +468,31 @@ def test_it_places_by_level_needs_and_load_and_takes_turns(db: None) -> None:
         "no node can run a level-2 step now (busy: offers level 1, not 2; idle-a: offers level"
         f" 1, not 2; idle-b: {1 << 30} bytes of memory available, the step needs {2 << 30})"
     )
+
+
+def test_it_orders_fences_by_the_kernels_fence_first_and_abandons_older_attempts(
+    db: None,
+) -> None:
+    local = nodes.local_node()
+
+    def place(epoch: int) -> Placement:
+        return placement.place(step_id="s-1", key="k", node=local, epoch=epoch)
+
+    first, second = place(1), place(1)
+    taken_over = place(2)
+    stale_worker = place(1)  # a worker that lost the run's lease places the step once more
+
+    assert [first.fence, second.fence, taken_over.fence, stale_worker.fence] == [
+        (1 << 20) + 1,
+        (1 << 20) + 2,
+        (2 << 20) + 1,
+        (1 << 20) + 3,
+    ]
+    assert stale_worker.fence < taken_over.fence  # so runners that saw the newer refuse it
+    statuses = dict(Placement.objects.filter(step_id="s-1").values_list("fence", "status"))
+    assert statuses == {
+        (1 << 20) + 1: Placement.Status.ABANDONED,
+        (1 << 20) + 2: Placement.Status.ABANDONED,
+        (2 << 20) + 1: Placement.Status.RUNNING,
+        (1 << 20) + 3: Placement.Status.RUNNING,
+    }
