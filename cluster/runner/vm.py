@@ -214,8 +214,8 @@ def run_vm(
     kernel_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the profile's command in a fresh VM; the protocol's sandbox result fields (those of
-    `bwrap.run`, plus `boot_seconds`). `state_dir` is unused: the VM keeps nothing."""
-    del state_dir
+    `bwrap.run`, plus `boot_seconds`). `state_dir` is the runner's, where the frozen environment
+    a profile names is found (shown read-only at /env); the VM itself keeps nothing there."""
     if not isinstance(profile, Profile):
         profile = parse_profile(profile)
     if profile.level != 2:
@@ -230,12 +230,19 @@ def run_vm(
         profile = replace(profile, workdir=resolved)
     if profile.egress_socket is not None and not profile.egress_socket.is_socket():
         raise invalid(f"profile.egress_socket: {profile.egress_socket} is not a socket")
+    env_dir = None
+    if profile.environment is not None:
+        name, version = profile.environment
+        built = state_dir / "environments" / name if state_dir is not None else None
+        if built is None or not (built / f"{version}.json").is_file():
+            raise invalid(f"profile.environment: {name}@{version} is not built on this node")
+        env_dir = built / version
     try:
         node = prepare(kernel_dir)
     except VmUnavailable as error:
         raise unavailable(f"level 2 unavailable: {error}") from error
     try:
-        return _boot(node, profile, stopping, BOOT_SECONDS[node.accelerator])
+        return _boot(node, profile, stopping, BOOT_SECONDS[node.accelerator], env_dir)
     except VmUnavailable as error:
         raise unavailable(f"level 2: {error}") from error
 
@@ -254,7 +261,7 @@ def _git(workdir: Path, writable: bool) -> str:
     raise invalid(f"profile.workdir: {workdir}/.git is neither a directory nor a file")
 
 
-def _run_archive(profile: Profile, git: str) -> bytes:
+def _run_archive(profile: Profile, git: str, *, environment: bool = False) -> bytes:
     """What the guest's init reads: its settings, the command as a shell script (every word
     quoted by us), stdin, and /etc (accounts, hosts, git config, the host's world-readable CA
     certificates and alternatives)."""
@@ -265,8 +272,10 @@ def _run_archive(profile: Profile, git: str) -> bytes:
         "GIT": git,
         "NET": int(profile.egress_socket is not None),
         "STDERR_APART": int(profile.stderr_apart),
+        "ENV": int(environment),
     }
-    env = {"PATH": GUEST_PATH, "HOME": bwrap.SANDBOX_TMP, "LANG": "C.UTF-8", **profile.env}
+    path = f"{bwrap.ENV}/bin:{GUEST_PATH}" if environment else GUEST_PATH
+    env = {"PATH": path, "HOME": bwrap.SANDBOX_TMP, "LANG": "C.UTF-8", **profile.env}
     if profile.egress_socket is not None:
         for name in PROXY_VARIABLES:
             env[name] = _guest_proxy(env.get(name))
@@ -372,14 +381,18 @@ class _Pipes:
 
 
 def _boot(
-    node: Node, profile: Profile, stopping: threading.Event | None, boot_seconds: float
+    node: Node,
+    profile: Profile,
+    stopping: threading.Event | None,
+    boot_seconds: float,
+    env_dir: Path | None = None,
 ) -> dict[str, Any]:
     """1. Build the per-run initramfs (a memfd). 2. Start QEMU in bubblewrap as the profile's
     uid. 3. Pump the ports until the guest's init reports the exit status and QEMU is gone,
     killing it at the boot deadline, the wall clock, a stop or past the disk quota."""
     workdir = profile.workdir
     git = _git(workdir, profile.writable) if workdir is not None else "none"
-    archive = _run_archive(profile, git)
+    archive = _run_archive(profile, git, environment=env_dir is not None)
     initrd = os.memfd_create("agentos-vm-initrd", 0)  # inherited on purpose (no MFD_CLOEXEC)
     kernel = os.open(node.image.kernel, os.O_RDONLY)
     names = ["out", "status", "console"] + (["err"] if profile.stderr_apart else [])
@@ -394,8 +407,10 @@ def _boot(
         os.write(initrd, archive)
         for fd in (initrd, kernel, *pipes.write.values()):
             os.set_inheritable(fd, True)
-        command = _bwrap_command(node, profile, git, info_write)
+        command = _bwrap_command(node, profile, env_dir, info_write)
         command += _qemu_command(node, profile, git, kernel, initrd, pipes.write)
+        if env_dir is not None:
+            command += _share("env", bwrap.ENV, readonly=True)
         drop: dict[str, Any] = {}
         if os.geteuid() == 0:
             kvm_group = [Path("/dev/kvm").stat().st_gid] if node.accelerator == "kvm" else []
@@ -434,7 +449,7 @@ def _boot(
         pipes.close()
 
 
-def _bwrap_command(node: Node, profile: Profile, git: str, info_fd: int) -> list[str]:
+def _bwrap_command(node: Node, profile: Profile, env_dir: Path | None, info_fd: int) -> list[str]:
     """QEMU's own level-1 sandbox: no host network, /usr read-only, the worktree, the socket."""
     command = [
         bwrap.tools().bwrap,
@@ -453,8 +468,9 @@ def _bwrap_command(node: Node, profile: Profile, git: str, info_fd: int) -> list
         command += ["--bind", str(profile.workdir), bwrap.WORKSPACE]
     if profile.egress_socket is not None:
         command += ["--bind", str(profile.egress_socket), GUEST_SOCKET]
+    if env_dir is not None:
+        command += ["--ro-bind", str(env_dir), bwrap.ENV]
     command += ["--remount-ro", "/", "--info-fd", str(info_fd), "--"]
-    del git
     return command
 
 

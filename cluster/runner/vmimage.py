@@ -50,7 +50,7 @@ MODULES = (
     "9pnet_virtio",
     "9p",
 )
-IMAGE_FORMAT = 2  # bump when INIT or the layout changes: every node rebuilds its image
+IMAGE_FORMAT = 3  # bump when INIT or the layout changes: every node rebuilds its image
 
 # The guest's pid 1. Runs as guest root; only the host wrote what it reads (/run/agentos, from the
 # per-run archive). It never trusts the workspace. The command runs unprivileged with
@@ -82,6 +82,9 @@ if [ "$WORKSPACE" = 1 ]; then
 else
   mount -t tmpfs -o "nosuid,nodev,size=$TMP_BYTES,mode=1777" tmpfs /workspace
 fi
+if [ "$ENV" = 1 ]; then
+  mount -t 9p -o "ro,nosuid,nodev,cache=loose,$P9" env /env || fail "cannot mount /env"
+fi
 ip link set lo up
 if [ "$NET" = 1 ]; then
   ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 || fail "no network"
@@ -112,7 +115,7 @@ poweroff -f
 """
 
 # Directories of the guest's root, and where its merged-/usr names point (Debian 12 and later).
-ROOT_DIRS = ("usr", "proc", "sys", "dev", "tmp", "workspace", "run", "run/agentos", "etc")
+ROOT_DIRS = ("usr", "proc", "sys", "dev", "tmp", "workspace", "env", "run", "run/agentos", "etc")
 USR_LINKS = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from cluster import sandbox
 from cluster.runner import vm
+from cluster.runner.protocol import RpcError
 from cluster.sandbox import Limits
 from tests.cluster.conftest import git, make_repo
 
@@ -49,7 +50,7 @@ def write(path):
         file.write("pwned")
 seen["id"] = [os.getuid(), os.getgid()]
 seen["writes"] = {path: attempt(lambda: write(path)) for path in (
-    "/usr/agentos-canary", "/etc/agentos-canary", "/agentos-canary",
+    "/usr/agentos-canary", "/etc/agentos-canary", "/agentos-canary", "/env/agentos-canary",
     "/workspace/.git/config", "/workspace/.git/hooks/pre-commit")}
 with open("/workspace/from-the-vm.txt", "w") as file:
     file.write("written in the vm\n")
@@ -84,6 +85,7 @@ def udp():
 seen["udp"] = attempt(udp)
 seen["proxied"] = urllib.request.urlopen("http://example.invalid/hello", timeout=20).read().decode()
 seen["git"] = subprocess.run(["git", "log", "--format=%s"], capture_output=True, text=True).stdout
+seen["environment"] = subprocess.run(["hello"], capture_output=True, text=True).stdout
 seen["big file"] = attempt(lambda: open("/tmp/big", "wb").write(b"x" * (2 << 20)))
 children = []
 try:
@@ -166,6 +168,13 @@ def escape(sandbox_base: Path, run_id: int) -> dict[str, Any]:
     listener = socket.create_server(("0.0.0.0", 0))  # noqa: S104 (every host address, on purpose)
     listener.setblocking(False)
     port = listener.getsockname()[1]
+    # A frozen environment, as the runner keeps it: read-only at /env, /env/bin first on PATH.
+    state = top / "node"
+    tool = state / "environments" / "tools" / "1" / "bin" / "hello"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\necho hello from the environment\n")
+    tool.chmod(0o755)
+    (state / "environments" / "tools" / "1.json").write_text("{}")
     profile = {
         **sandbox.profile(
             2,
@@ -176,9 +185,10 @@ def escape(sandbox_base: Path, run_id: int) -> dict[str, Any]:
             run_id=run_id,
         ),
         "egress_socket": str(top / "egress.sock"),
+        "environment": {"name": "tools", "version": "1"},
     }
     try:
-        result = vm.run_vm(profile)
+        result = vm.run_vm(profile, state_dir=state)
     finally:
         os.environ.pop("AGENTOS_VM_CANARY")
         proxy.close()
@@ -209,6 +219,7 @@ def test_it_runs_the_command_as_the_run_uid_and_its_writes_land_in_the_worktree(
     assert written.read_text() == "written in the vm\n"
     assert written.stat().st_uid == escape["uid"]
     assert escape["seen"]["git"] == "First commit\n"  # the host's git, over the shared /usr
+    assert escape["seen"]["environment"] == "hello from the environment\n"
     assert 0 < escape["result"]["boot_seconds"] < escape["result"]["seconds"]
 
 
@@ -219,6 +230,7 @@ def test_it_refuses_writes_outside_the_worktree_and_to_its_git_metadata(
         "/usr/agentos-canary": "EROFS",
         "/etc/agentos-canary": "EROFS",
         "/agentos-canary": "EROFS",
+        "/env/agentos-canary": "EROFS",
         "/workspace/.git/config": "EROFS",
         "/workspace/.git/hooks/pre-commit": "EROFS",
     }
@@ -396,8 +408,14 @@ def test_it_refuses_a_profile_of_another_level(escape: dict[str, Any]) -> None:
         vm.run_vm({**escape["profile"], "level": 1, "seccomp": base64.b64encode(b"x").decode()})
 
 
+def test_it_refuses_an_environment_not_built_here(escape: dict[str, Any]) -> None:
+    profile = {**escape["profile"], "environment": {"name": "tools", "version": "2"}}
+    with pytest.raises(RpcError, match=r"profile\.environment: tools@2 is not built on this node"):
+        vm.run_vm(profile, state_dir=escape["repo"].parent / "node")
+
+
 def test_it_refuses_to_run_as_root(escape: dict[str, Any]) -> None:
     if os.geteuid() != 0:
         pytest.skip("only root could ask for uid 0")
-    with pytest.raises(Exception, match="a sandbox never runs as root"):
+    with pytest.raises(RpcError, match="a sandbox never runs as root"):
         vm.run_vm({**escape["profile"], "uid": 0})
