@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import agents_screen, killswitch, security_screen, tools_screen, views
+from agentos import agents_screen, cluster_screen, killswitch, security_screen, tools_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
 from memory import urls as memory_urls
@@ -52,13 +52,13 @@ console = (
         path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
         path("agents/", agents_screen.agents_screen, name="agents"),
         path("tools/", tools_screen.tools_screen, name="tools"),
+        path("cluster/", cluster_screen.cluster_screen, name="cluster"),
         path("tools/rules/<int:rule_id>/delete", tools_screen.delete_rule, name="tool-rule-delete"),
         *approvals_urls.urlpatterns,
         *missions_urls.urlpatterns,
         *memory_urls.urlpatterns,
         path("manifest.webmanifest", views.manifest, name="manifest"),
         path("sw.js", views.service_worker, name="service-worker"),
-        path("<slug:slug>/", views.screen, name="screen"),
     ],
     "console",
 )

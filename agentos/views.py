@@ -1,4 +1,4 @@
-"""Console pages of the shell: sign-in, Home, settings (API tokens), PWA files, unbuilt screens."""
+"""Console pages of the shell: sign-in, Home, settings (API tokens), PWA files."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpRe
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
@@ -37,17 +36,14 @@ class Screen:
     slug: str
     title: Any
     summary: Any
-    built: bool = True
 
     @property
     def url(self) -> str:
-        """A built screen's own page (its URL is named after its slug), else the placeholder."""
-        if self.built:
-            return reverse(f"console:{self.slug}")
-        return reverse("console:screen", args=[self.slug])
+        """The screen's page: its URL is named after its slug."""
+        return reverse(f"console:{self.slug}")
 
 
-# The screens of DESIGN.md §8, in navigation order. Unbuilt ones say so plainly.
+# The screens of DESIGN.md §8, in navigation order.
 SCREENS = [
     Screen("home", gettext_lazy("Home"), gettext_lazy("What waits for you, and health.")),
     Screen(
@@ -84,7 +80,6 @@ SCREENS = [
         "cluster",
         gettext_lazy("Cluster"),
         gettext_lazy("Nodes, runners and active sandboxes."),
-        built=False,
     ),
     Screen("costs", gettext_lazy("Costs"), gettext_lazy("Spend per mission, model and day.")),
     Screen("settings", gettext_lazy("Settings"), gettext_lazy("Security and API tokens.")),
@@ -207,15 +202,6 @@ def home(request: HttpRequest) -> HttpResponse:
             context[name] = collect()
     template = f"console/home.html#{card}" if card else "console/home.html"
     return render(request, template, context)
-
-
-@require_safe
-@owner_required
-def screen(request: HttpRequest, slug: str) -> HttpResponse:
-    found = SCREENS_BY_SLUG.get(slug)
-    if found is None or found.built:
-        raise Http404(_("No such screen."))
-    return render(request, "console/unbuilt.html", {"screen": found})
 
 
 @require_safe
