@@ -20,6 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from pytest_django import DjangoDbBlocker
 
+from agentos import vault
 from cluster import deploy, dispatch, nodes, placement, sandbox, tasks, testhosts, transport
 from cluster.dispatch import StepRef
 from cluster.models import LOCAL, ControlKey, Node, Placement
@@ -496,3 +497,22 @@ def test_it_orders_fences_by_the_kernels_fence_first_and_abandons_older_attempts
         (2 << 20) + 1: Placement.Status.RUNNING,
         (1 << 20) + 3: Placement.Status.RUNNING,
     }
+
+
+def test_it_keeps_the_control_planes_key_encrypted_and_rotatable(
+    db: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A vault of its own (rotating adds keys), and a key made under it (in this transaction).
+    monkeypatch.delenv(vault.ENV, raising=False)
+    monkeypatch.setattr(settings, "DATA_DIR", tmp_path)
+    ControlKey.objects.all().delete()
+    key = nodes.control_key()
+    row = ControlKey.objects.get(pk=1)
+    assert key.get_base64() in row.public_line
+    assert b"OPENSSH PRIVATE KEY" not in bytes(row.ciphertext)
+    assert ("cluster.ControlKey", "ciphertext") in vault.registered()
+
+    vault.rotate()
+    assert vault.reencrypt().rewritten >= 1
+    assert bytes(ControlKey.objects.get(pk=1).ciphertext) != bytes(row.ciphertext)
+    assert nodes.control_key().asbytes() == key.asbytes()
