@@ -29,7 +29,7 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
     The node keeps the command's result under the step (`step_ref`) before it answers: a replay
     whose earlier attempt got that far answers it instead of running the command again (the
     harness does not put the worktree back to its checkpoint then either: `recorded`)."""
-    from cluster import sandbox
+    from cluster import egress, sandbox
     from cluster.sandbox import Limits, SandboxUnavailable, for_level
 
     top = env.need_workspace()
@@ -50,6 +50,8 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
                 stopping=env.call.stopping,
                 run_id=env.run_id,
                 step=step,
+                # Its run's way out (the allow-list proxy and bridges), when it needs one.
+                egress=egress.attach_for_run(env.run_id, seconds=timeout),
             )
     except SandboxUnavailable as error:
         guard.end()

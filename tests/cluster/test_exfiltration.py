@@ -42,7 +42,8 @@ from tests.cluster.egress_fixtures import Upstream
 from tests.cluster.test_egress import make_run
 from tests.providers.anthropic_wire import reply, text
 from tests.providers.wire import Json, Stream, WireServer
-from tools import remotes
+from tests.tools.test_protected_shell import step_env
+from tools import remotes, shell
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="level 1 is Linux bubblewrap"),
@@ -200,9 +201,13 @@ def test_it_lets_nothing_out_but_the_allow_list_the_bridge_and_the_token(
 
 
 def test_it_scrubs_a_secret_planted_in_a_tool_output(
-    service: egress.Service, provider: WireServer, planted: list[str], sandbox_base: Path
+    service: egress.Service,
+    provider: WireServer,
+    upstream: Upstream,
+    planted: list[str],
+    sandbox_base: Path,
 ) -> None:
-    run = make_run(hosts=[])
+    run = make_run(hosts=[f"127.0.0.1:{upstream.port}"])
     workdir = Path(tempfile.mkdtemp(prefix="exfiltration-", dir=sandbox_base))
     # A file in the repository holds a key (the provider's, as a careless commit would).
     (workdir / "settings.txt").write_text(f"key = {PROVIDER_KEY}\nother = {PLANTED}\n")
@@ -213,6 +218,10 @@ def test_it_scrubs_a_secret_planted_in_a_tool_output(
     assert PROVIDER_KEY in result.output  # the sandbox may read its own files; nothing keeps it
 
     Run.objects.filter(pk=run.pk).update(fence=1)
+    # The shell tool attaches the run's egress itself (its task allows the upstream).
+    fetch = f'curl -s --proxy "$http_proxy" --noproxy "" http://127.0.0.1:{upstream.port}/shell'
+    fetched = shell.run_command(step_env(run.pk, workdir, "cd" * 32, replay=False), fetch)
+    assert "hello from /shell" in fetched.text, fetched.text
     fence = journal.Fence(run.pk, 1)
     journal.record_intent(fence, seq=1, kind="tool_call", effect="read", name="shell", request={})
     journal.record_result(fence, seq=1, result={"output": result.output}, cost=Cost())
