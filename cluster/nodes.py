@@ -83,7 +83,7 @@ def add_node(
             raise NodeError(f"host key: {error}") from None
     node = Node(name=name, address=address, port=port, ssh_user=ssh_user, host_key=key_line)
     try:
-        node.full_clean()
+        node.full_clean(validate_unique=False)  # the name: below, by the database
     except ValidationError as error:
         raise NodeError(f"node {name}: {error.message_dict}") from None
     if replace:

@@ -349,6 +349,16 @@ def test_it_registers_a_node_and_prints_its_authorized_keys_line(db: None, tmp_p
         key_file.read_text().rsplit(" ", 1)[0],
     )
     line = out.getvalue().splitlines()[-1]
+    with pytest.raises(CommandError, match="a node named 'edge' already exists"):
+        call_command("node_add", "edge", "192.0.2.8", stdout=out)
+    # Pinned again (the machine got a new host key): same node, new key.
+    new_key = testhosts.host_key_pair()[1]
+    key_file.write_text(new_key + "\n")
+    call_command(
+        "node_add", "edge", "192.0.2.8", "--host-key", str(key_file), "--replace", stdout=out
+    )
+    replaced = Node.objects.get(name="edge")
+    assert (replaced.pk, replaced.address, replaced.host_key) == (node.pk, "192.0.2.8", new_key)
     assert line.startswith(
         'command="cd /var/lib/agentos-node/runner/current && exec python3 -m cluster.runner'
         ' --state /var/lib/agentos-node/state --node edge",restrict,from="192.0.2.1" ssh-ed25519 '

@@ -1,6 +1,7 @@
 """`manage.py node_add NAME ADDRESS [--port N] [--user U] [--host-key FILE] [--from ADDRESS]
-[--root DIR]`: register a node, pin its SSH host key, and print the line to put in root's
-`authorized_keys` on the node (the runner as forced command, from the control plane's address)."""
+[--root DIR] [--replace]`: register a node (or update it), pin its SSH host key, and print the
+line to put in root's `authorized_keys` on the node (the runner as forced command, from the
+control plane's address)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--root", default=nodes.DEFAULT_NODE_ROOT, help="The runner's directory on the node."
         )
+        parser.add_argument(
+            "--replace",
+            action="store_true",
+            help="Update the node of that name (a new address or host key); its history stays.",
+        )
 
     def handle(
         self,
@@ -45,6 +51,7 @@ class Command(BaseCommand):
         host_key: Path | None,
         from_address: str | None,
         root: str,
+        replace: bool,
         **options: Any,
     ) -> None:
         key_line = ""
@@ -57,7 +64,12 @@ class Command(BaseCommand):
             # The line first: a bad --from registers nothing.
             line = nodes.authorized_keys_line(name=name, from_address=from_address, root=root)
             node = nodes.add_node(
-                name=name, address=address, port=port, ssh_user=user, host_key=key_line
+                name=name,
+                address=address,
+                port=port,
+                ssh_user=user,
+                host_key=key_line,
+                replace=replace,
             )
         except nodes.NodeError as error:
             raise CommandError(str(error)) from None
