@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 import tempfile
 import threading
@@ -40,6 +41,7 @@ from cluster.runner.handler import Handler
 from cluster.runner.protocol import INVALID_PARAMS, UNAVAILABLE, RpcError, parse_profile
 
 LOCAL = "local"
+log = logging.getLogger(__name__)
 # How far back a node back from lost has the fences of the steps it lost raised.
 REJOIN_DAYS = 7
 # A step placed again this many times (each time its node lost) is given up: the cluster is
@@ -193,15 +195,19 @@ def rejoin(node: Any) -> list[str]:
         top = Placement.objects.filter(step_id=step_id).aggregate(top=Max("fence"))["top"]
         if top is None or top <= fence:
             continue
-        # sandbox's own readiness (seccomp program): the profile is built as any other.
-        noop = sandbox.profile(
-            1, ["/bin/true"], None, sandbox.Limits(wall_seconds=30), sandbox._ready()
-        )
         params = {"step_id": step_id, "key": f"fence-sync:{step_id}:{top}", "fence": top}
         try:
+            # Built as any profile (the seccomp program from the sandbox's own readiness).
+            noop = sandbox.profile(
+                1, ["/bin/true"], None, sandbox.Limits(wall_seconds=30), sandbox._ready()
+            )
             nodes.call(node, "run", {**params, "profile": noop}, timeout=90)
         except transport.StaleFence:
             continue  # it already knows a fence as high
+        except (transport.RunnerError, sandbox.SandboxUnavailable) as error:
+            # The node is back all the same; the older fence stays refused where it was seen.
+            log.warning("node %s: the fence of step %s not raised: %s", node.name, step_id, error)
+            continue
         raised.append(step_id)
     return raised
 
