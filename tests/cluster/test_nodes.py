@@ -359,6 +359,10 @@ def test_it_registers_a_node_and_prints_its_authorized_keys_line(db: None, tmp_p
     )
     replaced = Node.objects.get(name="edge")
     assert (replaced.pk, replaced.address, replaced.host_key) == (node.pk, "192.0.2.8", new_key)
+    listed = io.StringIO()
+    call_command("node_list", stdout=listed)
+    rows = [line.split()[:3] for line in listed.getvalue().splitlines()[1:]]
+    assert rows == [["edge", "192.0.2.8:22", "unknown"], ["local", "(this", "machine)"]]
     assert line.startswith(
         'command="cd /var/lib/agentos-node/runner/current && exec python3 -m cluster.runner'
         ' --state /var/lib/agentos-node/state --node edge",restrict,from="192.0.2.1" ssh-ed25519 '
