@@ -41,6 +41,7 @@ node_modules/.installed: package.json package-lock.json
 	@touch $@
 
 test: system-deps $(VENV)/.installed-dev node_modules/.installed ## Run the whole test suite (browser tests need Chromium: see .ci/run)
+	@scripts/system-deps --tests
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev ## Check formatting and lint with ruff, and the import layers
