@@ -12,7 +12,7 @@ class ProjectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Mission)
 class MissionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["goal", "project", "created_at", "max_usd_micros"]
+    list_display = ["goal", "project", "risk_class", "created_at", "max_usd_micros"]
     # The owner edits goals and caps; what was spent is read from the runs' ledger.
     readonly_fields = ["spent"]
 

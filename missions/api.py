@@ -26,6 +26,7 @@ from kernel import budgets
 from missions import endpoints, keys, launch, projects, schedules
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
+from tools import levels
 
 router = Router()
 
@@ -175,6 +176,12 @@ class MissionIn(Schema):
         ' {"evaluator": true}, "passes": false}]. The mission ends done only when each passes'
         " (a command exits 0 in its workspace; an independent evaluator cites evidence).",
     )
+    risk_class: Literal["research", "code", "untrusted"] = Field(
+        "code",
+        description="How closely the mission's agents are confined (its sandbox level):"
+        " research = read-only tools, no commands (0); code = commands in a sandbox on the"
+        " mission's worktree (1); untrusted = each command in a disposable virtual machine (2)",
+    )
     caps: CapsIn | None = None
     routes: dict[RoleName, RouteIn] = Field(
         default_factory=dict, description="Per-role overrides of the default model routes"
@@ -213,6 +220,8 @@ class MissionOut(Schema):
     goal: str
     definition_of_done: str
     criteria: list[dict[str, Any]]  # as written before the work: a run's output says which pass
+    risk_class: str
+    sandbox_level: int
     caps: CapsOut
     routes: dict[str, Any]
     created_at: datetime
@@ -246,6 +255,8 @@ def mission_out(mission: Mission) -> dict[str, Any]:
         "goal": mission.goal,
         "definition_of_done": mission.definition_of_done,
         "criteria": list(mission.criteria or []),
+        "risk_class": mission.risk_class,
+        "sandbox_level": levels.level_for(mission.risk_class),
         "caps": {name: getattr(mission, name) for name in launch.MISSION_CAPS},
         "routes": mission.routes if isinstance(mission.routes, dict) else {},
         "created_at": mission.created_at,
@@ -291,6 +302,7 @@ def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str,
             trigger="api",
             offline=payload.offline,
             criteria=payload.criteria,
+            risk_class=payload.risk_class,
         )
     except MissionError as refused:
         # A client is not on this origin's pages: the Settings screen by its full URL.

@@ -42,7 +42,7 @@ from missions.errors import MissionError
 from missions.models import Mission, Role
 from missions.providers.registry import ready
 from missions.routing import Route, configured_route, failover_for
-from tools import registry
+from tools import levels, registry
 from tools.base import Risk, Tool, ToolEnv, ToolError, Workbench
 
 NAME = "delegate"
@@ -343,12 +343,16 @@ def _child(
     if writes and mode == "artifact_only":
         problems.append("a writer works in a repository: context_mode artifact_only is read-only")
     level = task.get("sandbox_level")
-    if level is not None and level > 0:
-        from cluster import sandbox  # imported here: it loads libseccomp on first use
-
-        offered, why = sandbox.offered_level()
-        if offered < level:
-            problems.append(f"sandbox_level {level} is not offered here: level {offered} ({why})")
+    if level is not None and level < parent.sandbox_level:
+        # The mission's risk class set the parent's level: no child works less confined.
+        problems.append(
+            f"sandbox_level {level} is below this run's ({parent.sandbox_level}): a sub-agent"
+            " works at its parent's level or higher"
+        )
+    elif level is not None and (why := levels.unavailable(level)) is not None:
+        problems.append(f"sandbox_level {level} is not offered here: {why}")
+    if writes and max(level or 0, parent.sandbox_level) == 0:
+        problems.append("writes: true needs a sandbox, and this run reads only (sandbox level 0)")
     route, failover = _route(parent, mission, role, task, problems)
     budget = task.get("budget", {})
     caps = {
@@ -394,6 +398,7 @@ def _child(
         "base": parent.base,
         "checkpoints": writes and parent.checkpoints,
         "data_framing": parent.data_framing,
+        "sandbox_level": max(level or 0, parent.sandbox_level),
         "contract": contract,
         "criteria": [
             {

@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from missions import offline, steering, verification
 from missions.launch import MAX_GOAL
-from missions.models import ModelInfo, Project, Role, RoleRoute
+from missions.models import ModelInfo, Project, RiskClass, Role, RoleRoute
 
 MICROS = Decimal(1_000_000)
 
@@ -76,6 +76,18 @@ class MissionForm(forms.Form):
             " any other line is a statement an independent evaluator checks. Optional."
         ),
     )
+    risk_class = forms.ChoiceField(
+        label=_("Risk class"),
+        required=False,  # code, unless said otherwise
+        choices=RiskClass.choices,
+        initial=RiskClass.CODE,
+        widget=forms.RadioSelect,
+        help_text=_(
+            "How closely its agents are confined. Research: read-only tools, no commands. Code:"
+            " commands in a sandbox on the mission's own worktree. Untrusted code: each command"
+            " in a disposable virtual machine (slower; for code you do not trust)."
+        ),
+    )
     max_usd = forms.DecimalField(
         label=_("Max spend ($)"),
         required=False,
@@ -108,6 +120,12 @@ class MissionForm(forms.Form):
                 data["criteria"] = verification.validate(checks)
             except verification.CriteriaError as error:
                 self.add_error("checks", error.message)
+        data["risk_class"] = data.get("risk_class") or RiskClass.CODE
+        if data.get("offline") and data["risk_class"] == RiskClass.RESEARCH:
+            self.add_error(
+                "risk_class",
+                _("An offline mission runs the project's commands: choose Code or Untrusted."),
+            )
         return data
 
     def launch_arguments(self) -> dict[str, Any]:
@@ -115,9 +133,15 @@ class MissionForm(forms.Form):
         and model, so the fields for a goal of the owner's are left out."""
         data = self.cleaned_data
         if data.get("offline"):
-            return {"project": data["project"], "caps": self.caps(), "offline": data["offline"]}
+            return {
+                "project": data["project"],
+                "caps": self.caps(),
+                "offline": data["offline"],
+                "risk_class": data["risk_class"],
+            }
         return {
             "project": data["project"],
+            "risk_class": data["risk_class"],
             "goal": data["goal"],
             "definition_of_done": data["definition_of_done"],
             "criteria": data["criteria"],
@@ -154,6 +178,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
         return {
             "project": mission.project_id,
             "offline": contract["offline"],
+            "risk_class": mission.risk_class,
             "max_usd": _dollars(mission.max_usd_micros),
             "max_tokens": mission.max_tokens,
             "max_turns": mission.max_turns,
@@ -164,6 +189,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
         "goal": mission.goal,
         "definition_of_done": mission.definition_of_done,
         "checks": verification.to_lines(mission.criteria or []),
+        "risk_class": mission.risk_class,
         "max_usd": _dollars(mission.max_usd_micros),
         "max_tokens": mission.max_tokens,
         "max_turns": mission.max_turns,

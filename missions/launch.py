@@ -19,6 +19,8 @@ from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
 from missions.routing import route_for
+from tools import levels
+from tools import registry as tool_registry
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
 
 CODING_INSTRUCTIONS = """\
@@ -32,6 +34,14 @@ The project's state lives in its repository: PROGRESS.md (where the work stands)
 set up and smoke-test). Start by reading those that exist and the recent git log; keep your plan in
 todo.md and your findings in notes.md; before you finish, update PROGRESS.md (and DECISIONS.md for
 a decision) and commit it. Record what later missions should know with memory_write."""
+
+# What the instructions say of where commands run, by sandbox level (`tools.levels`).
+LEVEL_INSTRUCTIONS = {
+    0: "This mission is read-only research: you may read the repository and memory, not change"
+    " them nor run commands.",
+    2: "Each command you run starts a disposable virtual machine that sees only /workspace and"
+    " the system's programs: it is slower than a shell, so group commands.",
+}
 
 
 def start_mission(
@@ -49,6 +59,14 @@ def start_mission(
     passes."""
     route = route_for(mission, "executor")
     criteria = criteria or list(mission.criteria or [])
+    level = levels.level_for(mission.risk_class)
+    why = levels.unavailable(level)
+    if why is not None:
+        raise MissionError(
+            f"This mission's risk class needs sandbox level {level} ({levels.NAMES[level]}),"
+            f" and no node offers it: {why}.",
+            code="sandbox_unavailable",
+        )
     if offline is not None:
         script = offline_missions.get(offline).script
     if route.provider == "scripted" and script is None:
@@ -70,18 +88,25 @@ def start_mission(
         # `delegate`: the mission's agent may hand tasks to sub-agents (`missions.delegation`),
         # and merge its writers' work (`merge_work`) when it has a repository;
         # `consult_advisor`: it may ask the planner's (stronger) model for advice.
-        "tools": [
-            *(CODING_TOOLS if repository else []),
-            *(MERGING_TOOLS if repository else []),
-            *MEMORY_TOOL_NAMES,
-            *LEDGER_TOOL_NAMES,
-            "delegate",
-            "consult_advisor",
-        ],
+        "tools": _allowed(
+            [
+                *(CODING_TOOLS if repository else []),
+                *(MERGING_TOOLS if repository else []),
+                *MEMORY_TOOL_NAMES,
+                *LEDGER_TOOL_NAMES,
+                "delegate",
+                "consult_advisor",
+            ],
+            level,
+        ),
         # Frozen in the prompt: what the owner's and this project's verified memory says.
         "memory_index": memory_store.prompt_index(memory_scopes(mission)),
         "constraints": constraints,
-        "instructions": CODING_INSTRUCTIONS if repository else "",
+        "instructions": "\n".join(
+            text
+            for text in (CODING_INSTRUCTIONS if repository else "", LEVEL_INSTRUCTIONS.get(level))
+            if text
+        ),
         "repository": repository,
         "checkpoints": bool(repository),
         # What is not the owner's or the system's reaches the model as data (engine `framing`).
@@ -89,6 +114,7 @@ def start_mission(
         "max_turns": max_turns,
         # Going round in circles: a re-plan, then a question to the owner (engine `stalls`).
         "stalls": True,
+        "sandbox_level": level,
     }
     if criteria:
         spec["criteria"] = criteria
@@ -107,6 +133,15 @@ def start_mission(
             **({"offline": offline} if offline is not None else {}),
         },
     )
+
+
+def _allowed(names: list[str], level: int) -> list[str]:
+    """The tools a run at `level` is given: at level 0 only those that read."""
+    return [
+        name
+        for name in names
+        if (tool := tool_registry.get(name)) is None or levels.allowed_at(tool, level)
+    ]
 
 
 def memory_scopes(mission: Mission) -> list[str]:
@@ -152,6 +187,7 @@ def create_mission(
     script: dict[str, Any] | None = None,
     offline: str | None = None,
     criteria: Any = None,
+    risk_class: str = levels.DEFAULT_RISK_CLASS,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
@@ -161,8 +197,19 @@ def create_mission(
     on the project's repository: its goal and model are the offline mission's own.
 
     `criteria` is the definition of done as criteria (`missions.verification`), checked before
-    anything else: the root run ends `done` only when each passes."""
+    anything else: the root run ends `done` only when each passes. `risk_class` (a key of
+    `tools.levels.RISK_CLASSES`) sets the sandbox level its runs work at."""
     clean_criteria = _criteria(criteria, project)
+    if risk_class not in levels.RISK_CLASSES:
+        raise MissionError(
+            f"Unknown risk class {risk_class!r}: one of {', '.join(levels.RISK_CLASSES)}.",
+            code="invalid_input",
+        )
+    if offline is not None and levels.level_for(risk_class) == 0:
+        raise MissionError(
+            "An offline mission runs the project's commands: its risk class cannot be research.",
+            code="invalid_input",
+        )
     if offline is not None:
         chosen = offline_missions.get(offline)
         if (
@@ -196,6 +243,7 @@ def create_mission(
             goal=goal,
             definition_of_done=definition_of_done.strip(),
             criteria=clean_criteria,
+            risk_class=risk_class,
             routes=clean_routes,
             **clean_caps,
         )

@@ -39,6 +39,14 @@ class Project(models.Model):
             )
 
 
+class RiskClass(models.TextChoices):
+    """A mission's risk class; `tools.levels.RISK_CLASSES` maps each to its sandbox level."""
+
+    RESEARCH = "research", _("Research (read-only)")
+    CODE = "code", _("Code")
+    UNTRUSTED = "untrusted", _("Untrusted code")
+
+
 class Mission(Account):
     """An owner goal with its definition of done. A mission is the kernel account its runs are
     charged to: its budget caps and concurrency limit (editable in the admin) are the account's,
@@ -58,6 +66,19 @@ class Mission(Account):
     # The definition of done as criteria (`missions.verification`), as written before the work:
     # each launch of the mission holds its root run to them (only a run's copy records passes).
     criteria = models.JSONField(_("criteria"), default=list, blank=True)
+    # Sets its runs' sandbox level (`tools.levels`): what the mission may do decides how closely
+    # it is confined, whatever its agents ask.
+    risk_class = models.CharField(
+        _("risk class"),
+        max_length=20,
+        choices=RiskClass,
+        default=RiskClass.CODE,
+        help_text=_(
+            "Research: read-only tools, no shell (sandbox level 0). Code: commands in a sandbox"
+            " on the mission's worktree (level 1). Untrusted: each command in a disposable"
+            " virtual machine (level 2)."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Per-role overrides of the routing defaults: {"executor": {"provider": ..., "model": ...,
     # "effort": ...}}.

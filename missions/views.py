@@ -24,6 +24,7 @@ from missions.forms import MissionForm, initial_from
 from missions.launch import create_mission
 from missions.models import Mission, Project, Role, RoleRoute
 from missions.providers import registry
+from tools import levels
 
 # Served inline only when a browser cannot run them as a page of this origin; everything else
 # (HTML, SVG, scripts...) is a download, whatever the agent named it.
@@ -100,6 +101,7 @@ def mission_detail(request: HttpRequest, mission_id: int) -> HttpResponse:
         "screen": SCREENS_BY_SLUG["missions"],
         "artifacts": overview.artifacts(mission),
         "route": mission.routes.get("executor") if isinstance(mission.routes, dict) else None,
+        "sandbox_level": levels.level_for(mission.risk_class),
     }
     return render(request, "missions/mission.html", context)
 

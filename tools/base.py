@@ -45,6 +45,7 @@ class ToolEnv:
     project_id: int | None
     workspace: Path | None
     approval: dict[str, Any] | None = None  # the owner's approval this call runs under
+    sandbox_level: int = 1  # what this call's commands run in (`tools.levels`)
 
     def need_workspace(self) -> Path:
         if self.workspace is None:
@@ -59,9 +60,20 @@ class Workbench:
     run_id: int
     project_id: int | None
     workspace: Path | None
+    sandbox_level: int = 1  # the run's, from its mission's risk class (`tools.levels`)
 
-    def env(self, call: StepCall, approval: dict[str, Any] | None = None) -> ToolEnv:
-        return ToolEnv(call, self.run_id, self.project_id, self.workspace, approval)
+    def env(
+        self, call: StepCall, approval: dict[str, Any] | None = None, *, level: int | None = None
+    ) -> ToolEnv:
+        """The environment of one call; `level` (a tool's minimum may raise the run's)."""
+        return ToolEnv(
+            call,
+            self.run_id,
+            self.project_id,
+            self.workspace,
+            approval,
+            self.sandbox_level if level is None else level,
+        )
 
 
 def arguments_hash(tool: str, arguments: Any) -> str:

@@ -1,4 +1,5 @@
-"""The shell tool: a command line run in the level-1 sandbox, in the run's worktree.
+"""The shell tool: a command line run in the run's sandbox (its level: `tools.levels`), in the
+run's worktree.
 
 Its effects stay in the worktree (no network, nothing else writable), so a command replayed
 after a crash is the agent running it twice, which it sees: classed as an idempotent write.
@@ -23,7 +24,7 @@ MAX_TIMEOUT = 1800
 
 
 def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT) -> Command:
-    """`command` in the level-1 sandbox, in the run's worktree, protected paths put back after
+    """`command` in the run's sandbox, in its worktree, protected paths put back after
     it: what the shell tool and the definition of done's command oracles both run.
 
     The node keeps the command's result under the step (`step_ref`) before it answers: a replay
@@ -43,7 +44,7 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
         if stored is not None:
             result = sandbox.result(stored)
         else:
-            result = for_level(1).run(
+            result = for_level(max(env.sandbox_level, 1)).run(
                 ["/bin/sh", "-c", command],
                 workdir=top,
                 limits=Limits(wall_seconds=timeout),

@@ -25,12 +25,12 @@ from tools.git import SHA
 from tools.models import Decision
 
 
-def workbench(ctx: RunContext, repository: str, base: str) -> Workbench:
+def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Workbench:
     """Where the run's tools act: its project, and its worktree (made once, by a journaled step;
     a fork's own, made from its checkpoint)."""
     project_id = Mission.objects.values_list("project_id", flat=True).get(pk=ctx.run.account_id)
     if not repository:
-        return Workbench(ctx.run_id, project_id, None)
+        return Workbench(ctx.run_id, project_id, None, level)
 
     start = _base_checkpoint(ctx)
 
@@ -64,7 +64,7 @@ def workbench(ctx: RunContext, repository: str, base: str) -> Workbench:
         path = str(_fork_workspace(ctx, repository, forked))
         Run.objects.filter(pk=ctx.run_id).update(workspace=path)
     ctx.run.workspace = path
-    return Workbench(ctx.run_id, project_id, Path(path))
+    return Workbench(ctx.run_id, project_id, Path(path), level)
 
 
 def _base_checkpoint(ctx: RunContext) -> dict[str, str] | None:
@@ -400,8 +400,10 @@ def _executor(
             # The harness's own check, whatever the loop above did: no approval, no call.
             return Done({"output": f"Refused: {tool.name} needs an approval.", "is_error": True})
         try:
-            levels.require(tool)  # below its minimum sandbox level, a tool is refused
-            text = tool.run(bench.env(step, approval), arguments)
+            # The run's level (its mission's risk class), raised by the tool's minimum; refused
+            # at level 0 unless the tool only reads, or where no node offers the level.
+            level = levels.require(tool, bench.sandbox_level)
+            text = tool.run(bench.env(step, approval, level=level), arguments)
         except ToolError as error:
             return Done({"output": str(error), "is_error": True})
         # A big output goes to an artifact; the journal and the context keep a preview.
@@ -415,7 +417,8 @@ def _probe(
 ) -> Any:
     def probe(step: StepCall) -> Done | None:
         arguments = call["arguments"] or {}
-        found = tool.probe(bench.env(step, approval), arguments) if tool.probe else None
+        env = bench.env(step, approval, level=levels.effective(tool, bench.sandbox_level))
+        found = tool.probe(env, arguments) if tool.probe else None
         return Done({"output": found, "is_error": False}) if found is not None else None
 
     return probe

@@ -122,6 +122,10 @@ class Spec:
     # Stall detection (`stalls`): a re-plan, then an owner question. Off for runs started
     # before it was recorded: its steps in the middle of their journal would not match.
     stalls: bool = False
+    # Where its tools' commands run (`tools.levels`), from its mission's risk class: 0 reads
+    # only, 1 a bubblewrap sandbox, 2 a virtual machine per task. 1 for runs started before it
+    # was recorded.
+    sandbox_level: int = 1
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
@@ -174,7 +178,7 @@ def _agent(ctx: RunContext) -> Outcome:
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]
     )
     by_name = {tool.name: tool for tool in tools}
-    bench = harness.workbench(ctx, spec.repository, spec.base)
+    bench = harness.workbench(ctx, spec.repository, spec.base, spec.sandbox_level)
     # Recorded once: a window edited in the catalog mid-run must not move the compaction points
     # of a replay (the journal would no longer match the program).
     window, server_clearing = _model_facts(

@@ -128,6 +128,8 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "goal": "Write the release notes.",
         "definition_of_done": "NOTES.md lists 1.3.",
         "criteria": [],
+        "risk_class": "code",
+        "sandbox_level": 1,
         "caps": {
             "max_tokens": None,
             "max_usd_micros": 2_000_000,
@@ -277,3 +279,57 @@ def test_it_shows_a_mission_with_its_spend_and_runs(api: Api) -> None:
     assert body["runs"] == {"total": 1, "by_status": {"queued": 1}, "root_run_ids": [run.pk]}
     assert body["goal"] == "Write the release notes."
     assert api.get("/missions/999999").status_code == 404
+
+
+# --- risk class: the sandbox level its runs work at ----------------------------------------------
+
+
+def test_a_research_mission_runs_at_level_0_with_read_only_tools(
+    api: Api, with_key: None, tmp_path: Path
+) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    project = Project.objects.create(name="research", repository=str(tmp_path))
+
+    response = api.post(
+        "/missions", {"project_id": project.pk, **MISSION, "risk_class": "research"}
+    )
+
+    assert response.status_code == 201
+    assert (response.json()["risk_class"], response.json()["sandbox_level"]) == ("research", 0)
+    spec = Run.objects.get().input
+    assert spec["sandbox_level"] == 0
+    assert {"read_file", "list_files", "search", "memory_search"} <= set(spec["tools"])
+    assert not {"shell", "edit_file", "write_file", "git_commit", "git_status", "merge_work"} & set(
+        spec["tools"]
+    )
+    assert "read-only research" in spec["instructions"]
+
+
+def test_a_mission_whose_level_no_node_offers_is_refused_and_nothing_is_kept(
+    api: Api, with_key: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster import sandbox
+
+    monkeypatch.setattr(sandbox, "offered_level", lambda: (1, "QEMU is not installed"))
+
+    response = api.post(
+        "/missions", {"project_id": make_project().pk, **MISSION, "risk_class": "untrusted"}
+    )
+
+    assert response.status_code == 400
+    assert error_of(response) == {
+        "code": "sandbox_unavailable",
+        "message": "This mission's risk class needs sandbox level 2 (a virtual machine per"
+        " task), and no node offers it: QEMU is not installed.",
+    }
+    assert not Mission.objects.exists()
+    assert not Run.objects.exists()
+
+
+def test_an_unknown_risk_class_is_refused_by_the_schema(api: Api, with_key: None) -> None:
+    response = api.post(
+        "/missions", {"project_id": make_project().pk, **MISSION, "risk_class": "yolo"}
+    )
+
+    assert response.status_code == 422
+    assert "risk_class" in response.content.decode()

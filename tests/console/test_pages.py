@@ -283,6 +283,34 @@ def test_it_fills_the_form_from_an_earlier_mission_to_relaunch(
     assert '<option value="scripted/scripted" selected>' in content
 
 
+def test_a_mission_keeps_its_risk_class_from_the_form_to_its_page_and_relaunch(
+    owner_client: Client, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # runs are created, never executed here
+    shop = project()
+    form = text_of(owner_client.get("/missions/new/"))
+    assert 'id="risk-class-choice"' in form
+    assert 'name="risk_class" value="code" id="id_risk_class_1" checked' in form
+
+    response = owner_client.post(
+        "/missions/new/",
+        {
+            "project": str(shop.pk),
+            "goal": "Survey the notes",
+            "risk_class": "research",
+        },
+    )
+
+    mission = Mission.objects.get()
+    assert mission.risk_class == "research"
+    assert Run.objects.get().input["sandbox_level"] == 0
+    page = text_of(owner_client.get(f"/missions/{mission.pk}/"))
+    assert 'Research (read-only) <span class="muted">(sandbox level 0)</span>' in page
+    relaunch = text_of(owner_client.get(f"/missions/new/?from={mission.pk}"))
+    assert 'name="risk_class" value="research" id="id_risk_class_0" checked' in relaunch
+    assert response.status_code == 302
+
+
 def test_it_says_a_mission_needs_a_project(owner_client: Client) -> None:
     content = text_of(owner_client.get("/missions/new/"))
 

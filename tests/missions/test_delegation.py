@@ -270,6 +270,10 @@ def test_a_contract_without_done_criteria_is_refused_and_the_model_reads_why() -
         ({"writes": True}, "writes: true needs a repository"),
         ({"sandbox_level": 3}, "sandbox_level 3 is not offered here"),
         (
+            {"sandbox_level": 0},
+            "sandbox_level 0 is below this run's (1): a sub-agent works at its parent's level",
+        ),
+        (
             {"context_mode": "artifact_only", "context": ["src/app.py"]},
             "artifact_only needs context to be artifact ids (sha256 hex), not src/app.py",
         ),

@@ -1,5 +1,6 @@
-"""A tool below its minimum sandbox level is refused by the harness, with an error the model
-reads; the tool never runs."""
+"""Sandbox levels chosen by policy: a tool whose level no node offers, or that a run at level 0
+(a research mission) may not use, is refused by the harness with an error the model reads, and
+never runs; a mission's risk class sets its runs' level."""
 
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ def _tool(name: str, level: int) -> Tool:
 
 
 # Registered once per process: the registry refuses a second tool under the same name.
-VM_ONLY = registry.register(_tool("vm_only", 2))
+GUI_VM_ONLY = registry.register(_tool("gui_vm_only", 3))
 CONFINED = registry.register(_tool("confined", 1))
 
 
-def run_calling(tool: str) -> Run:
+def run_calling(tool: str, **spec: Any) -> Run:
     run = runs.start_run(
         account=make_mission(),
         program="agent",
@@ -55,6 +56,7 @@ def run_calling(tool: str) -> Run:
                     {"text": "Done."},
                 ]
             },
+            **spec,
         },
     )
     assert Worker(lease_seconds=30).run_until_idle() == ["done"]
@@ -67,14 +69,14 @@ def tool_result(run: Run) -> dict[str, Any]:
     return result
 
 
-def test_it_refuses_a_tool_that_needs_a_level_no_node_offers_yet() -> None:
+def test_it_refuses_a_tool_that_needs_a_level_no_node_offers() -> None:
     RAN.clear()
 
-    result = tool_result(run_calling("vm_only"))
+    result = tool_result(run_calling("gui_vm_only"))
 
     assert result["is_error"] is True
     assert result["output"].startswith(
-        "Refused: vm_only needs sandbox level 2 and this node offers level "
+        "Refused: gui_vm_only needs sandbox level 3 (a GUI virtual machine) and no node offers it"
     )
     assert RAN == []
 
@@ -90,8 +92,8 @@ def test_it_refuses_a_sandboxed_tool_on_a_node_without_a_sandbox(
     result = tool_result(run_calling("confined"))
 
     assert result == {
-        "output": "Refused: confined needs sandbox level 1 and this node offers level 0"
-        " (bubblewrap is not installed). Use another tool, or tell the owner.",
+        "output": "Refused: confined needs sandbox level 1 (bubblewrap sandbox) and no node"
+        " offers it (bubblewrap is not installed). Use another tool, or tell the owner.",
         "is_error": True,
     }
     assert RAN == []
@@ -109,3 +111,50 @@ def test_it_runs_a_sandboxed_tool_where_the_level_is_offered(
 
     assert result["is_error"] is False
     assert len(RAN) == 1
+
+
+READER = registry.register(_tool("plain_reader", 0))
+WRITER = registry.register(
+    Tool(
+        name="plain_writer",
+        description="Writes the workspace.",
+        input_schema={"type": "object"},
+        effect=Effect.IDEMPOTENT_WRITE,
+        risk=Risk.WORKSPACE_WRITE,
+        run=_confined,
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("tool", "why"),
+    [("confined", " needs a sandbox."), ("plain_writer", " does not only read.")],
+)
+def test_a_run_at_level_0_refuses_what_does_not_only_read(tool: str, why: str) -> None:
+    RAN.clear()
+
+    result = tool_result(run_calling(tool, sandbox_level=0))
+
+    assert result == {
+        "output": f"Refused: this mission runs at sandbox level 0 (read-only research, no shell)"
+        f" and {tool}{why} Use a read-only tool, or tell the owner.",
+        "is_error": True,
+    }
+    assert RAN == []
+
+
+def test_a_run_at_level_0_uses_tools_that_only_read() -> None:
+    RAN.clear()
+
+    result = tool_result(run_calling("plain_reader", sandbox_level=0))
+
+    assert result["is_error"] is False
+    assert len(RAN) == 1
+
+
+def test_every_risk_class_a_mission_can_have_has_a_sandbox_level() -> None:
+    from missions.models import RiskClass
+    from tools import levels
+
+    assert sorted(RiskClass.values) == sorted(levels.RISK_CLASSES)
+    assert levels.DEFAULT_RISK_CLASS == RiskClass.CODE
