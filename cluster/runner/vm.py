@@ -41,13 +41,21 @@ from pathlib import Path
 from typing import Any
 
 from cluster.runner import bwrap, files, vmimage
-from cluster.runner.protocol import Limits, Profile, invalid, parse_profile, unavailable
+from cluster.runner.protocol import (
+    Limits,
+    Profile,
+    RpcError,
+    invalid,
+    parse_profile,
+    unavailable,
+)
 from cluster.runner.supervisor import DiskWatch
 
 LEVEL_3_WHY = "no GUI virtual machine backend on Linux"
 QEMU = "qemu-system-x86_64"
 PROXY_ADDRESS = "10.0.2.100:3128"  # QEMU's guestfwd: the egress socket, inside the guest
 GUEST_SOCKET = "/run/agentos/egress.sock"  # where bubblewrap shows QEMU the egress socket
+GUEST_TOOLS = ("/usr/bin/prlimit", "/usr/bin/setpriv")
 GUEST_PATH = "/usr/local/bin:/usr/bin:/bin"
 # mitigations=off: the guest's processes are all the run's; the host's own protections are not
 # the guest kernel's to give (and under TCG every syscall's mitigation costs). The rest is boot
@@ -124,14 +132,21 @@ def prepare(kernel_dir: Path | None = None) -> Node:
             )
         if socat is None:
             raise VmUnavailable("socat is not installed: apt-get install socat")
+        # The guest runs the command through the host's util-linux (its /usr is the host's).
+        for tool in GUEST_TOOLS:
+            if not Path(tool).is_file():
+                raise VmUnavailable(f"{tool} is missing: apt-get install util-linux")
         cache = _image_cache(kernel_dir)
         try:
+            bwrap.tools()  # QEMU runs in bubblewrap
             with _locked(cache):
                 image = vmimage.image(kernel_dir, cache)
+            node = Node(qemu, socat, image, "")
+            node = replace(node, accelerator=_accelerator(node, cache))
         except (vmimage.ImageError, OSError) as error:
             raise VmUnavailable(str(error)) from error
-        node = Node(qemu, socat, image, "")
-        node = replace(node, accelerator=_accelerator(node, cache))
+        except RpcError as error:
+            raise VmUnavailable(error.message) from error
         _node[kernel_dir] = node
         return node
 
@@ -290,13 +305,13 @@ def _run_archive(profile: Profile, git: str, *, environment: bool = False) -> by
             env[name] = _guest_proxy(env.get(name))
     words = [
         "exec",
-        "/usr/bin/prlimit",
+        GUEST_TOOLS[0],
         f"--nproc={limits.processes}",
         f"--fsize={limits.file_bytes}",
         f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
         "--core=0",
         "--",
-        "/usr/bin/setpriv",
+        GUEST_TOOLS[1],
         f"--reuid={profile.uid}",
         f"--regid={profile.gid}",
         "--clear-groups",
