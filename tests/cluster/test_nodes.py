@@ -211,6 +211,9 @@ def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
         assert lost.status == Node.Status.LOST
         assert "closed before the runner answered" in lost.lost_reason
 
+        # A replay of the step asks for its stored result where it was last placed.
+        assert dispatch.recorded(ref) == {**answer, "replayed": True}
+
         # The dead node comes back: it is told the step's newer fence, so a late request of the
         # lost attempt is refused there as on the node that ran the step.
         hosts.restart(killed[0])
@@ -530,3 +533,34 @@ def test_it_keeps_the_control_planes_key_encrypted_and_rotatable(
     assert vault.reencrypt().rewritten >= 1
     assert bytes(ControlKey.objects.get(pk=1).ciphertext) != bytes(row.ciphertext)
     assert nodes.control_key().asbytes() == key.asbytes()
+
+
+def test_it_sends_a_stop_to_the_node_running_the_step(
+    hosts: testhosts.TestHosts, cluster_nodes: list[Node], workdir: Path
+) -> None:
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    stopping = threading.Event()
+
+    def stop_when_started() -> None:
+        deadline = time.monotonic() + 30
+        while not (workdir / "started").exists():
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.02)
+        stopping.set()
+
+    stopper = threading.Thread(target=stop_when_started)
+    stopper.start()
+    ref = step_ref()
+    try:
+        answer = dispatch.execute(
+            profile("touch started; sleep 60", workdir, wall_seconds=90),
+            step=ref,
+            needs=dispatch.Needs(1, 256 << 20, 0),
+            stopping=stopping,
+        )
+    finally:
+        stopper.join()
+    assert answer["killed"] == "cancelled"
+    assert answer["seconds"] < 30
+    (attempt,) = placement.attempts(ref.step_id)
+    assert (attempt.status, attempt.node.name) == (Placement.Status.DONE, answer["node"])
