@@ -13,25 +13,28 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
     """tmp + fsync + rename + fsync of the directory: after a crash the file is the old one or
-    the new one, never a torn one."""
+    the new one, never a torn one. Not `durable`: whole but maybe lost in a crash of the machine
+    (which also ends whatever the file describes), for half the cost."""
     temp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         temp.replace(path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_json(path: Path, value: Any) -> None:
-    write_atomic(path, json.dumps(value, sort_keys=True).encode())
+def write_json(path: Path, value: Any, *, durable: bool = True) -> None:
+    write_atomic(path, json.dumps(value, sort_keys=True).encode(), durable=durable)
 
 
 def read_json(path: Path) -> Any:

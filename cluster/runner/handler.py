@@ -292,7 +292,8 @@ class Handler:
             "cgroups": [],
             "started_at": time.time(),
         }
-        files.write_json(active, entry)
+        # Not fsynced: a live sandbox does not outlive a crash of its machine.
+        files.write_json(active, entry, durable=False)
         done = threading.Event()
         watcher = threading.Thread(
             target=_watch_stop,
@@ -304,7 +305,7 @@ class Handler:
 
         def started(pid: int, groups: list[Path]) -> None:
             entry.update(pid=pid, start=files.start_time(pid), cgroups=[str(g) for g in groups])
-            files.write_json(active, entry)
+            files.write_json(active, entry, durable=False)
 
         try:
             if profile.level == 1:
@@ -327,7 +328,6 @@ class Handler:
             reason = _read_reason(marker) or (live.reason[0] if live.reason else None)
             active.unlink(missing_ok=True)
             marker.unlink(missing_ok=True)
-            files.fsync_dir(active.parent)
         if reason is not None and result["killed"] is None:
             # Killed from another runner process: its sandbox died of a signal we sent.
             result.update(exit_code=None, killed="cancelled")
