@@ -102,6 +102,8 @@ for child in children:
     os.kill(child, signal.SIGKILL)
     os.waitpid(child, 0)
 seen["forked"] = len(children)
+hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(32 << 20))"
+seen["memory hog"] = subprocess.run([sys.executable, "-c", hog]).returncode
 print(json.dumps(seen))
 """
 
@@ -180,7 +182,7 @@ def escape(sandbox_base: Path, run_id: int) -> dict[str, Any]:
             2,
             ["python3", "-c", ESCAPE_SUITE, str(port), str(canary_file), canary],
             repo,
-            Limits(wall_seconds=120, processes=48, file_bytes=1 << 20),
+            Limits(wall_seconds=120, processes=48, file_bytes=1 << 20, memory_bytes=384 << 20),
             None,
             run_id=run_id,
         ),
@@ -260,6 +262,13 @@ def test_it_applies_the_process_and_file_size_limits(escape: dict[str, Any]) -> 
     assert escape["seen"]["big file"] == "EFBIG"
     assert escape["seen"]["forks"] == "EAGAIN"
     assert 30 < escape["seen"]["forked"] < 48  # the suite's own processes count too
+
+
+def test_it_gives_the_vm_its_memory_limit_and_reports_the_kill(escape: dict[str, Any]) -> None:
+    assert escape["seen"]["memory hog"] == -9  # the guest kernel's OOM killer, not the host's
+    assert escape["result"]["out_of_memory"] == 1
+    assert escape["result"]["killed"] == "memory"
+    assert escape["result"]["exit_code"] == 0  # the suite itself went on
 
 
 def test_it_reaches_only_the_egress_proxy(escape: dict[str, Any]) -> None:
