@@ -183,7 +183,9 @@ def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
         while not (workdir / "starts").exists():
             assert time.monotonic() < deadline, "the step never started"
             time.sleep(0.02)
-        (running,) = [h for h in hosts.nodes if list((h.state / "active").glob("*.json"))]
+        (running,) = [
+            h for h in hosts.nodes if (h.state / "active" / f"{ref.step_id}.json").exists()
+        ]
         killed.append(running.name)
         hosts.kill(running.name)
 
@@ -265,7 +267,9 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
         "step_id": f"step-{secrets.token_hex(5)}",
         "key": secrets.token_hex(8),
         "fence": 1,
-        "profile": profile("while [ ! -e go ]; do sleep 0.05; done; echo ended", workdir),
+        "profile": profile(
+            "touch started; while [ ! -e go ]; do sleep 0.05; done; echo ended", workdir
+        ),
     }
     answers: list[dict[str, Any]] = []
     thread = threading.Thread(
@@ -274,7 +278,7 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
     thread.start()
     try:
         deadline = time.monotonic() + 30
-        while not list((hosts.node("n1").state / "active").glob("*.json")):
+        while not (workdir / "started").exists():
             assert time.monotonic() < deadline, "the step never started"
             time.sleep(0.02)
         # A tree of its own, so that the version is new whatever the checkout holds.
