@@ -103,6 +103,9 @@ class HostKey:
     @classmethod
     def parse(cls, line: str) -> HostKey:
         fields = line.strip().split()
+        # A known_hosts or ssh-keyscan line starts with the host: "host ssh-ed25519 AAAA…".
+        if len(fields) >= 3 and not _key_type(fields[0]) and _key_type(fields[1]):
+            fields = fields[1:]
         if len(fields) < 2:
             raise ValueError("a host key is one line: '<type> <base64 key> [comment]'")
         kind, encoded = fields[0], fields[1]
@@ -136,6 +139,10 @@ class HostKey:
         if self.kind == "ssh-rsa":
             return ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
         return (self.kind,)
+
+
+def _key_type(word: str) -> bool:
+    return word.startswith(("ssh-", "ecdsa-", "sk-", "rsa-"))
 
 
 class SshEndpoint:

@@ -394,6 +394,12 @@ def test_it_refuses_a_bad_node_precisely(db: None, args: list[str], message: str
     assert not Node.objects.filter(name="edge").exists()
 
 
+def test_it_pins_a_host_key_from_an_ssh_keyscan_line(db: None) -> None:
+    public = testhosts.host_key_pair()[1]
+    node = nodes.add_node(name="edge", address="192.0.2.7", host_key=f"192.0.2.7 {public}\n")
+    assert node.host_key == public
+
+
 def test_it_refuses_a_malformed_host_key(db: None) -> None:
     with pytest.raises(nodes.NodeError, match="host key: the host key says type 'ssh-rsa'"):
         nodes.add_node(
