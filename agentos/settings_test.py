@@ -12,7 +12,10 @@ os.environ.setdefault(
 # Parallel test workers (pytest-xdist) each get a data dir of their own, so their own embedded
 # server, memory repositories and worktrees: run ids restart in every test database, and two runs
 # numbered alike must not share a folder.
-if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+# Once: the processes a test starts (workers, daphne) inherit both variables, and must share
+# their test's folder.
+worker = os.environ.get("PYTEST_XDIST_WORKER")
+if worker and not os.environ["AGENTOS_DATA_DIR"].endswith(f"-{worker}"):
     os.environ["AGENTOS_DATA_DIR"] = f"{os.environ['AGENTOS_DATA_DIR']}-{worker}"
 
 from agentos.settings import *  # noqa: F403
