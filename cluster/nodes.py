@@ -254,23 +254,53 @@ def hello(node: Node) -> Node:
 
 
 def record_hello(*, node: Node, answer: dict[str, Any]) -> Node:
-    """The node is up, with this `hello` answer as its telemetry, collected now."""
-    levels = [
-        item["level"]
-        for item in answer.get("levels", [])
-        if isinstance(item, dict) and item.get("available") and isinstance(item.get("level"), int)
-    ]
+    """The node is up, with this `hello` answer as its telemetry, collected now. Only the
+    protocol's fields are kept, each of its type and bounded: a node is not trusted to send
+    what the registry stores."""
+    kept = _hello_fields(node, answer)
     Node.objects.filter(pk=node.pk).update(
         status=Node.Status.UP,
-        telemetry=answer,
+        telemetry=kept,
         telemetry_at=timezone.now(),
-        runner_version=str(answer.get("runner_version", ""))[:64],
-        levels=levels,
+        runner_version=kept["runner_version"],
+        levels=[item["level"] for item in kept["levels"] if item["available"]],
         lost_at=None,
         lost_reason="",
     )
     node.refresh_from_db()
     return node
+
+
+TELEMETRY_FIELDS = ("collected_at", "load1", "cpus", "mem_total", "mem_available", "disk_free")
+
+
+def _hello_fields(node: Node, answer: dict[str, Any]) -> dict[str, Any]:
+    def number(value: Any) -> int | float | None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+        return value if ok else None
+
+    levels = answer.get("levels")
+    if not isinstance(levels, list):
+        raise NodeError(f"node {node.name}: hello's levels is not a list")
+    values = answer.get("telemetry")
+    if not isinstance(values, dict):
+        values = {}
+    return {
+        "protocol": number(answer.get("protocol")),
+        "runner_version": str(answer.get("runner_version", ""))[:64],
+        "node": str(answer.get("node", ""))[:63],
+        "levels": [
+            {
+                "level": item["level"],
+                "available": item.get("available") is True,
+                "why": str(item.get("why", ""))[:500],
+            }
+            for item in levels[:10]
+            if isinstance(item, dict) and type(item.get("level")) is int
+        ],
+        "telemetry": {key: number(values.get(key)) for key in TELEMETRY_FIELDS},
+        "sandboxes": number(answer.get("sandboxes")),
+    }
 
 
 def refresh_all() -> dict[str, str]:

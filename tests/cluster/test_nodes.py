@@ -474,6 +474,20 @@ def test_it_places_by_level_needs_and_load_and_takes_turns(db: None) -> None:
             node=node, answer=hello_answer(name, levels=levels, load1=load1, mem_available=memory)
         )
 
+    # Only the protocol's fields are kept, each of its type.
+    busy = Node.objects.get(name="busy")
+    hostile = {
+        **hello_answer("busy", levels=[1], load1=7.5, mem_available=6 << 30),
+        "junk": "x" * 10_000,
+        "runner_version": "v" * 1000,
+    }
+    hostile["telemetry"] = {**hostile["telemetry"], "cpus": "many", "extra": 1}
+    kept = nodes.record_hello(node=busy, answer=hostile).telemetry
+    assert "junk" not in kept
+    assert kept["runner_version"] == "v" * 64
+    assert kept["telemetry"]["cpus"] is None
+    assert "extra" not in kept["telemetry"]
+
     def place_one(needs: placement.Needs) -> str:
         chosen = placement.choose(needs)
         placement.finish(
