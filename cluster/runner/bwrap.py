@@ -370,7 +370,11 @@ def _execute(
             fds.remove(info_write)
             os.close(info_write)
             if gated:
-                _open_gate(process, group, started_hook, keep_stdin=bool(profile.stdin))
+                opened = _open_gate(
+                    process, group, started_hook, stopping, keep_stdin=bool(profile.stdin)
+                )
+                if not opened:
+                    return cancelled_at_start(process, began, limits)
             watch = Watch(
                 wall_seconds=limits.wall_seconds,
                 output_bytes=limits.output_bytes,
@@ -416,9 +420,12 @@ def _open_gate(
     process: subprocess.Popen[bytes],
     group: cgroups.Group | None,
     started_hook: Started | None,
+    stopping: threading.Event | None,
     *,
     keep_stdin: bool,
-) -> None:
+) -> bool:
+    """Record the gated process, move it into the cgroup, open the gate. False when the sandbox
+    was stopped meanwhile (a cancel or the kill switch killed the gate): it never ran."""
     if process.stdin is None:
         raise ValueError("the gate needs the process's stdin")
     try:
@@ -431,6 +438,8 @@ def _open_gate(
     except (cgroups.CgroupError, OSError) as error:
         process.kill()
         process.wait()
+        if stopping is not None and stopping.is_set():
+            return False
         raise unavailable(f"cannot put the sandbox in its cgroup: {error}") from error
     except BaseException:
         process.kill()
@@ -438,6 +447,31 @@ def _open_gate(
         raise
     if not keep_stdin:
         process.stdin.close()
+    return True
+
+
+def cancelled_at_start(
+    process: subprocess.Popen[bytes] | None, began: float, limits: Limits
+) -> dict[str, Any]:
+    """The result of a sandbox stopped before its command ran."""
+    for stream in (process.stdin, process.stdout, process.stderr) if process else ():
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    duration_ms = int((time.monotonic() - began) * 1000)
+    return {
+        "exit_code": None,
+        "output": "",
+        "errors": "",
+        "truncated": False,
+        "truncated_bytes": 0,
+        "killed": "cancelled",
+        "reason": "",
+        "out_of_memory": 0,
+        "memory_limit": limits.memory_bytes,
+        "seconds": duration_ms / 1000,
+        "duration_ms": duration_ms,
+    }
 
 
 def _command(

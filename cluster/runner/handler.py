@@ -307,15 +307,22 @@ class Handler:
             entry.update(pid=pid, start=files.start_time(pid), cgroups=[str(g) for g in groups])
             files.write_json(active, entry, durable=False)
 
+        began = time.monotonic()
         try:
             if profile.level == 1:
-                result = bwrap.run(
-                    profile,
-                    stopping=live.stop,
-                    env_dir=env_dir,
-                    env_writable=env_writable,
-                    started=started,
-                )
+                try:
+                    result = bwrap.run(
+                        profile,
+                        stopping=live.stop,
+                        env_dir=env_dir,
+                        env_writable=env_writable,
+                        started=started,
+                    )
+                except RpcError:
+                    # Killed from another runner process while it started (its gate broke).
+                    if not marker.exists():
+                        raise
+                    result = bwrap.cancelled_at_start(None, began, profile.limits)
             elif profile.level == 2:
                 result = _run_vm(raw, self.state, live.stop)
             else:
