@@ -170,16 +170,6 @@ def for_level(level: int) -> Sandbox:
     raise SandboxUnavailable(f"unknown sandbox level {level}: levels are 0 to 3")
 
 
-def offered_level() -> tuple[int, str]:
-    """The highest sandbox level this node can run now, and why no higher one: 1 where a
-    bubblewrap sandbox starts here, else 0 (no sandbox). Tools check their minimum against it."""
-    try:
-        _ready()
-    except SandboxUnavailable as error:
-        return 0, str(error)
-    return 1, "levels 2 and 3 (a disposable VM) are not available yet"
-
-
 def limits_mode() -> cgroups.Mode:
     """How `Limits` are enforced on this node: per sandbox (a cgroup each) or, degraded, per
     process and per uid (rlimits only). For the console and the health page."""

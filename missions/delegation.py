@@ -350,7 +350,7 @@ def _child(
             " works at its parent's level or higher"
         )
     elif level is not None and (why := levels.unavailable(level)) is not None:
-        problems.append(f"sandbox_level {level} is not offered here: {why}")
+        problems.append(f"sandbox_level {level} is not offered: {why}")
     if writes and max(level or 0, parent.sandbox_level) == 0:
         problems.append("writes: true needs a sandbox, and this run reads only (sandbox level 0)")
     route, failover = _route(parent, mission, role, task, problems)

@@ -63,8 +63,8 @@ def start_mission(
     why = levels.unavailable(level)
     if why is not None:
         raise MissionError(
-            f"This mission's risk class needs sandbox level {level} ({levels.NAMES[level]}),"
-            f" and no node offers it: {why}.",
+            f"This mission's risk class needs sandbox level {level} ({levels.NAMES[level]}):"
+            f" {why}.",
             code="sandbox_unavailable",
         )
     if offline is not None:

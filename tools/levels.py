@@ -47,13 +47,17 @@ def effective(tool: Tool, run_level: int) -> int:
 
 
 def unavailable(level: int) -> str | None:
-    """Why no node offers `level` (None when one does)."""
+    """Why no node can run a step at `level` now (None when one can): placement's own answer,
+    from each enabled node's telemetry (asked again when stale)."""
     if level <= 0:
         return None
-    from cluster import sandbox  # imported here: it loads libseccomp on first use
+    from cluster import placement
 
-    offered, why = sandbox.offered_level()
-    return None if offered >= level else why
+    try:
+        placement.choose(placement.Needs(level))
+    except placement.NoNode as error:
+        return str(error)
+    return None
 
 
 def require(tool: Tool, run_level: int = 1) -> int:
@@ -66,10 +70,12 @@ def require(tool: Tool, run_level: int = 1) -> int:
             + " Use a read-only tool, or tell the owner."
         )
     level = effective(tool, run_level)
+    if tool.min_sandbox_level <= 0:
+        return level  # it runs in no sandbox: nothing to find a node for
     why = unavailable(level)
     if why is not None:
         raise ToolError(
-            f"Refused: {tool.name} needs sandbox level {level} ({NAMES.get(level, '?')}) and no"
-            f" node offers it ({why}). Use another tool, or tell the owner."
+            f"Refused: {tool.name} needs sandbox level {level} ({NAMES.get(level, '?')}): {why}."
+            " Use another tool, or tell the owner."
         )
     return level

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cluster.models import Node
 from kernel.models import Event, Run
 from missions.api import RoleName
 from missions.launch import create_mission
@@ -306,11 +307,9 @@ def test_a_research_mission_runs_at_level_0_with_read_only_tools(
 
 
 def test_a_mission_whose_level_no_node_offers_is_refused_and_nothing_is_kept(
-    api: Api, with_key: None, monkeypatch: pytest.MonkeyPatch
+    api: Api, with_key: None
 ) -> None:
-    from cluster import sandbox
-
-    monkeypatch.setattr(sandbox, "offered_level", lambda: (1, "QEMU is not installed"))
+    Node.objects.update_or_create(name="local", defaults={"enabled": False})
 
     response = api.post(
         "/missions", {"project_id": make_project().pk, **MISSION, "risk_class": "untrusted"}
@@ -320,7 +319,7 @@ def test_a_mission_whose_level_no_node_offers_is_refused_and_nothing_is_kept(
     assert error_of(response) == {
         "code": "sandbox_unavailable",
         "message": "This mission's risk class needs sandbox level 2 (a virtual machine per"
-        " task), and no node offers it: QEMU is not installed.",
+        " task): no node can run a level-2 step now (no nodes).",
     }
     assert not Mission.objects.exists()
     assert not Run.objects.exists()

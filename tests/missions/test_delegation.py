@@ -268,7 +268,7 @@ def test_a_contract_without_done_criteria_is_refused_and_the_model_reads_why() -
         ({"budget": {"tokens": 0}}, "budget/tokens: 0 is less than or equal to the minimum of 0"),
         ({"output_schema": {"type": "nonsense"}}, "output_schema is not a valid JSON Schema"),
         ({"writes": True}, "writes: true needs a repository"),
-        ({"sandbox_level": 3}, "sandbox_level 3 is not offered here"),
+        ({"sandbox_level": 3}, "sandbox_level 3 is not offered: no node can run a level-3 step"),
         (
             {"sandbox_level": 0},
             "sandbox_level 0 is below this run's (1): a sub-agent works at its parent's level",

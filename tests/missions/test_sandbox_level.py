@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cluster.models import Node
 from kernel import runs
 from kernel.models import Effect, Run, Step
 from kernel.worker import Worker
@@ -76,36 +77,28 @@ def test_it_refuses_a_tool_that_needs_a_level_no_node_offers() -> None:
 
     assert result["is_error"] is True
     assert result["output"].startswith(
-        "Refused: gui_vm_only needs sandbox level 3 (a GUI virtual machine) and no node offers it"
+        "Refused: gui_vm_only needs sandbox level 3 (a GUI virtual machine): no node can run a"
+        " level-3 step now (local: offers level "
     )
     assert RAN == []
 
 
-def test_it_refuses_a_sandboxed_tool_on_a_node_without_a_sandbox(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from cluster import sandbox
-
+def test_it_refuses_a_sandboxed_tool_when_no_node_can_run_it() -> None:
     RAN.clear()
-    monkeypatch.setattr(sandbox, "offered_level", lambda: (0, "bubblewrap is not installed"))
+    Node.objects.update_or_create(name="local", defaults={"enabled": False})
 
     result = tool_result(run_calling("confined"))
 
     assert result == {
-        "output": "Refused: confined needs sandbox level 1 (bubblewrap sandbox) and no node"
-        " offers it (bubblewrap is not installed). Use another tool, or tell the owner.",
+        "output": "Refused: confined needs sandbox level 1 (bubblewrap sandbox): no node can"
+        " run a level-1 step now (no nodes). Use another tool, or tell the owner.",
         "is_error": True,
     }
     assert RAN == []
 
 
-def test_it_runs_a_sandboxed_tool_where_the_level_is_offered(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from cluster import sandbox
-
+def test_it_runs_a_sandboxed_tool_where_the_level_is_offered() -> None:
     RAN.clear()
-    monkeypatch.setattr(sandbox, "offered_level", lambda: (1, "no VM"))
 
     result = tool_result(run_calling("confined"))
 
