@@ -297,8 +297,9 @@ def run(
         raise invalid(f"profile.uid: this runner is not root and can only run as uid {os.getuid()}")
     resolved = workdir(profile.workdir) if profile.workdir is not None else None
     git = git_mounts(resolved, writable=profile.writable) if resolved is not None else []
-    if resolved is not None:
-        check_reachable(resolved, profile.uid, profile.gid)
+    for reached in (resolved, env_dir):
+        if reached is not None:
+            check_reachable(reached, profile.uid, profile.gid)
     if profile.egress_socket is not None and not profile.egress_socket.is_socket():
         raise invalid(f"profile.egress_socket: {profile.egress_socket} is not a socket")
     mounts = Mounts(resolved, git, env_dir, env_writable)

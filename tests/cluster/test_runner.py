@@ -225,6 +225,24 @@ def test_it_stops_a_sandbox_of_another_runner_process(
     assert other.call("sandboxes", {}) == []
 
 
+def test_it_kills_the_sandbox_when_its_caller_hangs_up(
+    state: Path, runners: list[Runner], workdir: Path
+) -> None:
+    sleep = marker()
+    runner = start(runners, state)
+    runner.send("run", step(profile(f"sleep {sleep}", workdir)))
+    deadline = time.monotonic() + 20
+    while not processes_with(sleep):
+        assert time.monotonic() < deadline, "the sandbox never started"
+        time.sleep(0.05)
+
+    assert runner.process.stdin is not None
+    runner.process.stdin.close()  # the SSH connection is gone
+
+    assert runner.process.wait(10) == 0
+    assert processes_with(sleep) == []
+
+
 def test_it_cancels_one_step_in_process(state: Path, workdir: Path) -> None:
     node = Handler(state)
     request = step(profile("sleep 30", workdir))
@@ -276,12 +294,9 @@ def test_it_names_the_bad_field(state: Path, params: dict[str, Any], message: st
     assert getattr(raised.value, "code", None) == -32602
 
 
-@pytest.mark.skipif(
-    (ROOT / "cluster" / "runner" / "vm.py").exists(), reason="this runner has level 2"
-)
-def test_it_says_level_two_is_unavailable(state: Path, workdir: Path) -> None:
-    built = {**profile("true", workdir), "level": 2}
-    with pytest.raises(Exception, match=r"^level 2 unavailable: ") as raised:
+def test_it_says_level_three_is_unavailable(state: Path, workdir: Path) -> None:
+    built = {**profile("true", workdir), "level": 3}
+    with pytest.raises(Exception, match=r"^level 3 unavailable: ") as raised:
         Handler(state).call("run", step(built))
     assert getattr(raised.value, "code", None) == -32011
 
