@@ -335,7 +335,10 @@ def result(answer: dict[str, Any]) -> Result:
         cancelled=killed in ("cancelled", "stopped"),
         duration_ms=answer.get("duration_ms", int(answer.get("seconds", 0) * 1000)),
         errors=answer.get("errors", ""),
-        killed=answer.get("reason", "") if killed not in ("timeout", "cancelled") else "",
+        # Another reason ("disk", or a level's own): its words, else its name.
+        killed=""
+        if killed in (None, "timeout", "cancelled", "stopped")
+        else str(answer.get("reason") or killed),
         out_of_memory=answer.get("out_of_memory", 0),
         memory_limit=answer.get("memory_limit", 0),
     )
