@@ -268,6 +268,7 @@ CHAOS_CASES = [
     "missions.chaos.shell_append_case",
     "missions.chaos.fork_case",
     "missions.chaos.engine_bump_case",
+    "missions.chaos.node_runner_case",
     "missions.chaos.supervisor_case",
 ]
 

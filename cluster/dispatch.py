@@ -27,8 +27,8 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,9 @@ class StepRef:
     step_id: str
     key: str
     fence: int
+    # Undoes what a lost attempt may have written (the workspace put back to the checkpoint
+    # taken before the step) before the step is placed again: its effect is not doubled.
+    before_retry: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ def execute(
             lost.append(node.name)
             if stopping is not None and stopping.is_set():
                 raise RpcError(UNAVAILABLE, f"stopped while its node was lost: {error}") from None
+            if step.before_retry is not None:
+                step.before_retry()
             continue
         except transport.RunnerError as error:
             placement.finish(attempt, status=Placement.Status.REFUSED, error=error.message)

@@ -9,6 +9,8 @@ worktree in the sandbox) whose worker processes SIGKILL themselves at crash poin
 - `engine_bump_case`: the engine version bumped while a coding run is in flight (its worker
   killed mid-step): the new deployment parks it as "needs migration", a later one declaring the
   old journal compatible resumes it; never is it left unclaimed;
+- `node_runner_case`: shell steps on three SSH nodes whose runners are SIGKILLed mid-step: each
+  step is placed again elsewhere once its first attempt's writes are undone, applied once;
 - `supervisor_case`: the supervisor scenario (`missions.scenarios`: readers, writers merged, a
   definition of done) killed at every step of its supervisor and inside its children ends as
   its crash-free twin did: no child spawned or run twice, no merge doubled.
@@ -23,6 +25,7 @@ them from a crash-free twin of its run (the program is deterministic), never fro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -42,7 +46,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from agentos import database
+from agentos import database, vault
 from kernel import programs, runs
 from kernel.chaos import Report
 from kernel.models import Effect, Event, Run, RunStatus, Step, StepKind
@@ -216,6 +220,10 @@ def lab(name: str, say: Callable[[str], None]) -> Iterator[Lab]:
     report = Report()
     data = Path(tempfile.mkdtemp(prefix=f"agentos-chaos-{name.replace(' ', '-')}-"))
     (data / "fired").mkdir()
+    # The workers read what this process's vault encrypted (the cluster's SSH key): same keys.
+    keys = Path(settings.DATA_DIR) / vault.FILE_NAME
+    if keys.exists():
+        shutil.copy2(keys, data / vault.FILE_NAME)
     base = workspace.root() / "chaos" / uuid.uuid4().hex[:8]
     case = Lab(name=name, report=report, say=say, base=base, data=data)
     started = time.monotonic()
@@ -609,3 +617,158 @@ def _same_end(case: Lab, got: scenarios.Facts, expected: scenarios.Facts) -> Non
     case.expect(got.files == expected.files, f"its files differ: {got.files}")
     own, everyone = got.tokens
     case.expect(own == everyone, f"the root was charged {own} tokens, its tree spent {everyone}")
+
+
+# --- (e) Node runners killed mid-step ------------------------------------------------------------
+
+NODE_STEP_SECONDS = 1.5  # each shell step sleeps this long after its write: time to be killed
+
+
+def node_runner_case(*, say: Callable[[str], None] = print, quick: bool = False) -> Report:
+    """A coding run whose shell steps run on three SSH nodes (network namespaces, each with its
+    own sshd and runner; the control plane's own node disabled). While a step sleeps after its
+    write, the runner process serving it on its node is SIGKILLed (sshd lives on): the step is
+    placed again on another node under a higher fence, after the worktree is put back to the
+    step's checkpoint. Its node, marked lost, is asked again and rejoins.
+    Checked: the run ends done, every append is in the log exactly once, each killed step has one
+    lost attempt and one done, and every step is answered by a node."""
+    from cluster import nodes, testhosts
+    from cluster.models import Node, Placement
+
+    wanted = 2 if quick else 12
+    # Names of their own: the nodes stay registered (disabled) with the placements they took.
+    names = [f"chaos-{uuid.uuid4().hex[:6]}-{number}" for number in (1, 2, 3)]
+    with lab("node runner", say) as case:
+        hosts = testhosts.start(
+            names=names,
+            # Not under the temp dir: sshd refuses keys below a directory anyone may write.
+            base=Path(settings.DATA_DIR) / "chaos-nodes",
+            public_key_line=nodes.public_key_line(),
+        )
+        local = nodes.local_node()
+        try:
+            for host in hosts.nodes:
+                nodes.add_node(
+                    name=host.name, address=host.node_ip, port=host.port, host_key=host.host_key
+                )
+            nodes.set_enabled(node=local, enabled=False)
+            count = wanted + 2
+            script = [
+                shell(f"echo {index} >> log.txt; sleep {NODE_STEP_SECONDS}")
+                for index in range(count)
+            ]
+            run = case.start([*script, FINISH])
+            killer = _RunnerKiller(hosts, wanted)
+            killer.start()
+            try:
+                run = case.finish(run, case.worker())
+            finally:
+                killer.stop()
+            case.report.kills += len(killer.killed)
+            case.expect(killer.error is None, f"the killer failed: {killer.error}")
+            case.expect(
+                run.status == RunStatus.DONE, f"run {run.pk} ended {run.status}: {run.error}"
+            )
+            log = Path(run.workspace) / "log.txt" if run.workspace else None
+            lines = log.read_text() if log is not None and log.exists() else ""
+            expected = "".join(f"{index}\n" for index in range(count))
+            case.expect(lines == expected, f"the log holds {lines!r}, not each append once")
+            case.expect(
+                len(killer.killed) == wanted,
+                f"{len(killer.killed)} runners killed mid-step, not {wanted}",
+            )
+            attempts: dict[str, list[str]] = {}
+            for attempt in Placement.objects.filter(step_id__startswith=f"run-{run.pk}-"):
+                attempts.setdefault(attempt.step_id, []).append(attempt.status)
+            for step_id, statuses in attempts.items():
+                done = statuses.count(Placement.Status.DONE)
+                case.expect(done == 1, f"step {step_id} was answered {done} times: {statuses}")
+                lost = statuses.count(Placement.Status.LOST)
+                case.expect(
+                    lost == (1 if step_id in killer.killed else 0),
+                    f"step {step_id}: {lost} lost attempts, killed: {step_id in killer.killed}",
+                )
+            case.expect(len(attempts) == count, f"{len(attempts)} shell steps placed of {count}")
+        finally:
+            hosts.stop()
+            nodes.close_all()
+            Node.objects.filter(name__in=names).update(enabled=False)
+            nodes.set_enabled(node=local, enabled=True)
+    return case.report
+
+
+class _RunnerKiller:
+    """Watches the test nodes' live sandboxes; kills the runner serving each of the first
+    `wanted` steps seen (once per step), then brings its node back."""
+
+    def __init__(self, hosts: Any, wanted: int) -> None:
+        self.hosts = hosts
+        self.wanted = wanted
+        self.killed: list[str] = []
+        self.error: str | None = None
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="runner-killer", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        try:
+            while not self.stopping.wait(0.05) and len(self.killed) < self.wanted:
+                for host in self.hosts.nodes:
+                    for active in sorted((host.state / "active").glob("*.json")):
+                        step = _active_step(active)
+                        if step and step not in self.killed and step.startswith("run-"):
+                            self._kill(host, step)
+        except Exception as error:  # reported as a violation by the case
+            self.error = repr(error)
+        finally:
+            connection.close()
+
+    def _kill(self, host: Any, step: str) -> None:
+        from cluster import nodes
+        from cluster.models import Node
+
+        pids = _runner_pids(host.name)
+        if not pids:
+            return  # between two steps: try again
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.killed.append(step)
+        # The worker's dispatch marks the node lost when the channel closes; then it is asked
+        # again (its sshd lives) and rejoins: later steps may land on it.
+        deadline = time.monotonic() + 30
+        node = Node.objects.get(name=host.name)
+        while node.status != Node.Status.LOST:
+            if self.stopping.is_set() or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+            node.refresh_from_db()
+        nodes.hello(node)
+
+
+def _active_step(path: Path) -> str | None:
+    with contextlib.suppress(OSError, ValueError):
+        found = json.loads(path.read_text())
+        return str(found.get("step_id")) if isinstance(found, dict) else None
+    return None
+
+
+def _runner_pids(node: str) -> list[int]:
+    """The runner processes serving node `node` (`python3 -m cluster.runner ... --node NAME`)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"cluster.runner" in argv and node.encode() in argv and b"--node" in argv:
+            pids.append(int(entry.name))
+    return pids

@@ -46,6 +46,9 @@ class ToolEnv:
     workspace: Path | None
     approval: dict[str, Any] | None = None  # the owner's approval this call runs under
     sandbox_level: int = 1  # what this call's commands run in (`tools.levels`)
+    # Puts the worktree back to the checkpoint taken before this write (None: not a checkpointed
+    # write): an attempt lost with its node may have written before it died.
+    restore: Callable[[], None] | None = None
 
     def need_workspace(self) -> Path:
         if self.workspace is None:
@@ -63,7 +66,12 @@ class Workbench:
     sandbox_level: int = 1  # the run's, from its mission's risk class (`tools.levels`)
 
     def env(
-        self, call: StepCall, approval: dict[str, Any] | None = None, *, level: int | None = None
+        self,
+        call: StepCall,
+        approval: dict[str, Any] | None = None,
+        *,
+        level: int | None = None,
+        restore: Callable[[], None] | None = None,
     ) -> ToolEnv:
         """The environment of one call; `level` (a tool's minimum may raise the run's)."""
         return ToolEnv(
@@ -73,6 +81,7 @@ class Workbench:
             self.workspace,
             approval,
             self.sandbox_level if level is None else level,
+            restore,
         )
 
 

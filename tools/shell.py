@@ -9,6 +9,7 @@ output journaled with the step (`tools.snapshots`, crash-safe across that replay
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel.models import Effect
@@ -34,7 +35,7 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
     from cluster.sandbox import Limits, SandboxUnavailable, for_level
 
     top = env.need_workspace()
-    step = step_ref(env.call)
+    step = step_ref(env.call, before_retry=env.restore)
     stored = recorded(env.call)
     guard = snapshots.Guard(top, run_id=env.run_id, key=env.call.idempotency_key)
     # With a stored result this still ends what the dead attempt began: the protected paths its
@@ -67,9 +68,10 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
     return Command(result.exit_code, "\n".join(lines))
 
 
-def step_ref(call: StepCall) -> StepRef:
+def step_ref(call: StepCall, *, before_retry: Callable[[], None] | None = None) -> StepRef:
     """The step as its node knows it. Run ids start again in a new database while a node's
-    fences and results stay, so the run's creation time is part of both names."""
+    fences and results stay, so the run's creation time is part of both names. `before_retry`
+    undoes a lost attempt's writes before the step is placed on another node."""
     from cluster.dispatch import StepRef
     from kernel.models import Run
 
@@ -79,6 +81,7 @@ def step_ref(call: StepCall) -> StepRef:
         step_id=f"run-{call.run_id}-{incarnation}-{call.seq}",
         key=f"{call.idempotency_key}-{incarnation}",
         fence=call.fence.token,
+        before_retry=before_retry,
     )
 
 

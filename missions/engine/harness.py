@@ -244,6 +244,9 @@ def run_tools(
             and _valid(tool, call)
         ):
             checkpoint = _checkpoint(ctx, bench.workspace, call["call_id"])
+            execute = _executor(
+                call, tool, tools, ctx.run, bench, verdict, approval, checkpoint=checkpoint
+            )
             execute = _restoring(execute, bench.workspace, ctx.run_id, checkpoint)
         out = ctx.step(
             StepKind.TOOL_CALL,
@@ -365,7 +368,13 @@ def _executor(
     bench: Workbench,
     verdict: dict[str, Any] | None,
     approval: dict[str, Any] | None,
+    *,
+    checkpoint: dict[str, str] | None = None,
 ) -> Any:
+    """The step's `execute`. With the `checkpoint` taken before a write, the tool may put the
+    worktree back to it (`ToolEnv.restore`): a command whose node was lost mid-way is placed
+    again on another node only after its first attempt's writes are undone."""
+
     def execute(step: StepCall) -> Done:
         # Refusals are journaled like any result: the model is told precisely, nothing runs.
         if tool is None:
@@ -403,7 +412,17 @@ def _executor(
             # The run's level (its mission's risk class), raised by the tool's minimum; refused
             # at level 0 unless the tool only reads, or where no node offers the level.
             level = levels.require(tool, bench.sandbox_level)
-            text = tool.run(bench.env(step, approval, level=level), arguments)
+            restore = None
+            if checkpoint is not None and bench.workspace is not None:
+                top = bench.workspace
+
+                def restore() -> None:
+                    checkpoints.restore(
+                        top, run_id=run.pk, checkpoint=checkpoint, stopping=step.stopping
+                    )
+
+            env = bench.env(step, approval, level=level, restore=restore)
+            text = tool.run(env, arguments)
         except ToolError as error:
             return Done({"output": str(error), "is_error": True})
         # A big output goes to an artifact; the journal and the context keep a preview.

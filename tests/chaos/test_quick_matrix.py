@@ -13,7 +13,13 @@ import pytest
 from kernel import chaos
 from kernel.chaos import QUICK_MATRIX, Report
 from kernel.chaos_harness import run_chaos
-from missions.chaos import engine_bump_case, fork_case, shell_append_case, supervisor_case
+from missions.chaos import (
+    engine_bump_case,
+    fork_case,
+    node_runner_case,
+    shell_append_case,
+    supervisor_case,
+)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
@@ -71,3 +77,8 @@ def test_it_lists_the_workspace_cases_for_make_chaos() -> None:
         "engine_bump_case",
         "supervisor_case",
     ]
+
+
+@pytest.mark.usefixtures("seeded_catalog")
+def test_a_runner_killed_mid_step_on_its_node_leaves_each_write_applied_once() -> None:
+    passed(node_runner_case(quick=True), kills=2)
