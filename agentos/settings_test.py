@@ -18,7 +18,7 @@ worker = os.environ.get("PYTEST_XDIST_WORKER")
 if worker and not os.environ["AGENTOS_DATA_DIR"].endswith(f"-{worker}"):
     os.environ["AGENTOS_DATA_DIR"] = f"{os.environ['AGENTOS_DATA_DIR']}-{worker}"
 
-from agentos.settings import *  # noqa: F403
+from agentos.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
