@@ -49,6 +49,8 @@ REJOIN_DAYS = 7
 MAX_PLACEMENTS = 4
 # On top of the profile's wall clock: starting the sandbox, writing the result, the network.
 GRACE_SECONDS = 60.0
+# Building a project's environment on a node that lacks it (`cluster.environments`).
+SETUP_TIMEOUT = 1800.0 + GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -89,15 +91,22 @@ def execute(
     step: StepRef | None,
     needs: Needs,
     stopping: threading.Event | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run `profile` on a node; raises `RpcError` as the runner answered it (-32602 a bad
     profile, -32010 a stale fence, -32011 no node can run it now).
 
     1. Choose a node (not one lost during this call). 2. Record the attempt under the next
     fence. 3. Call `run` there; a stop asked meanwhile is sent as `cancel`. 4. A lost node: mark
-    the attempt lost, go to 1. 5. Record the runner's answer (or refusal) on the attempt."""
+    the attempt lost, go to 1. 5. Record the runner's answer (or refusal) on the attempt.
+
+    `environment` (`build_environment`'s params) is built on the node first if it lacks that
+    version (the runner answers at once when it has it)."""
     if step is None:
-        return local_node().execute(parse_profile(profile), profile, stopping=stopping)
+        handler = local_node()
+        if environment is not None:
+            handler.call("build_environment", environment, stopping=stopping)
+        return handler.execute(parse_profile(profile), profile, stopping=stopping)
     # The registry's models: imported here, as `cluster.sandbox` (and so this module) also serves
     # programs that run without Django's apps.
     from cluster import nodes, placement
@@ -124,6 +133,8 @@ def execute(
             "profile": profile,
         }
         try:
+            if environment is not None:
+                nodes.call(node, "build_environment", environment, timeout=SETUP_TIMEOUT)
             with _cancel_on(stopping, nodes.endpoint(node), step.step_id):
                 result: dict[str, Any] = nodes.call(node, "run", params, timeout=timeout)
         except transport.TransportError as error:

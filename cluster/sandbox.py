@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cluster import dispatch
+from cluster import dispatch, environments
 from cluster.dispatch import StepRef as StepRef
+from cluster.environments import Environment as Environment
 
 # Re-exported (the `as` form): callers import the sandbox's whole surface from here.
 from cluster.identity import DEFAULT_USER as DEFAULT_USER
@@ -134,6 +135,8 @@ class Sandbox(Protocol):
     socket: http_proxy points at the forwarder inside, which relays to it; without, no network.
     With `step` the run belongs to that journaled step: the node fences it and keeps its result
     under the step's key, and a second call with that key answers the first result.
+    With `environment` (`cluster.environments`) the project's frozen environment is read-only at
+    /env (/env/bin first on PATH), built first on the chosen node if it lacks that version.
     """
 
     level: int
@@ -151,6 +154,7 @@ class Sandbox(Protocol):
         stderr_apart: bool = False,
         step: StepRef | None = None,
         egress: Egress | None = None,
+        environment: Environment | None = None,
     ) -> Result: ...
 
 
@@ -244,6 +248,7 @@ class NodeSandbox:
         stderr_apart: bool = False,
         step: StepRef | None = None,
         egress: Egress | None = None,
+        environment: Environment | None = None,
     ) -> Result:
         if not argv:
             raise ValueError("nothing to run: argv is empty")
@@ -260,7 +265,24 @@ class NodeSandbox:
             stderr_apart=stderr_apart,
             egress=egress,
         )
-        return _execute(built, step, stopping)
+        setup = None
+        if environment is not None:
+            built["environment"] = {"name": environment.name, "version": environment.version}
+            # Built at level 1 whatever the command's level: the node freezes what it made.
+            setup = {
+                "name": environment.name,
+                "version": environment.version,
+                "profile": profile(
+                    1,
+                    ["/bin/sh", "-c", environment.setup],
+                    workdir,
+                    Limits(wall_seconds=environments.SETUP_SECONDS),
+                    _ready(),
+                    run_id=run_id,
+                    egress=egress,
+                ),
+            }
+        return _execute(built, step, stopping, setup)
 
 
 class BwrapSandbox(NodeSandbox):
@@ -309,14 +331,19 @@ def profile(
 
 
 def _execute(
-    built: dict[str, Any], step: StepRef | None, stopping: threading.Event | None
+    built: dict[str, Any],
+    step: StepRef | None,
+    stopping: threading.Event | None,
+    environment: dict[str, Any] | None = None,
 ) -> Result:
     limits = built["limits"]
     needs = dispatch.Needs(built["level"], limits["memory_bytes"], limits["disk_bytes"])
     try:
-        answer = dispatch.execute(built, step=step, needs=needs, stopping=stopping)
+        answer = dispatch.execute(
+            built, step=step, needs=needs, stopping=stopping, environment=environment
+        )
     except RpcError as error:
-        if error.code == INVALID_PARAMS:
+        if error.code == INVALID_PARAMS and not error.message.startswith("the setup command"):
             # The node's words name the field: "profile.workdir: the workdir ... is not a
             # directory"; callers know the field by its parameter.
             raise ValueError(error.message.removeprefix("profile.workdir: ")) from None

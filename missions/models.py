@@ -15,6 +15,19 @@ class Project(models.Model):
     repository = models.CharField(_("git repository (local path)"), max_length=500, blank=True)
     # Where `repository` was cloned from, when the owner gave a URL: its `origin`.
     clone_url = models.CharField(_("cloned from"), max_length=500, blank=True, editable=False)
+    # Its frozen environment (`cluster.environments`): built once per version of these commands
+    # on each node that runs its commands, then read-only at /env for every one of them.
+    environment_setup = models.TextField(
+        _("environment setup"),
+        blank=True,
+        help_text=_(
+            "Shell commands that install the project's toolchain and packages into /env (run in"
+            " the sandbox, in a worktree of the project, once per version of these commands on"
+            " each node), e.g. python3 -m venv /env && /env/bin/pip install -r requirements.txt."
+            " Every command of the project's agents then sees /env read-only, /env/bin first on"
+            " its PATH."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

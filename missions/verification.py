@@ -31,7 +31,7 @@ from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.runs import MAX_DEPTH
-from missions.engine import framing
+from missions.engine import framing, harness
 from missions.engine.loop import STOP_HOOKS, ContextStopHook, Spec, StopCheck
 from missions.errors import MissionError
 from missions.models import Mission
@@ -282,7 +282,7 @@ def _command_verdict(ctx: RunContext, criterion: dict[str, Any], attempt: int) -
                     "evidence": "this run has no workspace to run the command in",
                 }
             )
-        env = Workbench(ctx.run_id, None, Path(ctx.run.workspace), _level(ctx)).env(call)
+        env = _bench(ctx).env(call)
         try:
             ran = shell.run_command(env, command)
         except ToolError as error:
@@ -370,7 +370,7 @@ def _brief(
         script = found
     artifacts = [_data(answer or "(no final answer)", "the worker's final answer")]
     if ctx.run.workspace:
-        env = Workbench(ctx.run_id, None, Path(ctx.run.workspace), _level(ctx)).env(call)
+        env = _bench(ctx).env(call)
         artifacts += _changes(env)
     listed = "\n".join(f"- {c['id']}: {c['description']}" for c in judged)
     goal = (
@@ -513,7 +513,12 @@ def _parse(text: str) -> list[Any] | None:
 STOP_HOOKS[HOOK] = ContextStopHook(check=check, exhausted=RunStatus.PARTIAL)
 
 
-def _level(ctx: RunContext) -> int:
-    """The run's sandbox level (its mission's risk class): oracles run where its commands do."""
+def _bench(ctx: RunContext) -> Workbench:
+    """Where oracles run: as the run's commands do, at its sandbox level (its mission's risk
+    class; a command needs a sandbox, even for a read-only mission) with its project's frozen
+    environment, in its worktree."""
     level = ctx.input.get("sandbox_level", 1) if isinstance(ctx.input, dict) else 1
-    return max(int(level), 1)  # a command needs a sandbox, even for a read-only mission
+    project_id, environment = harness.project_of(ctx)
+    return Workbench(
+        ctx.run_id, project_id, Path(ctx.run.workspace), max(int(level), 1), environment
+    )

@@ -16,6 +16,7 @@ from kernel.context import StepCall
 from kernel.models import Effect
 
 if TYPE_CHECKING:
+    from cluster.environments import Environment
     from kernel.context import RunContext
 
 
@@ -49,6 +50,7 @@ class ToolEnv:
     # Puts the worktree back to the checkpoint taken before this write (None: not a checkpointed
     # write): an attempt lost with its node may have written before it died.
     restore: Callable[[], None] | None = None
+    environment: Environment | None = None  # the project's frozen toolchain, at /env
 
     def need_workspace(self) -> Path:
         if self.workspace is None:
@@ -64,6 +66,7 @@ class Workbench:
     project_id: int | None
     workspace: Path | None
     sandbox_level: int = 1  # the run's, from its mission's risk class (`tools.levels`)
+    environment: Environment | None = None  # its project's (`cluster.environments`)
 
     def env(
         self,
@@ -82,6 +85,7 @@ class Workbench:
             approval,
             self.sandbox_level if level is None else level,
             restore,
+            self.environment,
         )
 
 

@@ -54,6 +54,7 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
                 step=step,
                 # Its run's way out (the allow-list proxy and bridges), when it needs one.
                 egress=egress.attach_for_run(env.run_id, seconds=timeout),
+                environment=env.environment,
             )
     except SandboxUnavailable as error:
         guard.end()

@@ -13,6 +13,7 @@ from typing import Any
 from django.utils import timezone
 
 from approvals import service as approvals
+from cluster import environments
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, Step, StepKind, Trust
@@ -28,9 +29,9 @@ from tools.models import Decision
 def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Workbench:
     """Where the run's tools act: its project, and its worktree (made once, by a journaled step;
     a fork's own, made from its checkpoint)."""
-    project_id = Mission.objects.values_list("project_id", flat=True).get(pk=ctx.run.account_id)
+    project_id, environment = project_of(ctx)
     if not repository:
-        return Workbench(ctx.run_id, project_id, None, level)
+        return Workbench(ctx.run_id, project_id, None, level, environment)
 
     start = _base_checkpoint(ctx)
 
@@ -64,7 +65,15 @@ def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Wo
         path = str(_fork_workspace(ctx, repository, forked))
         Run.objects.filter(pk=ctx.run_id).update(workspace=path)
     ctx.run.workspace = path
-    return Workbench(ctx.run_id, project_id, Path(path), level)
+    return Workbench(ctx.run_id, project_id, Path(path), level, environment)
+
+
+def project_of(ctx: RunContext) -> tuple[int, environments.Environment | None]:
+    """The run's project and its frozen environment (None: the project has no setup)."""
+    project_id, setup = Mission.objects.values_list("project_id", "project__environment_setup").get(
+        pk=ctx.run.account_id
+    )
+    return project_id, environments.of_project(project_id, setup)
 
 
 def _base_checkpoint(ctx: RunContext) -> dict[str, str] | None:
