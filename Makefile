@@ -59,7 +59,8 @@ typecheck: $(VENV)/.installed-dev ## mypy --strict with django-stubs
 
 check: lint typecheck test ## Everything CI runs
 
-chaos: $(VENV)/.installed-dev ## Long kernel chaos run (>= 200 kills) on its own database (.data/chaos)
+chaos: system-deps $(VENV)/.installed-dev ## Long chaos run (>= 200 kills, node runners too) on its own database (.data/chaos)
+	@scripts/system-deps --tests
 	AGENTOS_DATA_DIR=.data/chaos $(BIN)/python manage.py chaos $(CHAOS_ARGS)
 
 nodes: $(VENV)/.installed-run ## Three SSH test nodes on this machine (root), registered as testnode1..3, until Ctrl-C
