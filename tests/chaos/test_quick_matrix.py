@@ -75,6 +75,7 @@ def test_it_lists_the_workspace_cases_for_make_chaos() -> None:
         "shell_append_case",
         "fork_case",
         "engine_bump_case",
+        "node_runner_case",
         "supervisor_case",
     ]
 
