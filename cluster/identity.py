@@ -27,9 +27,9 @@ DEFAULT_USER = "agentos-sandbox"
 # Per-run uids (and gids) start here: far above any uid a distribution or a directory service
 # allocates (useradd stops at 60000, systemd's dynamic and container ranges end below 2**31).
 UID_BASE = 2_000_000_000
-# The highest uid used is 2**32 - 3: (uid_t)-1 means "no change" to chown/setresuid and -2 is the
-# overflow id of NFS and old kernels.
-MAX_RUN_ID = 2**32 - 3 - UID_BASE
+# The highest uid used is 2**31 - 1: bubblewrap cannot map a uid of 2**31 or more into its user
+# namespace ("setting up uid map: Invalid argument"), and (uid_t)-1 and -2 are special anyway.
+MAX_RUN_ID = 2**31 - 1 - UID_BASE
 NO_LOGIN = ("--shell", "/usr/sbin/nologin")
 USERADD_LOCKED = 10  # useradd's exit status when /etc/passwd is locked by another writer
 USER_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -534,10 +534,16 @@ def test_it_refuses_a_run_id_out_of_the_uid_range(run_id: int) -> None:
         sandbox.identity(run_id)
 
 
-def test_it_keeps_per_run_uids_below_the_special_ids() -> None:
+def test_it_keeps_per_run_uids_where_bubblewrap_can_map_them() -> None:
     if os.geteuid() == 0:
-        assert sandbox.identity(sandbox.MAX_RUN_ID) == (2**32 - 3, 2**32 - 3)
-    assert sandbox.UID_BASE + sandbox.MAX_RUN_ID < 2**32 - 2
+        assert sandbox.identity(sandbox.MAX_RUN_ID) == (2**31 - 1, 2**31 - 1)
+    assert sandbox.UID_BASE + sandbox.MAX_RUN_ID < 2**31
+
+
+def test_the_highest_run_id_runs_in_the_sandbox(workdir: Path) -> None:
+    sandbox.give(workdir, run_id=sandbox.MAX_RUN_ID)
+    done = sandbox.for_level(1).run(["id", "-u"], workdir=workdir, run_id=sandbox.MAX_RUN_ID)
+    assert (done.exit_code, done.output.strip()) == (0, str(sandbox.UID_BASE + sandbox.MAX_RUN_ID))
 
 
 def test_it_refuses_a_workdir_that_is_not_a_directory(workdir: Path) -> None:
