@@ -16,6 +16,7 @@ from django.db import connection
 from agentos import database
 from kernel.models import Event, Run, Step
 from tests.kernel.factories import start
+from tests.processes import stop
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
@@ -69,8 +70,7 @@ def test_it_fences_out_a_worker_paused_past_its_lease(tmp_path: Path) -> None:
         for process in (paused, taker):
             if process is not None:
                 process.send_signal(signal.SIGCONT)
-                process.terminate()
-                process.wait(timeout=15)
+                stop(process)
 
     run.refresh_from_db()
     step = Step.objects.get(run=run)

@@ -24,6 +24,7 @@ from missions.providers import scripted
 from tests.kernel.factories import make_mission
 from tests.live import crash_env
 from tests.missions.test_resume import without_breakpoints, worker
+from tests.processes import stop
 from tests.providers import anthropic_wire as anthropic
 from tests.providers.openai_wire import Responses
 from tests.providers.wire import Stream, wire_server
@@ -356,8 +357,7 @@ def test_a_resumed_run_sends_the_same_framed_bytes(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the run did not finish"
                 time.sleep(0.05)
         finally:
-            second.terminate()
-            second.wait(timeout=15)
+            stop(second)
 
     run.refresh_from_db()
     assert run.status == "done", run.error

@@ -18,6 +18,7 @@ from kernel import runs
 from kernel.models import Run, Step
 from tests.kernel.factories import make_mission
 from tests.live import crash_env
+from tests.processes import stop
 from tests.providers.anthropic_wire import reply, text, tool_use
 from tests.providers.wire import Failure, Stream, wire_server
 
@@ -92,8 +93,7 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
                 assert time.monotonic() < deadline, "the run did not finish"
                 time.sleep(0.05)
         finally:
-            second.terminate()
-            second.wait(timeout=15)
+            stop(second)
 
     run.refresh_from_db()
     assert run.status == "done", run.error

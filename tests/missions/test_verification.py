@@ -27,6 +27,7 @@ from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
 from tests.factories import Owner
 from tests.live import crash_env
+from tests.processes import stop
 from tests.tools.test_demo_mission import start_worker, wait_for
 from tools import workspace
 
@@ -465,8 +466,7 @@ def test_a_kill_between_oracles_does_not_run_a_recorded_oracle_again(
     try:
         wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, "the run to end")
     finally:
-        worker.terminate()
-        worker.wait(timeout=15)
+        stop(worker)
 
     run.refresh_from_db()
     assert run.status == "done", (run.error, run.output)

@@ -14,6 +14,7 @@ from kernel.models import Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.live import crash_env
+from tests.processes import stop
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.test_demo_mission import in_worktree, start_worker, wait_for
 from tools import checkpoints, workspace
@@ -55,8 +56,7 @@ def test_a_shell_append_killed_before_its_result_applies_once(
     try:
         wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, "the run to end")
     finally:
-        worker.terminate()
-        worker.wait(timeout=15)
+        stop(worker)
 
     run.refresh_from_db()
     assert run.status == "done", run.error

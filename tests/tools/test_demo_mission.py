@@ -25,6 +25,7 @@ from missions import demo
 from missions.models import Project
 from tests.factories import Owner, make_owner, verified_client
 from tests.live import crash_env, running_stack
+from tests.processes import stop
 from tools import workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -187,8 +188,7 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
         worker = start_worker(env)
         wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, "the run to end")
     finally:
-        worker.terminate()
-        worker.wait(timeout=15)
+        stop(worker)
 
     run.refresh_from_db()
     assert run.status == "done", run.error

@@ -28,6 +28,7 @@ from kernel.models import Effect, Run, Step, StepKind
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.live import crash_env
+from tests.processes import stop
 from tests.tools.conftest import FINISH, calls, outputs
 from tests.tools.test_demo_mission import in_worktree, start_worker, wait_for
 from tools import checkpoints, registry, workspace
@@ -257,8 +258,7 @@ def test_killed_while_making_a_writer_and_after_a_merge_each_happens_once(
         worker = start_worker(env)
         wait_for(lambda: Run.objects.get(pk=parent.pk).is_terminal, "the parent to end")
     finally:
-        worker.terminate()
-        worker.wait(timeout=15)
+        stop(worker)
 
     parent.refresh_from_db()
     assert parent.status == "done", parent.error

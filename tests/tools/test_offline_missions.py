@@ -20,6 +20,7 @@ from missions.launch import create_mission
 from missions.models import Project
 from missions.providers.scripted import LABEL
 from tests.live import crash_env
+from tests.processes import stop
 from tools import workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -186,8 +187,7 @@ def test_a_worker_killed_mid_way_resumes_to_the_same_report(
             assert time.monotonic() < deadline, "timed out waiting for the run to end"
             time.sleep(0.05)
     finally:
-        worker.terminate()
-        worker.wait(timeout=15)
+        stop(worker)
 
     run.refresh_from_db()
     assert run.status == "done", run.error
