@@ -192,6 +192,9 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
                 f"PidFile {node.ssh_dir / 'sshd.pid'}",
                 f"AuthorizedKeysFile {authorized}",
                 "PermitRootLogin forced-commands-only",
+                # The node's files are ours (0600 key list, 0700 directory) but may sit below a
+                # directory anyone may write (a checkout under /tmp), which strict modes refuse.
+                "StrictModes no",
                 "AllowUsers root",
                 "PubkeyAuthentication yes",
                 "PasswordAuthentication no",

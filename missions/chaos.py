@@ -641,8 +641,7 @@ def node_runner_case(*, say: Callable[[str], None] = print, quick: bool = False)
     with lab("node runner", say) as case:
         hosts = testhosts.start(
             names=names,
-            # Not under the temp dir: sshd refuses keys below a directory anyone may write.
-            base=Path(settings.DATA_DIR) / "chaos-nodes",
+            base=case.data / "nodes",
             public_key_line=nodes.public_key_line(),
         )
         local = nodes.local_node()
