@@ -18,14 +18,26 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from pytest_django import DjangoDbBlocker
 
 from agentos import vault
-from cluster import deploy, dispatch, nodes, placement, sandbox, tasks, testhosts, transport
+from cluster import (
+    deploy,
+    dispatch,
+    environments,
+    nodes,
+    placement,
+    sandbox,
+    tasks,
+    testhosts,
+    transport,
+)
 from cluster.dispatch import StepRef
 from cluster.models import LOCAL, ControlKey, Node, Placement
 from cluster.sandbox import Limits
 from kernel.models import Run
+from missions.models import Mission
 from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_mission, outputs
 
 # The tools' fixtures of a mission on the demo repository, for the mission test below.
@@ -437,6 +449,72 @@ def test_it_runs_a_missions_shell_steps_on_the_three_nodes(
         assert attempt.runner_version == current.readlink().name
         stored = nodes.call(attempt.node, "result", {"key": attempt.key}, timeout=30)
         assert stored["node"] == attempt.node.name
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
+    hosts: testhosts.TestHosts,
+    cluster_nodes: list[Node],
+    hostile: Callable[..., Run],
+    hostile_mission: tuple[Mission, Path],
+) -> None:
+    """A mission of six shell steps over the three nodes, its project with an environment: a new
+    runner is installed on every node while its second step runs. The mission ends done; the
+    step that was running ends under the old runner, the steps after it run the new one; each
+    node built the environment once and its steps, before and after the swap, used that build."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    mission, _ = hostile_mission
+    project = mission.project
+    project.environment_setup = "mkdir -p /env/bin && date +%s%N > /env/built"
+    project.save()
+    label = environments.of_project(project.pk, project.environment_setup)
+    assert label is not None
+    old = hosts.node("n1").version
+    tree = {  # a tree of its own, so that the version is new whatever the checkout holds
+        **deploy.runner_tree(),
+        "cluster/runner/release.py": f'NAME = "{secrets.token_hex(4)}"\n'.encode(),
+    }
+    swapped: dict[str, str] = {}
+
+    def swap_during_the_second_step() -> None:
+        try:
+            deadline = time.monotonic() + 120
+            while not swapped:
+                assert time.monotonic() < deadline, "the second step never started"
+                run = Run.objects.filter(account=mission).exclude(workspace="").first()
+                if run and (Path(run.workspace) / "started").exists():
+                    swapped.update(deploy.deploy_all(tree=tree))
+                    (Path(run.workspace) / "go").touch()
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
+    swapper = threading.Thread(target=swap_during_the_second_step)
+    swapper.start()
+    report = "cat /env/built"
+    waits = "touch started; while [ ! -e go ]; do sleep 0.05; done; "
+    try:
+        run = hostile(
+            [calls(("shell", {"command": report}))]
+            + [calls(("shell", {"command": waits + report}))]
+            + [calls(("shell", {"command": report})) for _ in range(4)]
+            + [FINISH]
+        )
+    finally:
+        swapper.join(120)
+
+    new = deploy.version_of(tree)
+    assert run.status == "done", run.error
+    assert swapped == dict.fromkeys(NAMES, f"{old} -> {new}")
+    attempts = list(Placement.objects.filter(step_id__startswith=f"run-{run.pk}-").order_by("pk"))
+    assert [attempt.runner_version for attempt in attempts] == [old] * 2 + [new] * 4
+    assert {attempt.environment for attempt in attempts} == {label.label}
+    builds: dict[str, set[str]] = {}
+    for attempt, out in zip(attempts, outputs(run, "shell"), strict=True):
+        builds.setdefault(attempt.node.name, set()).add(out["output"].splitlines()[0])
+    # Every node ran steps before and after the swap, each of them on that node's one build.
+    assert sorted(builds) == NAMES
+    assert all(len(stamps) == 1 for stamps in builds.values()), builds
 
 
 def hello_answer(
