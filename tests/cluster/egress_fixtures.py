@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,15 @@ from tests.providers.wire import WireServer, wire_server
 
 
 class Upstream:
-    """A plain HTTP server on 127.0.0.1 that answers who asked for what."""
+    """A plain HTTP server on 127.0.0.1 that answers who asked for what. A GET of `/hold` first
+    calls `on_hold` (when a test set it): a sandbox's request that lets the test act at that
+    point of the sandbox's script, then answers."""
 
     def __init__(self) -> None:
         self.seen: list[dict[str, str]] = []
+        self.on_hold: Callable[[], None] | None = None
         seen = self.seen
+        upstream = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
@@ -32,6 +36,8 @@ class Upstream:
 
             def do_GET(self) -> None:  # the stdlib's naming
                 seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+                if self.path == "/hold" and upstream.on_hold is not None:
+                    upstream.on_hold()
                 body = f"hello from {self.path}\n".encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))

@@ -15,13 +15,13 @@ is scrubbed from the journal and from the next provider request.
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import re
 import shlex
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +66,9 @@ class Probe:
     direct_url: str  # the allowed host without the proxy: no route
     bridge_url: str  # http://anthropic.bridge/...
     host_paths: list[str]  # where the control plane keeps secrets
-    stop_files: tuple[str, str] | None = None  # (written when ready, waited for) for the stop phase
+    # Through the proxy, answered once the test has stopped the run's tree (`Upstream.on_hold`);
+    # the allowed URL is then asked again.
+    hold_url: str | None = None
     marker: str = CANARY
     extra: list[str] = field(default_factory=list)
 
@@ -103,13 +105,12 @@ def probe_script(probe: Probe) -> str:
         f"{curl} -H 'x-api-key: made-up-inside' -H 'content-type: application/json'"
         f" -d '{{}}' -w '\\nbridge %{{http_code}}\\n' {q(probe.bridge_url)}",
     ]
-    if probe.stop_files is not None:
-        ready, go = probe.stop_files
+    if probe.hold_url is not None:
         lines += [
-            f": > {q(ready)}",
-            f"i=0; while [ ! -e {q(go)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done",
+            "echo '== stop'",
+            f"{curl} -o /dev/null -w 'held %{{http_code}}\\n' {q(probe.hold_url)}",
             f"{curl} -o /dev/null -w 'after stop %{{http_code}}\\n' {q(probe.allowed_url)}"
-            " || echo after stop failed",
+            " || echo after stop failed $?",
         ]
     return "\n".join([*lines, *probe.extra]) + "\n"
 
@@ -129,8 +130,11 @@ def check(output: str, probe: Probe, secrets_planted: list[str], token: str) -> 
     assert "hello from /allowed" in output
     assert "denied 403" in output, output
     assert "bridge 200" in output, output
-    if probe.stop_files is not None:
-        assert "after stop 403" in output or "after stop 502" in output, output
+    if probe.hold_url is not None:
+        # The hold itself is cut when the service closes the stopped tree's socket; after it the
+        # token is refused by the proxy (403), or finds the socket closed (no way to the host).
+        after = output.split("== stop", 1)[1]
+        assert re.search(r"after stop (403|502|000|failed)", after), output
 
 
 @pytest.fixture
@@ -143,7 +147,18 @@ def planted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return [PROVIDER_KEY, REPO_TOKEN, ENV_SECRET, vault_key]
 
 
-def test_it_lets_nothing_out_but_the_allow_list_the_bridge_and_the_token(
+@dataclass(frozen=True)
+class Attempt:
+    """A real run with its egress attached and a directory of its own, and the probe to run."""
+
+    run: Run
+    workdir: Path
+    attached: egress.Attachment
+    probe: Probe
+
+
+@pytest.fixture
+def attempt(
     service: egress.Service,
     upstream: Upstream,
     elsewhere: Upstream,
@@ -151,8 +166,9 @@ def test_it_lets_nothing_out_but_the_allow_list_the_bridge_and_the_token(
     planted: list[str],
     sandbox_base: Path,
     monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+) -> Iterator[Attempt]:
+    """A run allowed one upstream, its project holding a repository credential; its tree is
+    stopped when the sandbox asks the upstream's `/hold`."""
     monkeypatch.setitem(settings.EGRESS_BRIDGE_URLS, "anthropic", provider.url)
     run = make_run(hosts=[f"127.0.0.1:{upstream.port}"])
     mission = Mission.objects.get(pk=run.account_id)
@@ -160,7 +176,7 @@ def test_it_lets_nothing_out_but_the_allow_list_the_bridge_and_the_token(
     workdir = Path(tempfile.mkdtemp(prefix="exfiltration-", dir=sandbox_base))
     sandbox.give(workdir, run.pk)
     attached = egress.attach(
-        run_id=run.pk, root_id=run.pk, scopes=["egress", "bridge:anthropic"], seconds=120
+        run_id=run.pk, root_id=run.pk, scopes=["egress", "bridge:anthropic"], seconds=300
     )
     probe = Probe(
         allowed_url=f"http://127.0.0.1:{upstream.port}/allowed",
@@ -173,21 +189,45 @@ def test_it_lets_nothing_out_but_the_allow_list_the_bridge_and_the_token(
             str(Path(settings.DATA_DIR) / "pg"),
             str(Path(settings.DATA_DIR) / "secret_key"),
         ],
-        stop_files=("/workspace/ready", "/workspace/stopped"),
+        hold_url=f"http://127.0.0.1:{upstream.port}/hold",
     )
     provider.queue(Json({"bridged": True}))
-    stopper = threading.Thread(target=_stop_when_ready, args=(run, workdir), daemon=True)
-    stopper.start()
+    upstream.on_hold = lambda: _stop_tree(run.pk)
+    try:
+        yield Attempt(run, workdir, attached, probe)
+    finally:
+        upstream.on_hold = None
+
+
+def _stop_tree(run_id: int) -> None:
+    """Stop the run's tree and let the egress service see it: its status cache at its oldest,
+    its reaper's next round."""
+    from django.db import connection
+
+    try:
+        Run.objects.filter(pk=run_id).update(status=RunStatus.CANCELLED)
+        time.sleep(egress.STATUS_SECONDS + egress.REAP_SECONDS + 0.1)
+    finally:
+        connection.close()  # the upstream's request thread
+
+
+def test_it_lets_nothing_out_but_the_allow_list_the_bridge_and_the_token(
+    attempt: Attempt,
+    elsewhere: Upstream,
+    provider: WireServer,
+    planted: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run, probe, attached = attempt.run, attempt.probe, attempt.attached
     # On stdin, not in argv: the probe's own words must not show in the /proc it dumps.
     result = sandbox.for_level(1).run(
         ["/bin/sh", "-s"],
-        workdir=workdir,
+        workdir=attempt.workdir,
         limits=Limits(wall_seconds=60),
         stdin=probe_script(probe).encode(),
         run_id=run.pk,
         egress=attached,
     )
-    stopper.join(timeout=30)
     check(result.output, probe, planted, attached.token)
     # The bridge added the key outside; the sandbox's own never passed.
     assert provider.received[-1].headers["x-api-key"] == PROVIDER_KEY
@@ -250,21 +290,3 @@ def test_it_scrubs_a_secret_planted_in_a_tool_output(
     )
     secrets.LogFilter().filter(record)
     assert record.getMessage() == f"got key = {secrets.MARK}\nother = {secrets.MARK}\n"
-
-
-def _stop_when_ready(run: Run, workdir: Path) -> None:
-    """When the sandbox says it is ready: stop its tree, let the service see it, say so."""
-    from django.db import connection
-
-    try:
-        deadline = time.monotonic() + 30
-        while not (workdir / "ready").exists():
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.02)
-        Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
-        time.sleep(egress.STATUS_SECONDS + 0.1)  # the service's status cache, at its oldest
-        with contextlib.suppress(OSError):
-            (workdir / "stopped").touch()
-    finally:
-        connection.close()
