@@ -25,6 +25,7 @@ import contextlib
 import datetime
 import logging
 import os
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -49,6 +50,8 @@ REJOIN_DAYS = 7
 MAX_PLACEMENTS = 4
 # On top of the profile's wall clock: starting the sandbox, writing the result, the network.
 GRACE_SECONDS = 60.0
+# Opening a relay of a run's egress socket on a node (`cluster.runner.relay`).
+RELAY_SECONDS = 30.0
 # Building a project's environment on a node that lacks it (`cluster.environments`).
 SETUP_TIMEOUT = 1800.0 + GRACE_SECONDS
 
@@ -126,16 +129,20 @@ def execute(
         except placement.NoNode as error:
             raise RpcError(UNAVAILABLE, str(error)) from None
         attempt = placement.place(step_id=step.step_id, key=step.key, node=node, epoch=step.fence)
-        params = {
-            "step_id": step.step_id,
-            "key": step.key,
-            "fence": attempt.fence,
-            "profile": profile,
-        }
         try:
             if environment is not None:
                 nodes.call(node, "build_environment", environment, timeout=SETUP_TIMEOUT)
-            with _cancel_on(stopping, nodes.endpoint(node), step.step_id):
+            endpoint = nodes.endpoint(node)
+            with (
+                _egress_on(endpoint, profile) as placed,
+                _cancel_on(stopping, endpoint, step.step_id),
+            ):
+                params = {
+                    "step_id": step.step_id,
+                    "key": step.key,
+                    "fence": attempt.fence,
+                    "profile": placed,
+                }
                 result: dict[str, Any] = nodes.call(node, "run", params, timeout=timeout)
         except transport.TransportError as error:
             placement.finish(attempt, status=Placement.Status.LOST, error=error.reason)
@@ -161,6 +168,30 @@ def execute(
         f"step {step.step_id} was placed {MAX_PLACEMENTS} times and each node was lost "
         f"({', '.join(lost)})",
     )
+
+
+@contextlib.contextmanager
+def _egress_on(endpoint: transport.Endpoint, profile: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The profile as `endpoint`'s node must see it. The run's egress socket is the control
+    plane's: another node gets a relay of it (`cluster.runner.relay`) for the call's duration."""
+    socket_path = profile.get("egress_socket")
+    if socket_path is None or not isinstance(endpoint, transport.SshEndpoint):
+        yield profile
+        return
+
+    def dial() -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(socket_path))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    with endpoint.relay(
+        uid=int(profile["uid"]), gid=int(profile["gid"]), dial=dial, timeout=RELAY_SECONDS
+    ) as relayed:
+        yield {**profile, "egress_socket": relayed}
 
 
 @contextlib.contextmanager

@@ -155,13 +155,6 @@ def attach_for_run(run_id: int, *, seconds: float) -> Attachment | None:
     scopes = _needs[0](run_id) if _needs else []
     if not scopes:
         return None
-    from cluster.models import LOCAL, Node
-
-    if Node.objects.filter(enabled=True).exclude(name=LOCAL).exists():
-        # The socket is on the control plane: a command placed on another node could not bind
-        # it (relaying it over the node's SSH connection is not built yet).
-        logger.warning("run %s: egress reaches this node only; its command runs without", run_id)
-        return None
     root_id = Run.objects.filter(pk=run_id).values_list("root_id", flat=True).first()
     lifetime = min(int(seconds) + 60, tokens.MAX_SECONDS)  # the command, then its last request
     try:

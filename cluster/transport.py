@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +34,7 @@ from typing import Any, Protocol
 import paramiko
 
 # The runner package is standard library only: the control plane runs its handler in-process.
+from cluster.runner import relay
 from cluster.runner.handler import Handler
 from cluster.runner.protocol import RpcError
 
@@ -186,6 +189,44 @@ class SshEndpoint:
                 raise NodeLost(self.name, f"connection failed during {method}: {error}") from error
         return _answer(self.name, request_id, line, stderr)
 
+    @contextlib.contextmanager
+    def relay(
+        self, *, uid: int, gid: int, dial: Callable[[], socket.socket], timeout: float
+    ) -> Iterator[str]:
+        """A socket on the node, for `uid`:`gid`, whose every connection is carried here and
+        connected by `dial` (`cluster.runner.relay`); yields its path on the node. It lives until
+        the block ends."""
+        deadline = time.monotonic() + timeout
+        transport = self._connected(deadline)
+        try:
+            channel = transport.open_session(timeout=_left(deadline, self.name))
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            self._drop(transport)
+            raise NodeLost(self.name, f"could not open a channel: {error}") from error
+        with channel:
+            try:
+                channel.exec_command(relay.command(uid, gid))
+                # Nothing follows the line before a sandbox connects, which needs the line.
+                line, stderr = _read_line(channel, deadline, self.name)
+                path = json.loads(line)["socket"]
+            except TransportError:
+                raise
+            except (paramiko.SSHException, OSError, EOFError) as error:
+                self._drop(transport)
+                raise NodeLost(self.name, f"connection failed opening a relay: {error}") from error
+            except (ValueError, KeyError, TypeError):
+                said = (line + stderr).decode(errors="replace")[:300]
+                raise NodeLost(self.name, f"the runner did not open a relay: {said!r}") from None
+            channel.settimeout(None)
+            mux = relay.Mux(functools.partial(_read_exactly, channel), channel.sendall, dial)
+            carrier = threading.Thread(target=mux.serve, name=f"relay-{self.name}", daemon=True)
+            carrier.start()
+            try:
+                yield str(path)
+            finally:
+                channel.close()  # the node removes its socket; every connection ends
+                carrier.join(10)
+
     def close(self) -> None:
         with self._lock:
             transport, self._transport = self._transport, None
@@ -323,6 +364,17 @@ def _read_line(channel: paramiko.Channel, deadline: float, node: str) -> tuple[b
         buffer += chunk
         if len(buffer) > MAX_ANSWER_BYTES:
             raise NodeLost(node, f"the runner's answer exceeds {MAX_ANSWER_BYTES} bytes")
+
+
+def _read_exactly(channel: paramiko.Channel, size: int) -> bytes:
+    """`size` bytes from the channel, fewer only at its end."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = channel.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 def _answer(node: str, request_id: int, line: bytes, stderr: bytes) -> Any:

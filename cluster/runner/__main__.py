@@ -25,9 +25,18 @@ def main(argv: list[str]) -> int:
         return self_test()
     if args.state is None:
         parser.error("--state is required")
-    from cluster.runner import handler, server
+    from cluster.runner import handler, relay, server
 
+    try:
+        # sshd's forced command runs us whatever the session asked; a relay is asked by name.
+        wanted = relay.parse_command(os.environ.get("SSH_ORIGINAL_COMMAND", ""))
+    except ValueError as error:
+        print(f"runner: {error}", file=sys.stderr)
+        return 2
     requests, answers = server.protocol_streams()
+    if wanted is not None:
+        relay.serve(args.state, *wanted, requests, answers)
+        return 0
     node = handler.Handler(args.state, args.node, args.root or deploy.node_root())
     server.serve(node, requests, answers)
     return 0

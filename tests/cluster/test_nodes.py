@@ -7,6 +7,7 @@ import io
 import re
 import secrets
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from agentos import vault
 from cluster import (
     deploy,
     dispatch,
+    egress,
     environments,
     nodes,
     placement,
@@ -35,9 +37,12 @@ from cluster import (
 )
 from cluster.dispatch import StepRef
 from cluster.models import LOCAL, ControlKey, Node, Placement
+from cluster.runner import bwrap
 from cluster.sandbox import Limits
-from kernel.models import Run
+from kernel.models import Event, Run
 from missions.models import Mission
+from tests.cluster.egress_fixtures import Upstream
+from tests.cluster.test_egress import make_run
 from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_mission, outputs
 
 # The tools' fixtures of a mission on the demo repository, for the mission test below.
@@ -515,6 +520,53 @@ def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
     # Every node ran steps before and after the swap, each of them on that node's one build.
     assert sorted(builds) == NAMES
     assert all(len(stamps) == 1 for stamps in builds.values()), builds
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sandbox_on_another_node_reaches_out_through_its_runs_proxy_relayed_over_ssh(
+    hosts: testhosts.TestHosts,
+    cluster_nodes: list[Node],
+    service: egress.Service,
+    upstream: Upstream,
+    elsewhere: Upstream,
+    sandbox_base: Path,
+) -> None:
+    """The run's egress socket is on the control plane; the node's sandbox gets a socket of its
+    node's relay instead, carried over SSH to the run's proxy: the allowed host answers, another
+    is refused and journaled, and the relay's socket is gone from the node once the step ended."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    run = make_run(hosts=[f"127.0.0.1:{upstream.port}"])
+    workdir = Path(tempfile.mkdtemp(prefix="relay-", dir=sandbox_base))
+    sandbox.give(workdir, run.pk)
+    attached = egress.attach(run_id=run.pk, root_id=run.pk, scopes=["egress"], seconds=120)
+    curl = 'curl -s --max-time 10 --proxy "$http_proxy" --noproxy ""'
+    script = (
+        f"stat -L -c 'inode %i' {bwrap.EGRESS_SOCKET}; "
+        f"{curl} -w '\\nallowed %{{http_code}}\\n' http://127.0.0.1:{upstream.port}/relayed; "
+        f"{curl} -o /dev/null -w 'denied %{{http_code}}\\n' http://127.0.0.1:{elsewhere.port}/x"
+    )
+    ref = step_ref()
+
+    result = sandbox.for_level(1).run(
+        ["/bin/sh", "-c", script],
+        workdir=workdir,
+        limits=Limits(wall_seconds=60),
+        run_id=run.pk,
+        egress=attached,
+        step=ref,
+    )
+
+    (attempt,) = placement.attempts(ref.step_id)
+    assert attempt.node.name in NAMES
+    assert "hello from /relayed" in result.output, result.output
+    assert "allowed 200" in result.output, result.output
+    assert "denied 403" in result.output, result.output
+    # What the sandbox was given is not the control plane's socket but the relay's.
+    assert "inode " in result.output
+    assert f"inode {attached.socket.stat().st_ino}\n" not in result.output
+    assert not [path for host in hosts.nodes for path in (host.state / "relay").glob("*")]
+    refused = [e.data for e in Event.objects.filter(run_id=run.pk, kind="egress.refused")]
+    assert any(e.get("port") == elsewhere.port for e in refused), refused
 
 
 def hello_answer(
