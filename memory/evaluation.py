@@ -266,6 +266,10 @@ class Memory(Protocol):
         """The notes' paths, in order."""
         ...
 
+    def holds(self, scope: str, note: Note) -> bool:
+        """Whether `write` would find this note already in the scope."""
+        ...
+
     def embed_pending(self, scope: str) -> int: ...
 
     def search(self, query: str, scope: str, k: int) -> list[str]:
@@ -285,6 +289,12 @@ class StoreMemory:
             for note in notes
         ]
         return store.write(scope, drafts, author=AUTHOR, message=message)
+
+    def holds(self, scope: str, note: Note) -> bool:
+        from memory import store
+
+        draft = store.Draft(title=note.title, body=note.body, type=NOTE_TYPE, valid_from=note.time)
+        return store.holds(scope, draft, author=AUTHOR)
 
     def embed_pending(self, scope: str) -> int:
         from memory import embeddings
@@ -389,7 +399,7 @@ def run(
     1. Each conversation's documents go into its scope in one write; the paths it returns map
        search hits back to document ids.
     2. With `pad_to`, the padded conversation's scope gets synthetic notes in batches of
-       PAD_BATCH until it holds `pad_to`.
+       PAD_BATCH until it holds `pad_to`; a batch already there is not written again.
     3. Every scope's embeddings are computed before any search.
     4. One untimed warm-up search, then each question in its own scope (timed when no scope is
        padded); with padding, every question again in the padded scope, timed only.
@@ -417,15 +427,24 @@ def run(
         scope = scope_of[padded.id]
         extra = padding(dataset, padded, max(0, pad_to - len(padded.documents)))
         started = time.perf_counter()
+        written = 0
         for first in range(0, len(extra), PAD_BATCH):
-            batch = extra[first : first + PAD_BATCH]
+            batch = [note_of(document) for document in extra[first : first + PAD_BATCH]]
+            # A batch is one commit, written in order: its last note in the scope means all of
+            # it is, so a rerun checks one note per batch instead of writing them all again.
+            if memory.holds(scope, batch[-1]):
+                continue
             memory.write(
                 scope,
-                [note_of(document) for document in batch],
+                batch,
                 message=f"Evaluation {dataset.name}: padding {first + 1}-{first + len(batch)}",
             )
+            written += len(batch)
             say(f"padding {scope}: {first + len(batch):,} of {len(extra):,} notes written")
-        say(f"padding written in {time.perf_counter() - started:.0f} s")
+        say(
+            f"padding: {written:,} notes written, {len(extra) - written:,} already there,"
+            f" in {time.perf_counter() - started:.0f} s"
+        )
         corpus[scope].extend(extra)
 
     started = time.perf_counter()

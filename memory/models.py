@@ -73,6 +73,33 @@ class Note(models.Model):
         return f"{self.scope_id}:{self.path}"
 
 
+class WordCount(models.Model):
+    """How many of a scope's notes hold a word (a lexeme of their `search`); the empty word
+    counts every note of the scope. Kept by triggers (migration 0004) in the statement that
+    inserts, deletes or changes notes, so it is never out of step with them; what lets a
+    search weigh its words, and know the scope's size, without counting notes."""
+
+    pk = models.CompositePrimaryKey("scope", "word")
+    # The primary key's first column serves the foreign key: no index of its own.
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
+    word = models.TextField(blank=True)
+    notes = models.IntegerField()
+
+    class Meta:
+        indexes = [
+            # The whole index's size, summed over scopes (search's HNSW beam depends on it).
+            models.Index(
+                fields=["scope"],
+                include=["notes"],
+                condition=models.Q(word=""),
+                name="memory_wordcount_size",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope_id}:{self.word}={self.notes}"
+
+
 class EmbeddingCache(models.Model):
     """A text's embedding by a model: what makes a rebuilt index identical, and cheap."""
 

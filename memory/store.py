@@ -62,6 +62,15 @@ def write(scope: str, drafts: Sequence[Draft], *, author: str, message: str) -> 
     return [note.path for note in made]
 
 
+def holds(scope: str, draft: Draft, *, author: str) -> bool:
+    """Whether the scope's index has the note `write` would make of `draft` (one with a
+    `valid_from`: the time is part of a note's name)."""
+    if draft.valid_from is None:
+        raise NoteError("Only a draft with its time names a note before it is written.")
+    note = _made(draft, author, draft.valid_from)
+    return Note.objects.filter(scope__name=scope, path=note.path).exists()
+
+
 def invalidate(
     scope: str,
     path: str,

@@ -229,6 +229,9 @@ class ListMemory:
         self.writes.append((scope, len(notes)))
         return [f"notes/{start + index}.md" for index in range(len(notes))]
 
+    def holds(self, scope: str, note: Note) -> bool:
+        return note in self.notes.get(scope, [])
+
     def embed_pending(self, scope: str) -> int:
         self.embedded.append(scope)
         return 0
@@ -277,6 +280,25 @@ def test_it_pads_the_scope_with_the_most_questions(monkeypatch: pytest.MonkeyPat
     assert report.padded.overall.questions == 3
     # The grep ranks the padding too: memory (a grep here) and grep still agree.
     assert report.memory.overall.hit_rate == report.grep.overall.hit_rate
+
+
+def test_a_rerun_writes_no_padding_batch_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset = evalsets.parse(tiny())
+    memory = ListMemory()
+    monkeypatch.setattr(evaluation, "PAD_BATCH", 7)
+    evaluation.run(dataset, memory, k=10, pad_to=20, say=lambda line: None)
+    padded = evaluation.scopes(dataset, pad_to=20)["c1"]
+    del memory.notes[padded][-2:]  # as if killed before the last batch's commit
+    memory.writes.clear()
+    lines: list[str] = []
+
+    report = evaluation.run(dataset, memory, k=10, pad_to=20, say=lines.append)
+
+    # The conversation's own notes (the real store adds none twice), then the last batch only.
+    assert [count for scope, count in memory.writes if scope == padded] == [4, 2]
+    assert "padding: 2 notes written, 14 already there, in 0 s" in lines
+    assert report.padded is not None
+    assert report.padded.overall.questions == 3
 
 
 def test_it_pads_with_the_other_conversations_words_the_same_each_time() -> None:

@@ -77,6 +77,20 @@ def test_a_retried_write_adds_nothing() -> None:
     assert Note.objects.count() == 1
 
 
+def test_it_tells_whether_a_draft_is_already_there() -> None:
+    draft = Draft("CI runs on Jenkins", "The job ci-main builds every branch.", valid_from=JAN)
+    assert not store.holds("project/7", draft, author="run:1")
+
+    store.write("project/7", [draft], author="run:1", message="facts")
+
+    assert store.holds("project/7", draft, author="run:1")
+    assert not store.holds("project/8", draft, author="run:1")
+    later = Draft(draft.title, draft.body, valid_from=datetime(2026, 2, 1, tzinfo=UTC))
+    assert not store.holds("project/7", later, author="run:1")
+    with pytest.raises(NoteError, match="with its time"):
+        store.holds("project/7", Draft(draft.title, draft.body), author="run:1")
+
+
 def test_a_note_is_invalidated_never_rewritten_and_the_index_answers_as_of_a_date() -> None:
     (path,) = store.write(
         "project/7", [Draft("CI runs on Jenkins", "Job ci-main.", valid_from=JAN)],

@@ -7,6 +7,7 @@ error: only a file that cannot be evaluated exits non-zero. See memory/evaluatio
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,14 @@ class Command(BaseCommand):
         if not 1 <= k <= 100 or pad_to < 0:
             raise CommandError("--k is 1 to 100 (what a search returns), --pad-to at least 0.")
         # Padding writes up to N notes for good: never into the owner's memory by accident.
-        if pad_to and not any_database and not bench.is_dedicated_database():
+        dedicated = _dedicated_database()
+        if pad_to and not any_database and not dedicated:
             raise CommandError(
                 f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
-                " `make bench-memory` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
+                " `make bench-memory` (AGENTOS_DATA_DIR=.data/bench-memory), or pass"
+                " --any-database."
             )
-        if bench.is_dedicated_database():
+        if dedicated:
             bench.call_migrate()  # a new benchmark data dir starts empty
         try:
             dataset = evalsets.load(file)
@@ -62,3 +65,10 @@ class Command(BaseCommand):
         for line in report.lines():
             say(line)
         say(report.summary())
+
+
+def _dedicated_database() -> bool:
+    """The embedded database of a data dir named `bench` or `bench-…`: the memory benchmark
+    has one of its own, beside the kernel's (`.data/bench`), so both run at once."""
+    named = settings.DATA_DIR.name.startswith("bench-") and not os.environ.get("DATABASE_URL")
+    return named or bench.is_dedicated_database()
