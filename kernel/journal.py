@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,14 +37,15 @@ from json.encoder import (  # type: ignore[attr-defined]  # C helpers, not in ty
 from typing import Any, NamedTuple
 
 import psycopg
-from django.db import IntegrityError, connection
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from psycopg.types.json import Jsonb, JsonbLoader, JsonLoader
 
 from kernel.budgets import Cost, Ledger
 from kernel.exceptions import KernelError, LeaseLost
 from kernel.models import Effect, Event, StepKind, Trust
-from kernel.secrets import scrub_value
+from kernel.secrets import scrub_json, scrub_value
 
 KINDS = frozenset(StepKind.values)
 EFFECTS = frozenset(Effect.values)
@@ -131,16 +133,29 @@ EXPLICIT_PREPARES_ONLY = 1 << 30
 _cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
     weakref.WeakKeyDictionary()
 )
+# This thread's Django connection wrapper and journal cursor, as last seen: `connection` is a
+# proxy that resolves the thread's wrapper on every attribute (a few µs, twice per step).
+_seen = threading.local()
 
 
 def _cursor() -> psycopg.Cursor[Any]:
     """The journal's cursor on Django's connection of this thread (opened if needed)."""
-    raw = connection.connection
-    cursor = _cursors.get(raw) if raw is not None else None
-    if cursor is not None and not cursor.closed:
+    cursor: psycopg.Cursor[Any] | None = getattr(_seen, "cursor", None)
+    # Still the raw connection the wrapper holds: not closed (or replaced) by Django since.
+    if cursor is not None and _seen.wrapper.connection is cursor.connection and not cursor.closed:
         return cursor
-    connection.ensure_connection()
-    raw = connection.connection
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    raw = wrapper.connection
+    cursor = _cursors.get(raw) if raw is not None else None
+    if cursor is None or cursor.closed:
+        cursor = _new_cursor(wrapper)
+    _seen.wrapper, _seen.cursor = wrapper, cursor
+    return cursor
+
+
+def _new_cursor(wrapper: BaseDatabaseWrapper) -> psycopg.Cursor[Any]:
+    wrapper.ensure_connection()
+    raw = wrapper.connection
     if raw is None:
         raise RuntimeError("no database connection")
     if raw.prepare_threshold is None:
@@ -250,10 +265,21 @@ RETURNING id
 """
 
 
+def _as_is(text: str) -> str:
+    return text
+
+
+def _scrubbed(result: Any) -> Jsonb:
+    """A result as the journal stores it. What a tool printed may hold a secret; the journal
+    (read back by models, the console, memory) never keeps it. A clean result costs one JSON
+    encoding, used both to look for secrets and as the value sent (`secrets.scrub_json`)."""
+    return Jsonb(scrub_json(result), dumps=_as_is)
+
+
 def _prior_params(prior: Deferred) -> dict[str, Any]:
     return {
         "prior_seq": prior.seq,
-        "prior_result": Jsonb(scrub_value(prior.result)),
+        "prior_result": _scrubbed(prior.result),
         "prior_settled_by": prior.settled_by,
         "prior_executions": prior.executions,
         "prior_finished_at": prior.finished_at,
@@ -480,9 +506,7 @@ def record_result(
         "run": fence.run_id,
         "fence": fence.token,
         "seq": seq,
-        # What a tool printed may hold a secret; the journal (read back by models, the console,
-        # memory) never keeps it. Free when there is none (one regex search per string).
-        "result": Jsonb(scrub_value(result)),
+        "result": _scrubbed(result),
         "settled_by": settled_by,
         "executions": executions,
     }

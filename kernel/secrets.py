@@ -16,6 +16,7 @@ the provider keys). Two speeds:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import threading
@@ -85,15 +86,27 @@ _sources: list[Callable[[], Iterable[str]]] = []
 _ANCHORS = [anchor for anchors, _pattern, _replacement in _FAST for anchor in anchors]
 
 
+# What JSON (ASCII) escapes inside a string: a text holding none of these reads the same in a
+# document.
+_JSON_ESCAPED = re.compile(r'[^\x20-\x7e]|["\\]')
+
+
 @dataclass(frozen=True)
 class _Known:
     values: tuple[str, ...]  # longest first
     # Any anchor or known value: one scan of a text says whether anything needs looking at.
     gate: re.Pattern[str]
+    # Whether the gate finds in a value's JSON text whatever it would find in the value's strings
+    # (no anchor, and no known value, holds a character JSON escapes): see `_clean_json`.
+    gate_reads_json: bool
 
 
 def _known_of(values: tuple[str, ...]) -> _Known:
-    return _Known(values, re.compile("|".join(re.escape(item) for item in [*values, *_ANCHORS])))
+    return _Known(
+        values,
+        re.compile("|".join(re.escape(item) for item in [*values, *_ANCHORS])),
+        not any(_JSON_ESCAPED.search(item) for item in [*values, *_ANCHORS]),
+    )
 
 
 # (loaded at, what is known)
@@ -127,7 +140,42 @@ def scrub_value(value: Any, *, opaque: frozenset[str] = frozenset()) -> Any:
     object when there is none, so a clean journal write copies nothing. Values under a key in
     `opaque` are kept as they are (a provider's signed or encrypted blobs, which a shape could
     match by chance and which nobody reads)."""
-    return _walk(value, _recent(), opaque)
+    known = _recent()
+    if not isinstance(value, str) and _clean_json(value, known) is not None:
+        return value
+    return _walk(value, known, opaque)
+
+
+def scrub_json(value: Any) -> str:
+    """`scrub_value(value)` as JSON text: what the journal stores. A clean value is encoded
+    once, for the scan and for the database alike. Raises `TypeError` for a value that is not
+    JSON, as `json.dumps` does."""
+    known = _recent()
+    text = _clean_json(value, known)
+    return text if text is not None else _encode(_walk(value, known, frozenset()))
+
+
+# `json.dumps` without spaces: what psycopg sent before (non-ASCII escaped, so a lone surrogate
+# is refused by the database as it was), a little shorter to scan.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _clean_json(value: Any, known: _Known) -> str | None:
+    """`value`'s JSON text when no string in it (key or value) needs scrubbing, else None (also
+    when it is not JSON: the walk then keeps what it cannot read as it is).
+
+    A result is mostly clean: one C encoding and one scan of the whole document, instead of a
+    Python walk over every key and string. Sound because JSON copies a string's characters as
+    they are except the escaped ones, which no gate literal holds (`gate_reads_json`); a gate
+    found across strings, or in an opaque value, only sends the value down the walk.
+    """
+    if not known.gate_reads_json:
+        return None
+    try:
+        text = _encode(value)
+    except (TypeError, ValueError):
+        return None
+    return text if known.gate.search(text) is None else None
 
 
 def contains_secret(text: str) -> bool:

@@ -16,7 +16,7 @@ import copy
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kernel import journal
@@ -40,6 +40,7 @@ from missions.providers.base import (
     ReasoningDelta,
     TextDelta,
     ToolCall,
+    Usage,
 )
 from tools import registry as tool_registry
 from tools.base import Risk, Tool
@@ -596,15 +597,32 @@ def _call_model(
             "items": journal.as_stored(completed.items),
             "text": text,
             "reasoning": reasoning,
-            "tool_calls": [asdict(call) for call in calls],
+            "tool_calls": [_as_json(call) for call in calls],
             "stop_reason": completed.stop_reason,
             "refusal": completed.refusal,
-            "usage": asdict(completed.usage),
+            "usage": _as_json(completed.usage),
             "price_version": priced.price_version,
             "usd_micros": priced.cost.usd_micros,  # what this turn cost, as metered
         },
         priced.cost,
     )
+
+
+def _as_json(event: ToolCall | Usage) -> dict[str, Any]:
+    """`dataclasses.asdict` for a provider's flat events, whose values are JSON: the same fresh
+    containers, without its generic deep copy (twice per turn, 4 % of a turn's own time)."""
+    return {f.name: _fresh(getattr(event, f.name)) for f in _FIELDS[type(event)]}
+
+
+_FIELDS = {kind: fields(kind) for kind in (ToolCall, Usage)}
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _fresh(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fresh(item) for item in value]
+    return value
 
 
 def _collect(
