@@ -115,6 +115,12 @@ def reencrypt() -> Reencrypted:
     return report
 
 
+def ensure() -> None:
+    """Make the key file when there is none yet (the first secret written would): for a caller
+    that hands the keys to other processes before anything is encrypted."""
+    _keys()
+
+
 def check() -> None:
     """Raise `ImproperlyConfigured` if the keys in use are unusable; creates nothing."""
     if keys_from_environment():

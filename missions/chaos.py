@@ -163,13 +163,15 @@ class Lab:
             raise CaseFailed(f"the worker meant to die {where} exited {code}{self.log(process)}")
         self.report.kills += 1
 
-    def finish(self, run: Run, process: subprocess.Popen[bytes]) -> Run:
+    def finish(
+        self, run: Run, process: subprocess.Popen[bytes], *, seconds: float = RUN_SECONDS
+    ) -> Run:
         """Wait for `run` to end on `process`, then stop the worker."""
         self.until(
             f"run {run.pk} to end",
             lambda: Run.objects.filter(pk=run.pk, finished_at__isnull=False).exists(),
             process,
-            timeout=RUN_SECONDS,
+            timeout=seconds,
         )
         self.stop(process)
         run.refresh_from_db()
@@ -220,7 +222,9 @@ def lab(name: str, say: Callable[[str], None]) -> Iterator[Lab]:
     report = Report()
     data = Path(tempfile.mkdtemp(prefix=f"agentos-chaos-{name.replace(' ', '-')}-"))
     (data / "fired").mkdir()
-    # The workers read what this process's vault encrypted (the cluster's SSH key): same keys.
+    # The workers read what this process's vault encrypted (the cluster's SSH key): same keys,
+    # made now if this data dir has none yet (else each worker would make keys of its own).
+    vault.ensure()
     keys = Path(settings.DATA_DIR) / vault.FILE_NAME
     if keys.exists():
         shutil.copy2(keys, data / vault.FILE_NAME)
@@ -621,7 +625,9 @@ def _same_end(case: Lab, got: scenarios.Facts, expected: scenarios.Facts) -> Non
 
 # --- (e) Node runners killed mid-step ------------------------------------------------------------
 
-NODE_STEP_SECONDS = 1.5  # each shell step sleeps this long after its write: time to be killed
+# Each shell step sleeps this long after its write: time to be killed, and for the killer to see
+# its last victim's node back before the next step is done.
+NODE_STEP_SECONDS = 2.5
 
 
 def node_runner_case(*, say: Callable[[str], None] = print, quick: bool = False) -> Report:
@@ -651,16 +657,22 @@ def node_runner_case(*, say: Callable[[str], None] = print, quick: bool = False)
                     name=host.name, address=host.node_ip, port=host.port, host_key=host.host_key
                 )
             nodes.set_enabled(node=local, enabled=False)
-            count = wanted + 2
-            script = [
-                shell(f"echo {index} >> log.txt; sleep {NODE_STEP_SECONDS}")
+            count = wanted + 4  # a step may still end unseen while the killer waits on a node
+            appends = [
+                ("shell", {"command": f"echo {index} >> log.txt; sleep {NODE_STEP_SECONDS}"})
                 for index in range(count)
             ]
+            # Two steps a turn: 8 turns in a row without a ledger change would be a stall the
+            # owner is asked about.
+            script = [calls(*appends[index : index + 2]) for index in range(0, count, 2)]
             run = case.start([*script, FINISH])
             killer = _RunnerKiller(hosts, wanted)
             killer.start()
             try:
-                run = case.finish(run, case.worker())
+                # Each step's sleep, and for each kill a node lost, asked again and a second
+                # attempt: the run's own deadline grows with them.
+                seconds = RUN_SECONDS + count * NODE_STEP_SECONDS + wanted * 10
+                run = case.finish(run, case.worker(), seconds=seconds)
             finally:
                 killer.stop()
             case.report.kills += len(killer.killed)

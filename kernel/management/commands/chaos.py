@@ -40,6 +40,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-cases", action="store_true", help="Skip the cases of settings.CHAOS_CASES."
         )
+        parser.add_argument(
+            "--case",
+            action="append",
+            dest="only",
+            metavar="NAME",
+            help="Run only this case of settings.CHAOS_CASES (repeatable), nothing else.",
+        )
 
     def handle(
         self,
@@ -50,10 +57,16 @@ class Command(BaseCommand):
         workers: int,
         no_database_restart: bool,
         no_cases: bool,
+        only: list[str] | None,
         **options: Any,
     ) -> None:
         if workers < 1 or min_kills < 0:
             raise CommandError("--workers must be at least 1 and --min-kills at least 0.")
+        known = dict(cases())
+        if unknown := sorted(set(only or ()) - set(known)):
+            raise CommandError(
+                f"No chaos case named {', '.join(unknown)}: the cases are {', '.join(known)}."
+            )
         # SIGTERM ends the command as Ctrl-C does: the harness stops its workers and the
         # embedded database it restarted is stopped at exit (without a handler, Python would
         # die at once and skip both).
@@ -62,6 +75,11 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         seed = seed if seed is not None else random.SystemRandom().randrange(1_000_000)
         total = Report()
+        if only:
+            for name in only:
+                total.add(known[name](say=self.stdout.write), name)
+            self._conclude(total, seed)
+            return
         rounds = [("quick matrix", QUICK_MATRIX)] if quick else [("full matrix", full_matrix())]
         for name, targets in rounds:
             self._round(
@@ -94,6 +112,9 @@ class Command(BaseCommand):
         self._takeover(total)
         for name, case in () if no_cases else cases():
             total.add(case(say=self.stdout.write), name)
+        self._conclude(total, seed)
+
+    def _conclude(self, total: Report, seed: int) -> None:
         self.stdout.write(
             f"seed={seed} runs={total.runs} pauses={total.pauses}"
             f" database_restarts={total.database_restarts}"
