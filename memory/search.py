@@ -96,12 +96,12 @@ def search(
     textual = _full_text(found, moment)
     vectorial = _nearest(vector, found, moment)
     scores: dict[int, float] = {}
+    rows: dict[int, dict[str, Any]] = {}
     for ranked, weight in ((textual, 1.0), (vectorial, VECTOR_WEIGHT)):
-        for rank, note_id in enumerate(ranked):
+        for rank, row in enumerate(ranked):
+            note_id = row["id"]
+            rows.setdefault(note_id, row)
             scores[note_id] = scores.get(note_id, 0.0) + weight / (RRF_K + rank + 1)
-    if not scores:
-        return []
-    rows = _rows(list(scores))
     present = [lexeme for lexeme, count in found.counts.items() if count]
     for note_id, row in rows.items():
         age = max((moment - row["valid_from"]).total_seconds() / 86400.0, 0.0)
@@ -113,7 +113,7 @@ def search(
     words = _words(query)
     return [
         Hit(
-            scope=rows[i]["scope"],
+            scope=found.names[rows[i]["scope_id"]],
             path=rows[i]["path"],
             title=rows[i]["title"],
             snippet=_snippet(rows[i]["body"], words),
@@ -127,6 +127,24 @@ def search(
     ]
 
 
+# What each candidate list returns of its notes: all the results need, in the same round trip
+# (the notes' words for the coverage term).
+_COLUMNS = (
+    "n.id, n.scope_id, n.path, n.title, n.body, n.valid_from, n.invalid_at, n.verified,"
+    " n.source_events, coalesce(tsvector_to_array(n.search), ARRAY[]::text[])"
+)
+_NAMES = (
+    "id",
+    "scope_id",
+    "path",
+    "title",
+    "body",
+    "valid_from",
+    "invalid_at",
+    "verified",
+    "source_events",
+    "lexemes",
+)
 _VALID = (
     "n.scope_id = ANY(%s) AND n.valid_from <= %s AND (n.invalid_at IS NULL OR n.invalid_at > %s)"
 )
@@ -138,6 +156,7 @@ class _Scopes:
     many of those hold each of the query's words, and how many notes the whole index holds."""
 
     ids: list[int]
+    names: dict[int, str]  # id → name
     size: int
     counts: dict[str, int]  # the query's words (stemmed, at most MAX_WORDS) → notes holding them
     total: int
@@ -165,7 +184,7 @@ def _look_up(query: str, names: list[str]) -> _Scopes | None:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            WITH s AS (SELECT id FROM memory_scope WHERE name = ANY(%s)),
+            WITH s AS (SELECT id, name FROM memory_scope WHERE name = ANY(%s)),
             q AS (
                 SELECT '' AS lexeme
                 UNION ALL (
@@ -176,7 +195,7 @@ def _look_up(query: str, names: list[str]) -> _Scopes | None:
             SELECT q.lexeme,
                    (SELECT coalesce(sum(c.notes), 0) FROM memory_wordcount c
                     WHERE c.scope_id IN (SELECT id FROM s) AND c.word = q.lexeme),
-                   (SELECT array_agg(id ORDER BY id) FROM s),
+                   (SELECT jsonb_object_agg(id, name) FROM s),
                    (SELECT coalesce(sum(notes), 0) FROM memory_wordcount WHERE word = ''),
                    (SELECT jsonb_agg(jsonb_build_array(t, array(
                         SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, t))
@@ -186,15 +205,15 @@ def _look_up(query: str, names: list[str]) -> _Scopes | None:
             [names, TEXT_SEARCH, query, MAX_WORDS, TEXT_SEARCH, query],
         )
         rows = cursor.fetchall()
-    ids = rows[0][2]
-    if not ids:
+    names = _json(rows[0][2])
+    if not names:
         return None
     counts = {lexeme: int(count) for lexeme, count, *_rest in rows}
     size = counts.pop("")
-    tokens = rows[0][4]
-    tokens = json.loads(tokens) if isinstance(tokens, str) else tokens
+    tokens = _json(rows[0][4])
     return _Scopes(
-        ids=list(ids),
+        ids=sorted(int(i) for i in names),
+        names={int(i): name for i, name in names.items()},
         size=size,
         counts=counts,
         total=int(rows[0][3]),
@@ -202,7 +221,7 @@ def _look_up(query: str, names: list[str]) -> _Scopes | None:
     )
 
 
-def _full_text(found: _Scopes, moment: datetime) -> list[int]:
+def _full_text(found: _Scopes, moment: datetime) -> list[dict[str, Any]]:
     """Notes ranked by the rare query words they contain, each weighing its inverse document
     frequency in the scopes searched (a word in most notes — a name every message starts
     with — says little and would flood the candidates). Only words in at most
@@ -227,7 +246,7 @@ def _matching(
     moment: datetime,
     lexemes: list[str],
     weights: list[float],
-) -> list[int]:
+) -> list[dict[str, Any]]:
     """Notes matching `tsquery`, best first: the summed weights of the `lexemes` they hold,
     then the density of the match."""
     weighted = (
@@ -243,21 +262,21 @@ def _matching(
         arguments += [TEXT_SEARCH, lexeme, weight]
     cursor.execute(
         f"""
-        SELECT n.id FROM memory_note n, to_tsquery(%s::regconfig, %s) q
+        SELECT {_COLUMNS} FROM memory_note n, to_tsquery(%s::regconfig, %s) q
         WHERE n.search @@ q AND {_VALID}
         ORDER BY {weighted} + ts_rank_cd(n.search, q) DESC, n.valid_from DESC
         LIMIT %s
         """,  # noqa: S608  # constant fragments only; the words are parameters
         [TEXT_SEARCH, tsquery, scope_ids, moment, moment, *arguments, CANDIDATES],
     )
-    return [row[0] for row in cursor.fetchall()]
+    return _fetched(cursor)
 
 
 def _quoted(lexemes: list[str]) -> list[str]:
     return ["'" + lexeme.replace("'", "''") + "'" for lexeme in lexemes]
 
 
-def _nearest(embedded: Future[Any], found: _Scopes, moment: datetime) -> list[int]:
+def _nearest(embedded: Future[Any], found: _Scopes, moment: datetime) -> list[dict[str, Any]]:
     """The nearest notes by cosine. pgvector's HNSW index filters *after* its scan (0.6 has no
     iterative scan): of its `ef_search` neighbours, about the scopes' share of the index is
     theirs. So: an exact scan (a sort of the scopes' vectors, cheap while they are few) below
@@ -274,52 +293,36 @@ def _nearest(embedded: Future[Any], found: _Scopes, moment: datetime) -> list[in
             beam = min(max(math.ceil(BEAM_MARGIN * CANDIDATES / share), MIN_BEAM), MAX_BEAM)
             cursor.execute("SET LOCAL hnsw.ef_search = %s", [beam])
             cursor.execute(_NEAREST.format(distance="n.embedding <=> %s::vector"), arguments)
-            ids = [row[0] for row in cursor.fetchall()]
-            if len(ids) == CANDIDATES:
-                return ids
+            found_rows = _fetched(cursor)
+            if len(found_rows) == CANDIDATES:
+                return found_rows
         # `+ 0`: an expression the index cannot serve, so the planner sorts exactly.
         cursor.execute(_NEAREST.format(distance="(n.embedding <=> %s::vector) + 0"), arguments)
-        return [row[0] for row in cursor.fetchall()]
+        return _fetched(cursor)
 
 
 _NEAREST = (  # constant fragments only
-    "SELECT n.id FROM memory_note n WHERE n.embedding IS NOT NULL AND "  # noqa: S608
+    f"SELECT {_COLUMNS} FROM memory_note n WHERE n.embedding IS NOT NULL AND "  # noqa: S608
     + _VALID
     + " ORDER BY {distance} LIMIT %s"
 )
 
 
-def _rows(ids: list[int]) -> dict[int, dict[str, Any]]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT n.id, s.name, n.path, n.title, n.body, n.valid_from, n.invalid_at, n.verified,
-                   n.source_events, coalesce(tsvector_to_array(n.search), '{}')
-            FROM memory_note n JOIN memory_scope s ON s.id = n.scope_id
-            WHERE n.id = ANY(%s)
-            """,
-            [ids],
-        )
-        names = (
-            "scope",
-            "path",
-            "title",
-            "body",
-            "valid_from",
-            "invalid_at",
-            "verified",
-            "source_events",
-            "lexemes",
-        )
-        found = {row[0]: dict(zip(names, row[1:], strict=True)) for row in cursor.fetchall()}
-    for row in found.values():
+def _fetched(cursor: Any) -> list[dict[str, Any]]:
+    """The candidates a query of `_COLUMNS` returned, in its order."""
+    rows = [dict(zip(_NAMES, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
         row["lexemes"] = set(row["lexemes"])
-    return found
+    return rows
+
+
+def _json(value: Any) -> Any:
+    """A jsonb value read by a raw cursor: Django has psycopg hand it over as text."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _events(value: Any) -> tuple[int, ...]:
-    """A jsonb column read by a raw cursor: Django has psycopg hand it over as text."""
-    return tuple(json.loads(value) if isinstance(value, str) else value)
+    return tuple(_json(value))
 
 
 def _words(query: str) -> list[str]:
