@@ -205,15 +205,15 @@ def _look_up(query: str, names: list[str]) -> _Scopes | None:
             [names, TEXT_SEARCH, query, MAX_WORDS, TEXT_SEARCH, query],
         )
         rows = cursor.fetchall()
-    names = _json(rows[0][2])
-    if not names:
+    named: dict[str, str] | None = _json(rows[0][2])  # jsonb keys are text
+    if not named:
         return None
     counts = {lexeme: int(count) for lexeme, count, *_rest in rows}
     size = counts.pop("")
     tokens = _json(rows[0][4])
     return _Scopes(
-        ids=sorted(int(i) for i in names),
-        names={int(i): name for i, name in names.items()},
+        ids=sorted(int(i) for i in named),
+        names={int(i): name for i, name in named.items()},
         size=size,
         counts=counts,
         total=int(rows[0][3]),
