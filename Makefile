@@ -72,8 +72,11 @@ bench: $(VENV)/.installed-dev ## Kernel and engine benchmarks vs their floors, o
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_kernel $(BENCH_ARGS)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_engine $(BENCH_ARGS)
 
-bench-memory: $(VENV)/.installed-dev ## Memory search: hit@10, MRR vs a grep, p95 at 100,000 notes (.data/bench)
-	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py memory_eval tests/data/memory_dev_large.json --pad-to 100000
+# Its own data dir, not .data/bench: the kernel's benchmark starts and stops that database.
+MEMORY_BENCH_DIR ?= .data/bench-memory
+
+bench-memory: $(VENV)/.installed-dev ## Memory search: hit@10, MRR vs a grep, p95 at 100,000 notes (.data/bench-memory)
+	AGENTOS_DATA_DIR=$(MEMORY_BENCH_DIR) $(BIN)/python manage.py memory_eval tests/data/memory_dev_large.json --pad-to 100000
 
 eval: system-deps $(VENV)/.installed-dev ## Mission suite: single agent, then supervisor (EVAL_ARGS="--budget N") (.data/eval)
 	AGENTOS_DATA_DIR=.data/eval $(BIN)/python manage.py mission_eval default --mode single $(EVAL_ARGS)
