@@ -22,6 +22,7 @@ from agentos import database
 from memory import embeddings, repository, search, store
 from memory.models import Note, Scope
 from memory.store import Draft
+from tests.memory.test_word_counts import counted, recounted
 
 JAN = datetime(2026, 1, 10, 9, 0, tzinfo=UTC)
 
@@ -109,6 +110,7 @@ def test_a_writer_killed_after_its_commit_is_caught_up(memory_dir: Path) -> None
     assert Scope.objects.get(name="project/7").head == indexed_head  # ...its index did not
     assert not Note.objects.filter(title="Killed write").exists()
     store.sync("project/7")
+    assert counted() == recounted()
     caught_up = dump()
     assert Note.objects.filter(title="Killed write").count() == 1
     assert Scope.objects.get(name="project/7").head == repository.head("project/7")
@@ -129,6 +131,7 @@ def test_a_writer_killed_before_its_commit_leaves_nothing(memory_dir: Path) -> N
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert repository.head("project/7") == tip
     assert not Note.objects.filter(title="Killed write").exists()
+    assert counted() == recounted()  # the word counts went with the rows the kill undid
     before = dump()
     store.reindex("project/7")
     assert dump() == before
