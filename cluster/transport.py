@@ -43,6 +43,7 @@ CONNECT_SECONDS = 10.0
 # a runner that talks more is broken.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 STDERR_TAIL = 2000
+RELAY_END_SECONDS = 10.0  # a relay's node end, told its input ended, exits within this
 
 STALE_FENCE = -32010
 BUSY = -32011
@@ -224,8 +225,13 @@ class SshEndpoint:
             try:
                 yield str(path)
             finally:
-                channel.close()  # the node removes its socket; every connection ends
-                carrier.join(10)
+                # The end of its input ends the node's relay: it removes its socket and exits
+                # (waited for, so the socket is gone when the step's call returns).
+                with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                    channel.shutdown_write()
+                channel.status_event.wait(RELAY_END_SECONDS)
+                channel.close()
+                carrier.join(RELAY_END_SECONDS)
 
     def close(self) -> None:
         with self._lock:
