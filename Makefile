@@ -40,9 +40,17 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# Most tests run on TEST_WORKERS processes at once (pytest-xdist: each its own database and data
+# dir); the timing-sensitive ones (marked serial in tests/conftest.py) run after them, alone.
+TEST_WORKERS ?= 2
+
 test: system-deps $(VENV)/.installed-dev node_modules/.installed ## Run the whole test suite (browser tests need Chromium: see .ci/run)
 	@scripts/system-deps --tests
-	$(BIN)/python -m pytest -m "not exhaustive" $(PYTEST_ARGS)
+	@status=0; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS) \
+		|| status=$$?; \
+	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
 
 lint: $(VENV)/.installed-dev ## Check formatting and lint with ruff, and the import layers
 	$(BIN)/ruff format --check .

@@ -8,6 +8,25 @@ from missions import catalog
 from missions.models import ModelInfo, ModelPrice, RoleRoute
 from tests.factories import Owner, make_owner, verified_client
 
+# Tests that kill processes, boot virtual machines, start SSH nodes, a browser or the whole stack,
+# or wait on deadlines measured in seconds: `make test` runs them after the others, one at a
+# time, so that no other test's load stretches their deadlines; the others run on every core
+# (pytest-xdist, each worker with its own database and data dir).
+SERIAL = (
+    "tests/agentos/test_serve.py",
+    "tests/browser/",
+    "tests/chaos/",
+    "tests/cluster/test_nodes.py",
+    "tests/cluster/test_vm.py",
+    "tests/cluster/test_vm_exfiltration.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+
 
 @pytest.fixture
 def owner(db: None) -> Owner:

@@ -1,8 +1,8 @@
 """The quick chaos matrix: crash points by workflow steps, real worker processes, SIGKILL; and
 the workspace cases (`missions.chaos`, the ones `make chaos` runs from `settings.CHAOS_CASES`),
 each on its own: coding runs in real worktrees whose workers SIGKILL themselves at crash points
-(marked exhaustive: `make test` leaves them to `make chaos`, which runs each in full). The
-takeover case is tests/chaos/test_takeover.py.
+in their quick forms (`make chaos` runs each in full). The takeover case is
+tests/chaos/test_takeover.py.
 
 Every wait inside a workspace case has its deadline (`missions.chaos.RUN_SECONDS`,
 `PARK_SECONDS`): a case that cannot go on reports a violation instead of hanging."""
@@ -23,9 +23,6 @@ from missions.chaos import (
 )
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
-# The workspace cases in their quick form: `make chaos` runs each of them in full, so `make test`
-# leaves them out (`pytest -m exhaustive` runs them alone).
-exhaustive = pytest.mark.exhaustive
 
 
 def test_it_loses_and_repeats_nothing_when_workers_die_at_every_crash_point() -> None:
@@ -45,25 +42,21 @@ def passed(report: Report, *, kills: int) -> None:
     assert report.steps > 0
 
 
-@exhaustive
 @pytest.mark.usefixtures("seeded_catalog")
 def test_it_applies_a_shell_append_killed_before_its_result_once() -> None:
     passed(shell_append_case(), kills=1)
 
 
-@exhaustive
 @pytest.mark.usefixtures("seeded_catalog")
 def test_it_forks_into_a_worktree_of_its_own_equal_to_the_fork_steps_checkpoint() -> None:
     passed(fork_case(), kills=2)
 
 
-@exhaustive
 @pytest.mark.usefixtures("seeded_catalog")
 def test_it_parks_or_resumes_a_run_across_an_engine_bump_never_leaving_it_unclaimed() -> None:
     passed(engine_bump_case(), kills=1)
 
 
-@exhaustive
 @pytest.mark.usefixtures("seeded_catalog")
 def test_a_supervisor_killed_at_its_spawns_joins_merges_and_verdicts_ends_as_its_twin() -> None:
     # Eight kills over the supervisor's spawns, joins, a merge and the verdicts, one inside
@@ -88,7 +81,6 @@ def test_it_lists_the_workspace_cases_for_make_chaos() -> None:
     ]
 
 
-@exhaustive
 @pytest.mark.usefixtures("seeded_catalog")
 def test_a_runner_killed_mid_step_on_its_node_leaves_each_write_applied_once() -> None:
     passed(node_runner_case(quick=True), kills=2)
