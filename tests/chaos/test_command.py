@@ -1,4 +1,4 @@
-"""`manage.py chaos`: its arguments (the runs themselves are the quick matrix's and `make chaos`'s)."""
+"""`manage.py chaos`: its arguments (the runs are the quick matrix's and `make chaos`'s)."""
 
 from __future__ import annotations
 
