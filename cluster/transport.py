@@ -167,20 +167,14 @@ class SshEndpoint:
 
     def call(self, method: str, params: dict[str, Any], *, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
-        transport = self._connected(deadline)
-        try:
-            channel = transport.open_session(timeout=_left(deadline, self.name))
-        except (paramiko.SSHException, OSError, EOFError) as error:
-            self._drop(transport)
-            raise NodeLost(self.name, f"could not open a channel: {error}") from error
+        # The key's forced command runs whatever we ask: this name is for the node's logs.
+        transport, channel = self._session("agentos-runner", deadline)
         with channel:
             with self._lock:
                 self._ids += 1
                 request_id = self._ids
             request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             try:
-                # Ignored by sshd (the key's forced command runs), named for the node's logs.
-                channel.exec_command("agentos-runner")
                 channel.sendall(json.dumps(request).encode() + b"\n")
                 line, stderr = _read_line(channel, deadline, self.name)
             except TransportError:
@@ -198,15 +192,10 @@ class SshEndpoint:
         connected by `dial` (`cluster.runner.relay`); yields its path on the node. It lives until
         the block ends."""
         deadline = time.monotonic() + timeout
-        transport = self._connected(deadline)
-        try:
-            channel = transport.open_session(timeout=_left(deadline, self.name))
-        except (paramiko.SSHException, OSError, EOFError) as error:
-            self._drop(transport)
-            raise NodeLost(self.name, f"could not open a channel: {error}") from error
+        # The forced command reads this one (SSH_ORIGINAL_COMMAND) and serves a relay.
+        transport, channel = self._session(relay.command(uid, gid), deadline)
         with channel:
             try:
-                channel.exec_command(relay.command(uid, gid))
                 # Nothing follows the line before a sandbox connects, which needs the line.
                 line, stderr = _read_line(channel, deadline, self.name)
                 path = json.loads(line)["socket"]
@@ -232,6 +221,19 @@ class SshEndpoint:
                 channel.status_event.wait(RELAY_END_SECONDS)
                 channel.close()
                 carrier.join(RELAY_END_SECONDS)
+
+    def _session(
+        self, command: str, deadline: float
+    ) -> tuple[paramiko.Transport, paramiko.Channel]:
+        """A new channel on the node's connection, `command` asked of it."""
+        transport = self._connected(deadline)
+        try:
+            channel = transport.open_session(timeout=_left(deadline, self.name))
+            channel.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            self._drop(transport)
+            raise NodeLost(self.name, f"could not open a channel: {error}") from error
+        return transport, channel
 
     def close(self) -> None:
         with self._lock:
