@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from kernel import crashpoints, runs
+from kernel import crashpoints, journal, runs
 from kernel.budgets import NO_COST, Cost
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.models import Effect, Run, RunStatus, StepKind, Wait
@@ -144,7 +144,15 @@ def traced(monkeypatch: pytest.MonkeyPatch) -> None:
     def hit(point: str, *, run: int, seq: int = 0) -> None:
         TRACE.append((point, run, seq))
 
+    send = journal._send
+
+    def sent(*args: Any) -> Any:
+        if threading.get_ident() == main:
+            _counting.n = _statements() + 1
+        return send(*args)
+
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    monkeypatch.setattr(journal, "_send", sent)  # the journal's hot path, below the cursor
     monkeypatch.setattr(crashpoints, "hit", hit)
 
 

@@ -19,7 +19,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--steps", type=int, default=2000, help="Steps of the sequential runs.")
-        parser.add_argument("--rounds", type=int, default=3, help="Floor/kernel alternations.")
+        parser.add_argument(
+            "--rounds", type=int, default=bench.ROUNDS, help="Floor/kernel alternations."
+        )
         parser.add_argument("--repeats", type=int, default=7, help="Resumes measured (median).")
         parser.add_argument(
             "--profile", action="store_true", help="Also print a cProfile of one kernel run."
