@@ -289,8 +289,12 @@ _prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = (
 _DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 
-def _execute(sql: str, params: dict[str, Any]) -> _Rows | psycopg.Cursor[Any]:
-    """Run one hot-path statement on this thread's connection (see `_TYPE_OF`); return its rows.
+def _execute(
+    sql: str, params: dict[str, Any], *, prepare: bool = True
+) -> _Rows | psycopg.Cursor[Any]:
+    """Run one journal statement on this thread's connection (see `_TYPE_OF`); return its rows.
+    Without `prepare` (a statement run once per run, like the resume's read), one round trip
+    that leaves no prepared statement behind.
 
     Errors come out wrapped by Django (`IntegrityError`, `DatabaseError`, ...), as from any of
     its cursors. In a transaction Django opened but psycopg has not begun yet, the statement
@@ -305,10 +309,10 @@ def _execute(sql: str, params: dict[str, Any]) -> _Rows | psycopg.Cursor[Any]:
     values = [_encoded(params[name]) for name in statement.params]
     try:
         prepared = _prepared.setdefault(raw, set())
-        if statement.name not in prepared:
+        if prepare and statement.name not in prepared:
             _check(pgconn.prepare(statement.name, statement.text, statement.types), raw)
             prepared.add(statement.name)
-        result = _send(pgconn, statement.name, values)
+        result = _send(pgconn, statement, values, prepared=prepare)
         _check(result, raw)
     except psycopg.Error:
         with connection.wrap_database_errors:
@@ -316,9 +320,13 @@ def _execute(sql: str, params: dict[str, Any]) -> _Rows | psycopg.Cursor[Any]:
     return _Rows(result)
 
 
-def _send(pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]) -> pq.abc.PGresult:
+def _send(
+    pgconn: pq.abc.PGconn, statement: _Statement, values: list[bytes | None], *, prepared: bool
+) -> pq.abc.PGresult:
     """One round trip: the one place a journal statement reaches the server."""
-    return pgconn.exec_prepared(name, values)
+    if prepared:
+        return pgconn.exec_prepared(statement.name, values)
+    return pgconn.exec_params(statement.text, values, statement.types)
 
 
 def _check(result: pq.abc.PGresult, raw: psycopg.Connection[Any]) -> None:
@@ -338,7 +346,7 @@ FROM kernel_step WHERE run_id = %(run)s
 
 def load(run_id: int) -> dict[int, Record]:
     """Every step of a run, in one query (resume reads the journal once, not per step)."""
-    row = _execute(_LOAD, {"run": run_id}).fetchone()
+    row = _execute(_LOAD, {"run": run_id}, prepare=False).fetchone()
     return {step[0]: Record(*step) for step in (row[0] if row else [])}
 
 

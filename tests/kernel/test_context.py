@@ -146,10 +146,10 @@ def traced(monkeypatch: pytest.MonkeyPatch) -> None:
 
     send = journal._send
 
-    def sent(*args: Any) -> Any:
+    def sent(*args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == main:
             _counting.n = _statements() + 1
-        return send(*args)
+        return send(*args, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
     monkeypatch.setattr(journal, "_send", sent)  # the journal's hot path, below the cursor
