@@ -254,7 +254,8 @@ def _encoded(value: Any) -> bytes | None:
     if isinstance(value, int):
         return b"%d" % value
     if isinstance(value, Jsonb):
-        return (value.dumps or json.dumps)(value.obj).encode()
+        text = (value.dumps or json.dumps)(value.obj)
+        return text if isinstance(text, bytes) else text.encode()
     if isinstance(value, datetime):
         return value.isoformat().encode()
     if isinstance(value, list):
@@ -325,7 +326,8 @@ def _send(
 ) -> pq.abc.PGresult:
     """One round trip: the one place a journal statement reaches the server."""
     if prepared:
-        return pgconn.exec_prepared(statement.name, values)
+        # A None is a NULL there as in `exec_params`, whose declaration says so.
+        return pgconn.exec_prepared(statement.name, values)  # type: ignore[arg-type]
     return pgconn.exec_params(statement.text, values, statement.types)
 
 
