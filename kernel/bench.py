@@ -423,17 +423,17 @@ class Report:
 
     @property
     def ratio(self) -> float:
-        return statistics.median(_ratios(self.kernel_us, self.floor_us))
+        return statistics.median(round_ratios(self.kernel_us, self.floor_us))
 
     @property
     def write_ratio(self) -> float:
         """Steps with an effect: their result commits synchronously, and both ends are
         announced in the event stream; a target of its own, like the free reads'."""
-        return statistics.median(_ratios(self.write_us, self.floor_us))
+        return statistics.median(round_ratios(self.write_us, self.floor_us))
 
     @property
     def throughput_ratio(self) -> float:
-        return statistics.median(_ratios(self.kernel_steps_s, self.floor_steps_s))
+        return statistics.median(round_ratios(self.kernel_steps_s, self.floor_steps_s))
 
     def lines(self) -> list[str]:
         resume_met = self.resume.fresh_ms <= RESUME_TARGET_MS
@@ -441,10 +441,10 @@ class Report:
             f"1. One step (intent, then result + ledger), N = {self.steps}",
             _row("floor, raw psycopg 3, prepared", self.floor_us, "µs/step"),
             _row(f"kernel, {PROGRAM} in-process", self.kernel_us, "µs/step"),
-            _row("kernel / floor", _ratios(self.kernel_us, self.floor_us), "",
+            _row("kernel / floor", round_ratios(self.kernel_us, self.floor_us), "",
                  _target(self.ratio, "≤", RATIO_TARGET)),
             _row("kernel, the same steps as writes", self.write_us, "µs/step"),
-            _row("writes / floor", _ratios(self.write_us, self.floor_us), "",
+            _row("writes / floor", round_ratios(self.write_us, self.floor_us), "",
                  _target(self.write_ratio, "≤", RATIO_TARGET)),
             f"2. Resume of a {RESUME_STEPS:,}-step run (median)",
             _row("read + replay, new connection", [self.resume.fresh_ms], "ms",
@@ -454,7 +454,7 @@ class Report:
             f"3. Throughput, K = {self.k} runs x {self.k_steps} steps",
             _row(f"floor, {self.k} threads, own connections", self.floor_steps_s, "steps/s"),
             _row("kernel, kernel_worker processes", self.kernel_steps_s, "steps/s"),
-            _row("kernel / floor", _ratios(self.kernel_steps_s, self.floor_steps_s), "",
+            _row("kernel / floor", round_ratios(self.kernel_steps_s, self.floor_steps_s), "",
                  _target(self.throughput_ratio, "≥", THROUGHPUT_TARGET)),
         ]  # fmt: skip
 
@@ -469,7 +469,7 @@ class Report:
         )
 
 
-def _ratios(kernel: list[float], floor: list[float]) -> list[float]:
+def round_ratios(kernel: list[float], floor: list[float]) -> list[float]:
     """Each round's kernel figure over that round's floor."""
     return [k / f for k, f in zip(kernel, floor, strict=True)]
 

@@ -1,8 +1,38 @@
-"""Stopping the processes a test started, whatever state they are in."""
+"""The processes a test starts: Django scripts on the test database, and stopping whatever a
+test started, whatever state it is in."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+from collections.abc import Mapping
+
+from django.conf import settings
+from django.db import connection
+
+from agentos import database
+
+
+def run_django(
+    script: str, *, env: Mapping[str, str] | None = None, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run `script` in a fresh interpreter with Django set up on this test's database (`env`
+    instead of this process's environment, if given); its output captured as text."""
+    environment = {
+        **(os.environ if env is None else env),
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(connection.settings_dict),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", "import django\ndjango.setup()\n" + script],
+        env=environment,
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=check,
+    )
 
 
 def stop(process: subprocess.Popen[bytes], *, grace: float = 15) -> None:

@@ -205,10 +205,7 @@ class Report:
 
     @property
     def ratios(self) -> list[float]:
-        return [
-            engine / (2 * floor)
-            for engine, floor in zip(self.engine_turn_us, self.floor_step_us, strict=True)
-        ]
+        return kernel_bench.round_ratios(self.engine_turn_us, [2 * x for x in self.floor_step_us])
 
     @property
     def ratio(self) -> float:

@@ -7,22 +7,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from agentos import database
 from memory import embeddings, repository, search, store
 from memory.models import Note, Scope
 from memory.store import Draft
 from tests.memory.test_word_counts import counted, recounted
+from tests.processes import run_django
 
 JAN = datetime(2026, 1, 10, 9, 0, tzinfo=UTC)
 
@@ -66,8 +64,6 @@ def writer(memory_dir: Path, kill: str) -> subprocess.CompletedProcess[str]:
     script = textwrap.dedent(
         f"""
         import os, signal
-        import django
-        django.setup()
         from memory import repository, store
         real = repository.commit
         def commit(*args, **kwargs):
@@ -80,21 +76,7 @@ def writer(memory_dir: Path, kill: str) -> subprocess.CompletedProcess[str]:
                     message="killed")
         """
     )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "agentos.settings",
-        "DATABASE_URL": database.build_url(connection.settings_dict),
-        "AGENTOS_MEMORY_DIR": str(memory_dir),
-    }
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=settings.BASE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_django(script, env={**os.environ, "AGENTOS_MEMORY_DIR": str(memory_dir)})
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
-from agentos import database
 from memory import embeddings, search, store
 from memory.models import Note
 from memory.notes import NoteError
 from memory.store import Draft
+from tests.processes import run_django
 
 pytestmark = pytest.mark.django_db
 
@@ -176,10 +172,8 @@ def test_the_query_is_embedded_without_the_words_most_of_the_scope_holds(
 
 
 _TEAM = """
-import ctypes, os, sys
+import ctypes
 from concurrent.futures import ThreadPoolExecutor
-import django
-django.setup()
 from memory import embeddings
 def team():
     embeddings.query_vector("which animal lives with the owner?")
@@ -193,19 +187,10 @@ with ThreadPoolExecutor(max_workers=1) as pool:
 def _query_team(policy: str | None) -> tuple[int, str]:
     """A fresh process's OpenMP team for a query, and what its runtime said of its settings."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OMP_", "GOMP_"))}
-    env.update(DJANGO_SETTINGS_MODULE="agentos.settings", OMP_DISPLAY_ENV="TRUE")
-    env["DATABASE_URL"] = database.build_url(connection.settings_dict)
+    env["OMP_DISPLAY_ENV"] = "TRUE"
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
-    done = subprocess.run(  # this interpreter, a fixed script
-        [sys.executable, "-c", _TEAM],
-        env=env,
-        cwd=settings.BASE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = run_django(_TEAM, env=env, check=True)
     return int(done.stdout.split()[-1]), done.stderr
 
 
