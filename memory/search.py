@@ -36,9 +36,10 @@ CANDIDATES = 50
 NEAREST = 30
 EXACT_UP_TO = 20_000  # notes in the searched scopes; above, the HNSW index
 # The index's beam (`hnsw.ef_search`) for scopes that are all of the index, divided by their
-# share of it otherwise (up to pgvector's bound). Narrower (60, 77 tried) lost single-hop
-# answers in a scope padded to 100,000 notes, below the grep; wider (200) costs 3 ms more.
-BEAM = 100
+# share of it otherwise (up to pgvector's bound). Narrower lost single-hop answers in a scope
+# padded to 100,000 notes, below the grep: 60 and 77 on one build of the index, 100 on another
+# (an index is built in the order notes come, so two builds differ); 130 kept them on both.
+BEAM = 150
 MAX_BEAM = 1000
 MAX_WORDS = 12  # distinct query words looked up
 COMMON_FRACTION = 0.2  # a word in more of the scopes' notes than this is not a candidate filter
