@@ -730,9 +730,13 @@ class _RunnerKiller:
     def _loop(self) -> None:
         try:
             while not self.stopping.wait(0.05) and len(self.killed) < self.wanted:
+                # Checked before each kill, not once a sweep: a turn's two steps may run at once
+                # on two nodes, and one sweep would kill both when one was left to kill.
                 for host in self.hosts.nodes:
                     for active in sorted((host.state / "active").glob("*.json")):
                         step = _active_step(active)
+                        if len(self.killed) >= self.wanted:
+                            return
                         if step and step not in self.killed and step.startswith("run-"):
                             self._kill(host, step)
         except Exception as error:  # reported as a violation by the case

@@ -32,25 +32,17 @@ from pathlib import Path
 
 KERNEL_DIR = Path(os.environ.get("AGENTOS_VM_KERNEL_DIR", "/var/cache/agentos/vm-kernel"))
 BUSYBOX = Path("/bin/busybox")
-# Loaded in this order (each after what it depends on): the virtio PCI transport, the serial
-# ports the host reads the output from, the network card, then 9p.
+# What the guest needs: the virtio PCI transport, the serial ports the host reads the output from,
+# the network card, then 9p. Each is loaded after the modules its own `.modinfo` says it depends on
+# (they change between kernel updates: virtio itself needs virtio_ring from 6.1.0-57 on).
 MODULES = (
-    "virtio",
-    "virtio_ring",
-    "virtio_pci_legacy_dev",
-    "virtio_pci_modern_dev",
     "virtio_pci",
     "virtio_console",
-    "failover",
-    "net_failover",
     "virtio_net",
-    "netfs",
-    "fscache",
-    "9pnet",
     "9pnet_virtio",
     "9p",
 )
-IMAGE_FORMAT = 3  # bump when INIT or the layout changes: every node rebuilds its image
+IMAGE_FORMAT = 4  # bump when INIT or the layout changes: every node rebuilds its image
 
 # The guest's pid 1. Runs as guest root; only the host wrote what it reads (/run/agentos, from the
 # per-run archive). It never trusts the workspace. The command runs unprivileged with
@@ -141,7 +133,8 @@ def image(kernel_dir: Path = KERNEL_DIR, cache_dir: Path | None = None) -> Image
         host = Path("/", name)
         if host.is_dir() and not (host.is_symlink() and str(host.readlink()) == link):
             raise ImageError(f"level 2 needs a merged /usr: /{name} is not a link to {link}")
-    inputs = [vmlinuz, BUSYBOX, *(modules_dir / _module_path(modules_dir, m) for m in MODULES)]
+    modules = load_order(modules_dir)
+    inputs = [vmlinuz, BUSYBOX, *modules.values()]
     digest = hashlib.sha256(f"{IMAGE_FORMAT}\n{INIT}".encode())
     for path in inputs:
         info = path.stat()
@@ -167,10 +160,9 @@ def image(kernel_dir: Path = KERNEL_DIR, cache_dir: Path | None = None) -> Image
             archive.symlink(name, link)
         archive.file("init", INIT.encode(), 0o755)
         archive.file(".agentos/busybox", BUSYBOX.read_bytes(), 0o755)
-        for module in MODULES:
-            content = (modules_dir / _module_path(modules_dir, module)).read_bytes()
-            archive.file(f".agentos/modules/{module}.ko", _unsigned(content), 0o644)
-        archive.file(".agentos/modules.order", "\n".join(MODULES).encode() + b"\n", 0o644)
+        for module, path in modules.items():
+            archive.file(f".agentos/modules/{module}.ko", _unsigned(path.read_bytes()), 0o644)
+        archive.file(".agentos/modules.order", "\n".join(modules).encode() + b"\n", 0o644)
         _write(scratch / "initrd.cpio", archive.finish())
         _write(scratch / "complete", json.dumps({"kernel": str(vmlinuz)}).encode())
         _fsync_dir(scratch)
@@ -204,10 +196,61 @@ _MODULE_DIRS = (
 
 def _module_path(modules_dir: Path, name: str) -> Path:
     for directory in _MODULE_DIRS:
-        candidate = Path(directory) / f"{name}.ko"
-        if (modules_dir / candidate).is_file():
+        candidate = modules_dir / directory / f"{name}.ko"
+        if candidate.is_file():
             return candidate
     raise ImageError(f"the kernel module {name} is missing under {modules_dir}")
+
+
+def load_order(modules_dir: Path, wanted: tuple[str, ...] = MODULES) -> dict[str, Path]:
+    """Every module `wanted` needs, with what each depends on, each after its dependencies."""
+    order: dict[str, Path] = {}
+    visiting: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in visiting:
+            raise ImageError(f"the kernel modules depend on each other in a cycle: {visiting}")
+        visiting.append(name)
+        path = _module_path(modules_dir, name)
+        for dependency in _depends(path.read_bytes()):
+            visit(dependency)
+        visiting.pop()
+        order[name] = path
+
+    for name in wanted:
+        visit(name)
+    return order
+
+
+def _depends(module: bytes) -> list[str]:
+    """The `depends=` entry of a module's `.modinfo` section (NUL-separated key=value strings)."""
+    for entry in _elf_section(module, b".modinfo").split(b"\0"):
+        if entry.startswith(b"depends="):
+            return [name for name in entry[8:].decode().split(",") if name]
+    return []
+
+
+def _elf_section(elf: bytes, wanted: bytes) -> bytes:
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
+        raise ImageError("a kernel module is not a 64-bit little-endian ELF")
+    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+
+    def header(index: int) -> tuple[int, int, int]:
+        name, _type, _flags, _addr, offset, size = struct.unpack_from(
+            "<IIQQQQ", elf, shoff + index * shentsize
+        )
+        return name, offset, size
+
+    _, names_offset, _ = header(shstrndx)
+    for index in range(shnum):
+        name, offset, size = header(index)
+        end = elf.index(b"\0", names_offset + name)
+        if elf[names_offset + name : end] == wanted:
+            return elf[offset : offset + size]
+    return b""
 
 
 SIGNATURE_MAGIC = b"~Module signature appended~\n"
