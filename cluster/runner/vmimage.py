@@ -214,7 +214,11 @@ def load_order(modules_dir: Path, wanted: tuple[str, ...] = MODULES) -> dict[str
             raise ImageError(f"the kernel modules depend on each other in a cycle: {visiting}")
         visiting.append(name)
         path = _module_path(modules_dir, name)
-        for dependency in _depends(path.read_bytes()):
+        try:
+            depends = _depends(path.read_bytes())
+        except (struct.error, ValueError) as error:  # truncated, or not text where it should be
+            raise ImageError(f"the kernel module {path} is damaged: {error}") from error
+        for dependency in depends:
             visit(dependency)
         visiting.pop()
         order[name] = path

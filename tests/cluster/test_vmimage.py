@@ -64,6 +64,15 @@ def test_it_names_a_dependency_the_kernel_lacks(tmp_path: Path) -> None:
         vmimage.load_order(modules, ("virtio",))
 
 
+def test_it_names_a_damaged_module(tmp_path: Path) -> None:
+    modules = tree(tmp_path, {"virtio": ""})
+    path = modules / "drivers/virtio/virtio.ko"
+    path.write_bytes(path.read_bytes()[:100])
+
+    with pytest.raises(vmimage.ImageError, match=r"virtio\.ko is damaged"):
+        vmimage.load_order(modules, ("virtio",))
+
+
 def test_it_refuses_modules_that_depend_on_each_other(tmp_path: Path) -> None:
     modules = tree(tmp_path, {"virtio": "virtio_ring", "virtio_ring": "virtio"})
 
