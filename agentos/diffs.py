@@ -23,6 +23,7 @@ HEADER = "diff --git "
 # Lines git writes between a file's `diff --git` line and its first hunk, styled as the header.
 FILE_LINES = ("+++", "---", "index ")
 # Git's C-style quoting of a path (`core.quotePath`): these escapes, else three octal digits.
+OCTAL = re.compile(r"[0-7]{3}")
 UNQUOTED = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
@@ -104,7 +105,7 @@ def _unquote(text: str) -> tuple[str, int]:
         if char != "\\":
             out += char.encode()
             index += 1
-        elif text[index + 1 : index + 4].isdigit() and len(text[index + 1 : index + 4]) == 3:
+        elif OCTAL.fullmatch(text[index + 1 : index + 4]):
             out.append(int(text[index + 1 : index + 4], 8) & 0xFF)
             index += 4
         else:

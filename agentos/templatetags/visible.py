@@ -1,5 +1,6 @@
 """`{{ text|visible }}`: agent-written text with every hiding character shown as a marker
-(`agentos.visible`), escaped; `|visible:"lines"` keeps its line breaks (a commit message).
+(`agentos.visible`), escaped; `|visible:"lines"` keeps its line breaks (a commit message),
+`|visible:"name"` marks a tab too (a file name).
 `{% hidden_flag path %}`: a warning label after a name that hides characters."""
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ register = template.Library()
 
 
 @register.filter
-def visible(value: Any, lines: str = "") -> SafeString:
-    return markers.html(str(value), keep="\t\n" if lines == "lines" else "\t")
+def visible(value: Any, kind: str = "") -> SafeString:
+    keep = {"lines": "\t\n", "name": ""}.get(kind, "\t")
+    return markers.html(str(value), keep=keep)
 
 
 @register.simple_tag

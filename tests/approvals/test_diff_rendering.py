@@ -144,6 +144,18 @@ def test_it_opens_a_file_block_only_at_a_header_that_names_a_listed_path() -> No
     assert "diff --git a/evil.py b/evil.py" in [line.text for line in blocks[0].lines]
 
 
+def test_it_opens_a_block_for_an_unlisted_path_when_the_list_stops_at_its_cap() -> None:
+    diff = (
+        "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -0,0 +1 @@\n+x = 1\n"
+        "diff --git a/more.py b/more.py\n--- a/more.py\n+++ b/more.py\n@@ -0,0 +1 @@\n+y = 2\n"
+    )
+    lines, _ = diffs.diff_lines(diff)
+
+    blocks = diffs.diff_files(lines, [{"path": "app.py"}], complete=False)
+
+    assert [(block.path, block.added) for block in blocks] == [("app.py", 1), ("more.py", 1)]
+
+
 def test_it_reads_the_path_of_a_header_git_quoted(tmp_path: Path) -> None:
     name = HIDING_NAMES["right-to-left override"]
     diff = git_diff(tmp_path / "repo", {name: b"x\n"})

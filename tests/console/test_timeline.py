@@ -251,3 +251,19 @@ def test_a_file_name_that_hides_characters_is_escaped_and_flagged() -> None:
         assert "hidden characters in this name" in html, name
         hidden = next(char for char in name if char in "\u202e\u200b\x1b")
         assert hidden not in html
+
+
+def test_a_tool_output_and_its_input_show_what_hides() -> None:
+    found = step(
+        StepKind.TOOL_CALL,
+        name="git_status",
+        request={"call_id": "c1", "arguments": {"path": "a\u202eb"}},
+        result={"output": "## main\n M report\u202eyxt.py\n?? progress\r50%\n", "is_error": False},
+    )
+
+    html = rendered(found)
+
+    assert "\u202e" not in html
+    assert "\r" not in html
+    assert ' M report<span class="hidden-char" title="U+202E">&lt;U+202E&gt;</span>yxt.py\n' in html
+    assert 'progress<span class="hidden-char" title="U+000D">\u240d</span>50%' in html
