@@ -16,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agentos import diffs, visible
+from approvals import inbox
 from approvals.models import Approval
 from tests.approvals.factories import make_approval
 
@@ -326,3 +327,14 @@ def test_a_memory_proposal_shows_a_line_separator_escaped(owner_client: Client) 
     added = f"+Deploy on Fridays{marker('\u2028')}-never on Mondays"
     assert f'<span class="diff-add">{added}</span>' in content
     assert 'class="diff-del"' not in content
+
+
+def test_the_sentence_counts_commits_by_git_lines_and_a_subject_keeps_its_breaks() -> None:
+    request = {
+        "tool": "git_push",
+        "arguments": {"remote": "origin", "branch": "main"},
+        "preview": {"commits": "a9c4f2e Fix\x0cb1c2d3e Not a commit\u2028c3d4e5f Nor this"},
+    }
+
+    assert inbox.sentence(request, None) == "Push 1 commit to origin main"
+    assert inbox.one_line("rm \u2028 -rf\n\n /", 80) == "rm \u2028 -rf /"
