@@ -132,6 +132,11 @@ class DiffFile:
     def flagged(self) -> bool:
         return visible.has_hidden(self.path)
 
+    @property
+    def hiding_lines(self) -> bool:
+        """Some line of its diff holds a hiding character (a folded block shows no marker)."""
+        return any(visible.has_hidden(line.text, keep="\t") for line in self.lines)
+
 
 def diff_files(diff: list[DiffLine], files: list[Any], *, complete: bool = True) -> list[DiffFile]:
     """The shown diff cut at each file's header, with the status and size the preview lists

@@ -207,6 +207,7 @@ def test_the_page_shows_one_added_line_with_the_break_escaped(
     assert f'<span class="diff-add">{added}</span>' in content
     assert char not in content
     assert '<span class="diff-stat-add">+3</span>' in content
+    assert "hidden characters in its lines" in summaries(content)[0]
 
 
 def test_the_page_shows_a_crlf_file_with_each_carriage_return(
@@ -232,7 +233,9 @@ def test_the_page_opens_no_file_block_for_a_smuggled_header(
 
     content = page(owner_client, push_approval(diff, [{"path": "app.py", "status": "A"}]))
 
-    assert [s.split("</code>")[0] for s in summaries(content)] == ["<code>app.py"]
+    blocks = summaries(content)
+    assert [s.split("</code>")[0] for s in blocks] == ["<code>app.py"]
+    assert "hidden characters in its lines" in blocks[0]
     assert "docs.md" not in "".join(summaries(content))
     assert content.count('class="diff-add"') == 1
 
@@ -268,7 +271,9 @@ def test_the_page_escapes_and_flags_a_name_that_hides_characters(
     assert len(blocks) == 2
     flagged = next(block for block in blocks if marker(hidden) in block)
     assert NAME_FLAG in flagged
-    assert NAME_FLAG not in next(block for block in blocks if "plain.py" in block)
+    plain = next(block for block in blocks if "plain.py" in block)
+    assert NAME_FLAG not in plain
+    assert "hidden characters" not in plain
     assert hidden not in content
 
 
