@@ -5,6 +5,7 @@ questions, shared by the console and the API. Decisions go through `approvals.se
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from tools import registry
 
 SUBJECT_CHARS = 120
 MISSION_CHARS = 80
+ONE_LINE = re.compile(r"[ \t\n]+")
 
 
 def pending() -> Q:
@@ -109,7 +111,8 @@ def sentence(request: dict[str, Any], project: str | None) -> str:
     where = {"project": project or ""}
     if tool == "git_push":
         target = {"remote": arguments.get("remote", "origin"), "branch": arguments.get("branch")}
-        commits = [line for line in str(preview.get("commits") or "").splitlines() if line]
+        # One commit a line, as git wrote them: a subject may hold a form feed or U+2028.
+        commits = [line for line in str(preview.get("commits") or "").split("\n") if line]
         if commits:
             text = ngettext(
                 "Push %(count)d commit to %(remote)s %(branch)s",
@@ -141,7 +144,10 @@ def sentence(request: dict[str, Any], project: str | None) -> str:
 
 
 def one_line(text: str, chars: int) -> str:
-    return Truncator(" ".join(text.split())).chars(chars)
+    """`text` on one line: its runs of spaces, tabs and newlines as one space. Any other break
+    (`\r`, U+2028...) stays, for the page to show as a marker: `str.split()` would turn it into
+    a space and hide it."""
+    return Truncator(" ".join(ONE_LINE.split(text.strip(" \t\n")))).chars(chars)
 
 
 def goal_of(run: Run) -> str:

@@ -7,7 +7,6 @@ to itself, which then shows the outcome from the row (a reload never decides twi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -16,6 +15,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_safe
 
 from agentos import audit
+from agentos.diffs import diff_files, diff_lines
 from agentos.errors import DomainError
 from agentos.views import SCREENS_BY_SLUG, owner_required
 from approvals import inbox, service
@@ -23,8 +23,6 @@ from approvals.forms import AnswerForm, DecisionForm, VerdictForm
 from approvals.models import Approval, Question, Reconciliation, Status, Verdict
 from missions.models import Project
 from tools import registry
-
-MAX_DIFF_LINES = 4000
 
 
 @require_safe
@@ -205,15 +203,10 @@ def _decision_error(refused: DomainError, run_id: int) -> str:
     return messages.get(refused.code, refused.message)
 
 
-@dataclass(frozen=True)
-class DiffLine:
-    css: str
-    text: str
-
-
 # Parts of a preview shown in their own sections rather than as facts.
 PREVIEW_PARTS = {
     "diff",
+    "message",
     "commits",
     "files",
     "files_total",
@@ -225,72 +218,7 @@ PREVIEW_PARTS = {
 
 # What a call is bound to, shown only on demand: the owner checks them rarely, and they push
 # what matters below the fold of a phone.
-RAW_HASHES = ("commit", "tree", "remote_was")
-
-
-def diff_lines(diff: str) -> tuple[list[DiffLine], int]:
-    """A unified diff's lines with the class that styles each; and how many were left out."""
-    lines = diff.splitlines()
-    shown: list[DiffLine] = []
-    for line in lines[:MAX_DIFF_LINES]:
-        if line.startswith(("+++", "---", "diff --git", "index ")):
-            css = "diff-file"
-        elif line.startswith("+"):
-            css = "diff-add"
-        elif line.startswith("-"):
-            css = "diff-del"
-        elif line.startswith("@@"):
-            css = "diff-hunk"
-        else:
-            css = "diff-context"
-        shown.append(DiffLine(css, line))
-    return shown, max(0, len(lines) - MAX_DIFF_LINES)
-
-
-@dataclass
-class DiffFile:
-    """One file of a diff, folded on its own: its lines, and what it changes."""
-
-    path: str
-    status: str = ""
-    size: int | None = None
-    added: int = 0
-    removed: int = 0
-    lines: list[DiffLine] = field(default_factory=list)
-    in_diff: bool = True  # False: listed as changed, its part cut from the diff shown
-
-
-def diff_files(diff: list[DiffLine], files: list[Any]) -> list[DiffFile]:
-    """The shown diff cut at each file's header, with the status and size the preview lists
-    for that path; listed paths the (truncated) diff does not reach come last, without lines."""
-    listed = {str(f.get("path")): f for f in files if isinstance(f, dict)}
-    found: list[DiffFile] = []
-    for line in diff:
-        if line.text.startswith("diff --git ") or not found:
-            found.append(DiffFile(path=_path_of(line.text, listed)))
-        current = found[-1]
-        current.lines.append(line)
-        if line.css == "diff-add":
-            current.added += 1
-        elif line.css == "diff-del":
-            current.removed += 1
-    seen = {block.path for block in found}
-    found += [DiffFile(path=path, in_diff=False) for path in listed if path not in seen]
-    for block in found:
-        meta = listed.get(block.path) or {}
-        block.status = str(meta.get("status") or "")
-        size = meta.get("size")
-        block.size = size if isinstance(size, int) else None
-    return found
-
-
-def _path_of(header: str, listed: dict[str, Any]) -> str:
-    """The path a `diff --git a/X b/X` header names: a listed path it ends with, else its text."""
-    for path in listed:
-        if header.endswith((f" b/{path}", f' "b/{path}"')):
-            return path
-    _, _, rest = header.partition(" b/")
-    return rest or header.removeprefix("diff --git ")
+RAW_HASHES = ("commit", "parent", "tree", "remote_was")
 
 
 def _approval_context(
@@ -323,7 +251,7 @@ def _approval_context(
         "risk": str(request.get("risk", "")),
         "justification": str(request.get("justification", "")),
         "diff": diff,
-        "diff_files": diff_files(diff, files or []),
+        "diff_files": diff_files(diff, files or [], complete=_lists_all(preview, files or [])),
         "diff_hidden": hidden,
         # What the call is bound to besides its arguments (a push's commit and tree...), as facts.
         "preview_facts": [
@@ -333,6 +261,7 @@ def _approval_context(
         ],
         "hashes": [(k, preview[k]) for k in RAW_HASHES if preview.get(k)],
         "commits": str(preview.get("commits") or ""),
+        "message": str(preview.get("message") or ""),
         "files": files,
         "files_total": preview.get("files_total"),
         "diff_truncated": bool(preview.get("diff_truncated")),
@@ -347,3 +276,9 @@ def _approval_context(
         "form": form,
         "error": error,
     }
+
+
+def _lists_all(preview: dict[str, Any], files: list[Any]) -> bool:
+    """Whether the preview lists every changed file (it stops at a cap)."""
+    total = preview.get("files_total")
+    return not isinstance(total, int) or total <= len(files)

@@ -22,8 +22,8 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods, require_safe
 
 from agentos import audit, tokens
+from agentos.diffs import diff_lines
 from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
-from approvals.views import diff_lines
 from memory import curation, overview, search
 from memory.errors import MemoryRefused
 from memory.models import Scope
@@ -113,13 +113,16 @@ def memory_index(request: HttpRequest) -> HttpResponse:
         "scopes": summaries,
         "form": form,
         "hits": None if hits is None else [{"hit": hit, "events": links(hit)} for hit in hits],
-        "proposals": [
-            {"proposal": proposal, "diff": diff_lines(proposal.diff)[0]} for proposal in pending
-        ],
+        "proposals": [_proposal(proposal) for proposal in pending],
         "proposals_total": pending_total,
         "collected_at": timezone.now(),
     }
     return render(request, "memory/index.html", context, status=status)
+
+
+def _proposal(proposal: overview.Proposal) -> dict[str, Any]:
+    lines, hidden = diff_lines(proposal.diff)
+    return {"proposal": proposal, "diff": lines, "diff_hidden": hidden}
 
 
 @require_http_methods(["GET", "HEAD", "POST"])

@@ -204,3 +204,66 @@ def test_checkpoints_are_said_in_words() -> None:
         failed.summary
         == "No count from the provider (overloaded: Overloaded): the estimate decides"
     )
+
+
+def test_a_diff_splits_only_where_git_does_and_shows_what_hides() -> None:
+    diff = (
+        "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1 +1,2 @@\n import os\n"
+        "+x = 1\u2028-os.system('sh')\x0cdiff --git a/docs.md b/docs.md\n"
+    )
+    found = step(
+        StepKind.TOOL_CALL,
+        name="git_diff",
+        request={"call_id": "c1", "arguments": {}},
+        result={"output": diff, "is_error": False},
+    )
+
+    html = rendered(found)
+
+    assert "diff-del" not in html
+    assert (
+        '<span class="diff-add">+x = 1<span class="hidden-char" title="U+2028">&lt;U+2028&gt;'
+        "</span>-os.system(&#x27;sh&#x27;)"
+        '<span class="hidden-char" title="U+000C">\u240c</span>diff --git a/docs.md b/docs.md'
+        "</span>"
+    ) in html
+    assert "\u2028" not in html
+    assert "\x0c" not in html
+
+
+def test_a_file_name_that_hides_characters_is_escaped_and_flagged() -> None:
+    for name, quoted in [
+        ("report\u202eyxt.py", '"b/report\\342\\200\\256yxt.py"'),
+        ("set\u200btings.py", "b/set\u200btings.py"),
+        ("log\x1b[2Kclean.py", '"b/log\\033[2Kclean.py"'),
+    ]:
+        a_side = quoted.replace("b/", "a/", 1)
+        question = {
+            "type": "approval",
+            "tool": "git_push",
+            "arguments": {"remote": "origin", "branch": "main"},
+            "preview": {"diff": f"diff --git {a_side} {quoted}\n+++ {quoted}\n+x\n"},
+        }
+        found = step(StepKind.WAIT_HUMAN, name="owner", request={"question": question})
+
+        html = rendered(found)
+
+        assert "hidden characters in this name" in html, name
+        hidden = next(char for char in name if char in "\u202e\u200b\x1b")
+        assert hidden not in html
+
+
+def test_a_tool_output_and_its_input_show_what_hides() -> None:
+    found = step(
+        StepKind.TOOL_CALL,
+        name="git_status",
+        request={"call_id": "c1", "arguments": {"path": "a\u202eb"}},
+        result={"output": "## main\n M report\u202eyxt.py\n?? progress\r50%\n", "is_error": False},
+    )
+
+    html = rendered(found)
+
+    assert "\u202e" not in html
+    assert "\r" not in html
+    assert ' M report<span class="hidden-char" title="U+202E">&lt;U+202E&gt;</span>yxt.py\n' in html
+    assert 'progress<span class="hidden-char" title="U+000D">\u240d</span>50%' in html
