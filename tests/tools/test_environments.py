@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from cluster import environments
 from cluster.models import Placement
+from missions import environments as project_environments
 from missions.models import Mission
 from tests.tools.conftest import AgentRun, calls, outputs
+from tools import workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,9 +33,8 @@ def test_the_projects_commands_run_with_its_environment_built_once(
 ) -> None:
     mission, _ = hostile_mission
     project = mission.project
-    project.environment_setup = SETUP
-    project.save()
-    expected = environments.of_project(project.pk, SETUP)
+    project = project_environments.configure(project, setup=SETUP)
+    expected = project_environments.of_project(project)
     assert expected is not None
 
     run = hostile(
@@ -66,11 +66,9 @@ def test_changed_setup_commands_build_a_new_version_beside_the_old(
 ) -> None:
     mission, _ = hostile_mission
     project = mission.project
-    project.environment_setup = SETUP
-    project.save()
+    project_environments.configure(project, setup=SETUP)
     before = hostile([shell("greet"), FINISH])
-    project.environment_setup = SETUP.replace("greetings", "hello")
-    project.save()
+    project_environments.configure(project, setup=SETUP.replace("greetings", "hello"))
 
     after = hostile([shell("greet"), FINISH])
 
@@ -83,8 +81,7 @@ def test_a_failing_setup_is_told_to_the_model_and_nothing_runs(
 ) -> None:
     mission, _ = hostile_mission
     project = mission.project
-    project.environment_setup = "echo no toolchain here >&2; exit 3"
-    project.save()
+    project_environments.configure(project, setup="echo no toolchain here >&2; exit 3")
 
     run = hostile([shell("touch ran.txt"), FINISH])
 
@@ -93,3 +90,54 @@ def test_a_failing_setup_is_told_to_the_model_and_nothing_runs(
     assert "the setup command of environment" in out["output"]
     assert "no toolchain here" in out["output"]
     assert not (Path(run.workspace) / "ran.txt").exists()
+
+
+# Each way a file of the repository feeds the setup commands: (the file, the project's content,
+# the setup commands). The setup writes what it read to /env/marker.
+FED = {
+    "script": (
+        "setup.sh",
+        "#!/bin/sh\nmkdir -p /env && echo project > /env/marker\n",
+        "./setup.sh",
+    ),
+    "requirements": (
+        "requirements.txt",
+        "project\n",
+        "mkdir -p /env && sed -n 1p requirements.txt > /env/marker",
+    ),
+    "package": ("package.json", "project\n", "mkdir -p /env && cat package.json > /env/marker"),
+    "sourced": (
+        "env.sh",
+        "MARK=project\n",
+        '. ./env.sh && mkdir -p /env && echo "$MARK" > /env/marker',
+    ),
+}
+
+
+@pytest.mark.parametrize("way", sorted(FED))
+def test_a_run_that_rewrites_what_the_setup_reads_gets_the_projects_environment(
+    hostile: AgentRun, hostile_mission: tuple[Mission, Path], way: str
+) -> None:
+    mission, repo = hostile_mission
+    name, content, setup = FED[way]
+    (repo / name).write_text(content)
+    (repo / name).chmod(0o755)
+    workspace.host_git(repo, "add", name)
+    workspace.host_git(repo, "commit", "--quiet", "-m", f"{name} of the project")
+    project_environments.configure(mission.project, setup=setup)
+    hostile_content = content.replace("project", "hostile")
+
+    run = hostile(
+        [
+            calls(("read_file", {"path": name})),
+            calls(("write_file", {"path": name, "content": hostile_content})),
+            calls(("git_commit", {"message": "mine"})),
+            shell("cat /env/marker; pwd"),
+            FINISH,
+        ]
+    )
+    later = hostile([shell("cat /env/marker"), FINISH])
+
+    assert run.status == "done", run.error
+    assert outputs(run, "shell")[0]["output"].splitlines()[0] == "project"
+    assert outputs(later, "shell")[0]["output"].splitlines()[0] == "project"
