@@ -387,13 +387,18 @@ def pin_project_head(repository: str, ref: str) -> str:
     if not ref.startswith("refs/agentos/") or ref.startswith("refs/agentos/run-"):
         raise ValueError(f"{ref} is not a ref of ours")
     stage = staging(repository)
+    no_commit = ToolError("The project's repository has no commit on its default branch.")
+    if host_git(
+        Path(repository), "rev-parse", "--verify", "--quiet", "HEAD", check=False
+    ).returncode:
+        raise no_commit  # an empty repository: its HEAD names a branch not made yet
     with _locked(stage):
         _fetch_project(stage, repository)
         found = host_git(
             stage, "rev-parse", "--verify", "--quiet", f"{PROJECT_HEAD}^{{commit}}", check=False
         )
         if found.returncode != 0:
-            raise ToolError("The project's repository has no commit on its default branch.")
+            raise no_commit
         sha = found.stdout.strip()
         host_git(stage, "update-ref", ref, sha)
     return sha
