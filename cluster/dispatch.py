@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import socket
@@ -173,10 +174,7 @@ def execute(
         try:
             if environment is not None:
                 ensure_environment(
-                    lambda method, params, node=node: nodes.call(
-                        node, method, params, timeout=SETUP_TIMEOUT
-                    ),
-                    environment,
+                    functools.partial(nodes.call, node, timeout=SETUP_TIMEOUT), environment
                 )
             endpoint = nodes.endpoint(node)
             with (
