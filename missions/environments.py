@@ -101,7 +101,8 @@ def build(project_id: int) -> None:
     _record(project_id, version, EnvironmentStatus.BUILDING, "")
     try:
         sandbox.build_environment(environment)
-    except SandboxUnavailable as error:
+    # Any refusal is the build's outcome: a status left at "building" would say nothing.
+    except (SandboxUnavailable, ToolError, ValueError, OSError) as error:
         _record(project_id, version, EnvironmentStatus.FAILED, str(error))
         return
     _record(project_id, version, EnvironmentStatus.BUILT, f"{environment.label} is built.")
