@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import socket
@@ -70,6 +71,46 @@ class StepRef:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """A project's environment to build on a node that lacks it (`cluster.environments`):
+    `profile(workdir)` is the setup command's profile in the directory `checkout` makes (a clean
+    checkout of the project, removed after), made only when the node lacks the version."""
+
+    name: str
+    version: str
+    profile: Callable[[Path], dict[str, Any]] = field(compare=False, repr=False)
+    checkout: Callable[[], contextlib.AbstractContextManager[Path]] = field(
+        compare=False, repr=False
+    )
+
+
+def ensure_environment(call: Callable[[str, dict[str, Any]], Any], setup: Setup) -> None:
+    """Build `setup` through `call` (a node's runner) unless that node has it already: the
+    checkout is made (and removed) only for a build. The runner takes a lock per version and
+    answers a complete one at once, so two callers racing build it once."""
+    built = call("environments", {})
+    if any(
+        isinstance(item, dict)
+        and (item.get("name"), item.get("version")) == (setup.name, setup.version)
+        for item in built or []
+    ):
+        return
+    with setup.checkout() as workdir:
+        call(
+            "build_environment",
+            {"name": setup.name, "version": setup.version, "profile": setup.profile(workdir)},
+        )
+
+
+def execute_build(setup: Setup, *, stopping: threading.Event | None = None) -> None:
+    """Build `setup` on the local node unless it has it (an owner's rebuild)."""
+    handler = local_node()
+    ensure_environment(
+        lambda method, params: handler.call(method, params, stopping=stopping), setup
+    )
+
+
+@dataclass(frozen=True)
 class Needs:
     """What placement weighs: the level the node must offer and the profile's limits."""
 
@@ -94,7 +135,7 @@ def execute(
     step: StepRef | None,
     needs: Needs,
     stopping: threading.Event | None = None,
-    environment: dict[str, Any] | None = None,
+    environment: Setup | None = None,
 ) -> dict[str, Any]:
     """Run `profile` on a node; raises `RpcError` as the runner answered it (-32602 a bad
     profile, -32010 a stale fence, -32011 no node can run it now).
@@ -103,12 +144,13 @@ def execute(
     fence. 3. Call `run` there; a stop asked meanwhile is sent as `cancel`. 4. A lost node: mark
     the attempt lost, go to 1. 5. Record the runner's answer (or refusal) on the attempt.
 
-    `environment` (`build_environment`'s params) is built on the node first if it lacks that
-    version (the runner answers at once when it has it)."""
+    `environment` is built on the node first if it lacks that version (`ensure_environment`)."""
     if step is None:
         handler = local_node()
         if environment is not None:
-            handler.call("build_environment", environment, stopping=stopping)
+            ensure_environment(
+                lambda method, params: handler.call(method, params, stopping=stopping), environment
+            )
         return handler.execute(parse_profile(profile), profile, stopping=stopping)
     # The registry's models: imported here, as `cluster.sandbox` (and so this module) also serves
     # programs that run without Django's apps.
@@ -131,7 +173,9 @@ def execute(
         attempt = placement.place(step_id=step.step_id, key=step.key, node=node, epoch=step.fence)
         try:
             if environment is not None:
-                nodes.call(node, "build_environment", environment, timeout=SETUP_TIMEOUT)
+                ensure_environment(
+                    functools.partial(nodes.call, node, timeout=SETUP_TIMEOUT), environment
+                )
             endpoint = nodes.endpoint(node)
             with (
                 _egress_on(endpoint, profile) as placed,

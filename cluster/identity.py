@@ -24,6 +24,9 @@ from pathlib import Path
 from django.conf import settings
 
 DEFAULT_USER = "agentos-sandbox"
+# Who builds the projects' environments (`cluster.environments`): no run's uid, and not the
+# sandbox user either, so no command of a run or of the owner's ever shares its files.
+BUILD_USER = "agentos-env"
 # Per-run uids (and gids) start here: far above any uid a distribution or a directory service
 # allocates (useradd stops at 60000, systemd's dynamic and container ranges end below 2**31).
 UID_BASE = 2_000_000_000
@@ -63,6 +66,17 @@ def identity(run_id: int | None = None) -> tuple[int, int]:
         if name not in _identities:
             _identities[name] = _ensure_user(name)
         return _identities[name]
+
+
+def builder() -> tuple[int, int]:
+    """(uid, gid) that environments are built as: the named build user when we are root (created
+    if missing), our own ids otherwise."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    with _identity_lock:
+        if BUILD_USER not in _identities:
+            _identities[BUILD_USER] = _ensure_user(BUILD_USER)
+        return _identities[BUILD_USER]
 
 
 def _run_identity(run_id: int) -> tuple[int, int]:
@@ -151,12 +165,12 @@ def _user_lock() -> Iterator[None]:
         os.close(fd)
 
 
-def give(path: Path, run_id: int | None = None) -> None:
-    """Make a directory tree the sandbox identity's own (`run_id`'s, when root; a no-op
-    otherwise). Symlinks are changed themselves, never followed."""
+def give(path: Path, run_id: int | None = None, *, build: bool = False) -> None:
+    """Make a directory tree the sandbox identity's own (`run_id`'s, or the builder's with
+    `build`, when root; a no-op otherwise). Symlinks are changed themselves, never followed."""
     if os.geteuid() != 0:
         return
-    uid, gid = identity(run_id)
+    uid, gid = builder() if build else identity(run_id)
     os.chown(path, uid, gid, follow_symlinks=False)
     if path.is_symlink() or not path.is_dir():
         return

@@ -25,10 +25,12 @@ Callers (the tools, `manage.py sandbox_exec`) use `for_level`, `identity` and `g
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,10 +40,12 @@ from cluster.dispatch import StepRef as StepRef
 from cluster.environments import Environment as Environment
 
 # Re-exported (the `as` form): callers import the sandbox's whole surface from here.
+from cluster.identity import BUILD_USER as BUILD_USER
 from cluster.identity import DEFAULT_USER as DEFAULT_USER
 from cluster.identity import MAX_RUN_ID as MAX_RUN_ID
 from cluster.identity import UID_BASE as UID_BASE
 from cluster.identity import SandboxUnavailable as SandboxUnavailable
+from cluster.identity import builder as builder
 from cluster.identity import give as give
 from cluster.identity import identity as identity
 from cluster.identity import identity_name as identity_name
@@ -136,7 +140,8 @@ class Sandbox(Protocol):
     With `step` the run belongs to that journaled step: the node fences it and keeps its result
     under the step's key, and a second call with that key answers the first result.
     With `environment` (`cluster.environments`) the project's frozen environment is read-only at
-    /env (/env/bin first on PATH), built first on the chosen node if it lacks that version.
+    /env (/env/bin first on PATH), built first on the chosen node if it lacks that version: in
+    its own clean checkout, as the build user, without network (never in `workdir`, as the run).
     """
 
     level: int
@@ -268,21 +273,61 @@ class NodeSandbox:
         setup = None
         if environment is not None:
             built["environment"] = {"name": environment.name, "version": environment.version}
-            # Built at level 1 whatever the command's level: the node freezes what it made.
-            setup = {
-                "name": environment.name,
-                "version": environment.version,
-                "profile": profile(
-                    1,
-                    ["/bin/sh", "-c", environment.setup],
-                    workdir,
-                    Limits(wall_seconds=environments.SETUP_SECONDS),
-                    _ready(),
-                    run_id=run_id,
-                    egress=egress,
-                ),
-            }
+            setup = _setup(environment)
         return _execute(built, step, stopping, setup)
+
+
+def _setup(environment: Environment) -> dispatch.Setup:
+    """What a node lacking `environment` builds it from: its setup commands at level 1 (whatever
+    the command's level: the node freezes what it made), in its clean checkout, as the build
+    user, without network (no egress: a build belongs to no run)."""
+    tools = _ready()
+
+    def setup_profile(workdir: Path) -> dict[str, Any]:
+        return profile(
+            1,
+            ["/bin/sh", "-c", environment.setup],
+            workdir,
+            Limits(wall_seconds=environments.SETUP_SECONDS),
+            tools,
+            build=True,
+        )
+
+    return dispatch.Setup(
+        environment.name,
+        environment.version,
+        setup_profile,
+        environment.checkout or _empty_directory,
+    )
+
+
+@contextlib.contextmanager
+def _empty_directory() -> Iterator[Path]:
+    """Where a project without repository builds: an empty directory of the build user."""
+    with tempfile.TemporaryDirectory(prefix="agentos-env-", dir="/tmp") as scratch:
+        give(Path(scratch), build=True)
+        yield Path(scratch)
+
+
+def build_environment(environment: Environment, *, stopping: threading.Event | None = None) -> None:
+    """Build `environment` on the local node now, unless it is there already (the owner's
+    rebuild). Raises `SandboxUnavailable` with the node's words when the build fails."""
+    try:
+        dispatch.execute_build(_setup(environment), stopping=stopping)
+    except RpcError as error:
+        raise SandboxUnavailable(error.message) from None
+
+
+def run_as_builder(
+    argv: list[str], *, workdir: Path, limits: Limits = DEFAULT_LIMITS, git_writable: bool = False
+) -> Result:
+    """One command at level 1 on the local node as the build user (a clean checkout's own
+    `git reset`, inside the sandbox like a run's)."""
+    return _execute(
+        profile(1, argv, workdir, limits, _ready(), git_writable=git_writable, build=True),
+        None,
+        None,
+    )
 
 
 class BwrapSandbox(NodeSandbox):
@@ -306,10 +351,12 @@ def profile(
     stdin: bytes = b"",
     stderr_apart: bool = False,
     egress: Egress | None = None,
+    build: bool = False,
 ) -> dict[str, Any]:
-    """The runner profile of one command (docs/cluster.md): the identity, the limits and the
-    seccomp program are decided here, on the control plane; the node checks and enforces them."""
-    uid, gid = identity(run_id)
+    """The runner profile of one command (docs/cluster.md): the identity (the run's, or the
+    build user's with `build`), the limits and the seccomp program are decided here, on the
+    control plane; the node checks and enforces them."""
+    uid, gid = builder() if build else identity(run_id)
     return {
         "level": level,
         "argv": list(argv),
@@ -317,7 +364,7 @@ def profile(
         "writable": git_writable,
         "uid": uid,
         "gid": gid,
-        "user": identity_name(run_id),
+        "user": BUILD_USER if build else identity_name(run_id),
         "limits": asdict(limits),
         "seccomp": None if tools is None else base64.b64encode(tools.seccomp).decode(),
         # Egress (cluster.egress.attach): the proxy variables with the run's token, the one
@@ -334,7 +381,7 @@ def _execute(
     built: dict[str, Any],
     step: StepRef | None,
     stopping: threading.Event | None,
-    environment: dict[str, Any] | None = None,
+    environment: dispatch.Setup | None = None,
 ) -> Result:
     limits = built["limits"]
     needs = dispatch.Needs(built["level"], limits["memory_bytes"], limits["disk_bytes"])

@@ -8,6 +8,9 @@ from missions.models import Mission, ModelInfo, ModelPrice, Project, RoleRoute
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["name", "repository", "created_at"]
+    # Set on the project's page or through the API (`missions.environments`): saving the setup
+    # commands pins the commit they run on, which an edit here would skip.
+    readonly_fields = ["environment_setup"]
 
 
 @admin.register(Mission)

@@ -24,6 +24,7 @@ from agentos import audit
 from agentos.schemas import Text
 from kernel import budgets
 from missions import endpoints, keys, launch, projects, schedules
+from missions import environments as project_environments
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
 from tools import levels
@@ -119,6 +120,58 @@ def refresh_project(request: HttpRequest, project_id: int) -> Project:
 @router.get("/projects/{project_id}", response=ProjectOut, tags=["projects"], summary="A project")
 def get_project(request: HttpRequest, project_id: int) -> Project:
     return project_or_404(project_id)
+
+
+class EnvironmentIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    setup: str = Field(
+        max_length=project_environments.MAX_SETUP,
+        description="Shell commands that fill /env; empty removes the environment",
+    )
+
+
+class EnvironmentOut(Schema):
+    setup: str = Field(alias="environment_setup")
+    commit: str = Field(alias="environment_commit", description="What the setup runs on")
+    version: str = Field(alias="environment_version", description="Of (setup, commit)")
+    status: str = Field(alias="environment_status")
+    log: str = Field(alias="environment_log")
+    changed_at: datetime | None = Field(alias="environment_changed_at")
+
+
+@router.get(
+    "/projects/{project_id}/environment",
+    response=EnvironmentOut,
+    tags=["projects"],
+    summary="A project's environment: setup commands, pinned commit, version and last build",
+)
+def get_environment(request: HttpRequest, project_id: int) -> Project:
+    return project_or_404(project_id)
+
+
+@router.put(
+    "/projects/{project_id}/environment",
+    response={202: EnvironmentOut},
+    tags=["projects"],
+    summary="Set a project's environment setup commands; pins the default branch head, builds",
+)
+def put_environment(
+    request: HttpRequest, project_id: int, payload: EnvironmentIn
+) -> Status[Project]:
+    project = project_environments.configure(project_or_404(project_id), setup=payload.setup)
+    return Status(202, project)
+
+
+@router.post(
+    "/projects/{project_id}/environment/rebuild",
+    response={202: EnvironmentOut},
+    tags=["projects"],
+    summary="Rebuild a project's environment on its default branch head, as it is now",
+)
+def rebuild_environment(request: HttpRequest, project_id: int) -> Status[Project]:
+    project = project_environments.rebuild(project_or_404(project_id))
+    return Status(202, project)
 
 
 # --- Missions -----------------------------------------------------------------------------------

@@ -8,6 +8,16 @@ from django.utils.translation import gettext_lazy as _
 from kernel.models import Account
 
 
+class EnvironmentStatus(models.TextChoices):
+    """Where the owner's build of a project's environment is."""
+
+    NONE = "none", _("No environment")
+    QUEUED = "queued", _("Queued")
+    BUILDING = "building", _("Building")
+    BUILT = "built", _("Built")
+    FAILED = "failed", _("Failed")
+
+
 class Project(models.Model):
     name = models.CharField(_("name"), max_length=120, unique=True)
     description = models.TextField(_("description"), blank=True)
@@ -15,19 +25,33 @@ class Project(models.Model):
     repository = models.CharField(_("git repository (local path)"), max_length=500, blank=True)
     # Where `repository` was cloned from, when the owner gave a URL: its `origin`.
     clone_url = models.CharField(_("cloned from"), max_length=500, blank=True, editable=False)
-    # Its frozen environment (`cluster.environments`): built once per version of these commands
-    # on each node that runs its commands, then read-only at /env for every one of them.
+    # Its frozen environment (`cluster.environments`): built once per version of (these
+    # commands, `environment_commit`) on each node that runs its commands, in a clean checkout of
+    # that commit, then read-only at /env for every one of them. Changed through
+    # `missions.environments` only: saving the commands pins the commit.
     environment_setup = models.TextField(
         _("environment setup"),
         blank=True,
         help_text=_(
-            "Shell commands that install the project's toolchain and packages into /env (run in"
-            " the sandbox, in a worktree of the project, once per version of these commands on"
-            " each node), e.g. python3 -m venv /env && /env/bin/pip install -r requirements.txt."
-            " Every command of the project's agents then sees /env read-only, /env/bin first on"
-            " its PATH."
+            "Shell commands that install the project's toolchain and packages into /env, e.g."
+            " python3 -m venv /env && /env/bin/pip install -r requirements.txt. They run in the"
+            " sandbox, without network, in a clean checkout of the project's default branch as"
+            " it was when you saved them or last rebuilt, never in a run's worktree. Every command"
+            " of the project's agents then sees /env read-only, /env/bin first on its PATH."
         ),
     )
+    # The commit the setup runs on: the project's default branch head when the owner saved the
+    # commands or pressed Rebuild (resolved in the staging repository, never a run's ref).
+    environment_commit = models.CharField(
+        _("environment commit"), max_length=64, blank=True, editable=False
+    )
+    # The owner's last build (`missions.environments.build`) of `environment_version`.
+    environment_version = models.CharField(max_length=16, blank=True, editable=False)
+    environment_status = models.CharField(
+        max_length=16, choices=EnvironmentStatus, default=EnvironmentStatus.NONE, editable=False
+    )
+    environment_log = models.TextField(blank=True, editable=False)
+    environment_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 
 from agentos.views import SCREENS_BY_SLUG, owner_required
 from kernel.models import Run
+from missions import environments as project_environments
 from missions import overview, projects
 from missions.errors import MissionError
 from missions.models import Mission, Project
@@ -117,10 +118,28 @@ def project_list(request: HttpRequest) -> HttpResponse:
     return render(request, "missions/projects.html", context, status=status)
 
 
+class EnvironmentForm(forms.Form):
+    setup = forms.CharField(
+        label=_("Environment setup"),
+        required=False,
+        max_length=project_environments.MAX_SETUP,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text=Project._meta.get_field("environment_setup").help_text,
+    )
+
+
 @require_safe
 @owner_required
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
+    form = EnvironmentForm(initial={"setup": project.environment_setup})
+    return _detail(request, project, form)
+
+
+def _detail(
+    request: HttpRequest, project: Project, form: EnvironmentForm, status: int = 200
+) -> HttpResponse:
     with_worktree = (
         Run.objects.filter(account__mission__project=project)
         .exclude(workspace="")
@@ -135,8 +154,41 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "worktree_days": settings.WORKTREE_DAYS,
         "credentials": RemoteCredential.objects.filter(project=project).order_by("remote"),
         "rules": PermissionRule.objects.filter(project=project).count(),
+        "environment_form": form,
     }
-    return render(request, "missions/project.html", context)
+    return render(request, "missions/project.html", context, status=status)
+
+
+@require_http_methods(["POST"])
+@owner_required
+def project_environment(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The owner's setup commands saved: the default branch head pinned, a build queued."""
+    project = get_object_or_404(Project, pk=project_id)
+    form = EnvironmentForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, project, form, status=400)
+    try:
+        project_environments.configure(project, setup=form.cleaned_data["setup"])
+    except MissionError as refused:
+        for messages_of in (refused.details or {}).get("fields", {}).values():
+            for message in messages_of:
+                form.add_error("setup", message)
+        return _detail(request, project, form, status=refused.status)
+    messages.success(request, _("Environment saved; its build is queued."))
+    return redirect("console:project", project_id=project.pk)
+
+
+@require_http_methods(["POST"])
+@owner_required
+def project_environment_rebuild(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        project_environments.rebuild(project)
+    except MissionError as refused:
+        messages.error(request, refused.message)
+    else:
+        messages.success(request, _("Rebuild queued on the default branch as it is now."))
+    return redirect("console:project", project_id=project.pk)
 
 
 @require_http_methods(["POST"])

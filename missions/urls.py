@@ -28,4 +28,14 @@ urlpatterns: list[URLPattern] = [
         project_views.project_refresh,
         name="project-refresh",
     ),
+    path(
+        "projects/<int:project_id>/environment/",
+        project_views.project_environment,
+        name="project-environment",
+    ),
+    path(
+        "projects/<int:project_id>/environment/rebuild/",
+        project_views.project_environment_rebuild,
+        name="project-environment-rebuild",
+    ),
 ]

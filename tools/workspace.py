@@ -41,6 +41,7 @@ GIT_TIMEOUT = 120
 STOP_POLL_SECONDS = 0.2
 READY = ".ready"  # beside a worktree: written once it is complete (host-owned, outside it)
 BASE_REF = "refs/agentos/base"  # in a run's repository: the commit it started from
+PROJECT_HEAD = "refs/agentos/project-head"  # in staging: the project's HEAD, as last fetched
 MAX_BUNDLE_BYTES = 2 << 30
 
 # Configuration every host-side git call carries, whatever repository it touches: nothing a
@@ -340,15 +341,7 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
 
     stage = staging(repository)
     with _locked(stage):
-        host_git(
-            stage,
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            repository,
-            "+refs/heads/*:refs/project/*",
-            "+HEAD:refs/agentos/project-head",
-        )
+        _fetch_project(stage, repository)
         sha = _resolve_base(Path(repository), base)
         host_git(stage, "update-ref", f"refs/agentos/run-{run_id}/base", sha)
     path = root() / "worktrees" / f"run-{run_id}"
@@ -372,6 +365,43 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
     building.rename(path)
     write_marker(marker, identity)
     return path
+
+
+def _fetch_project(stage: Path, repository: str) -> None:
+    """The project's branches and HEAD, as the project's repository has them, into staging."""
+    host_git(
+        stage,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        repository,
+        "+refs/heads/*:refs/project/*",
+        f"+HEAD:{PROJECT_HEAD}",
+    )
+
+
+def pin_project_head(repository: str, ref: str) -> str:
+    """The commit of the project's default branch head (its repository's HEAD, fetched into the
+    staging repository), kept there under `ref` so that it stays fetchable whatever the
+    project's branches do next. Never a run's worktree, never a ref a run wrote."""
+    if not ref.startswith("refs/agentos/") or ref.startswith("refs/agentos/run-"):
+        raise ValueError(f"{ref} is not a ref of ours")
+    stage = staging(repository)
+    no_commit = ToolError("The project's repository has no commit on its default branch.")
+    if host_git(
+        Path(repository), "rev-parse", "--verify", "--quiet", "HEAD", check=False
+    ).returncode:
+        raise no_commit  # an empty repository: its HEAD names a branch not made yet
+    with _locked(stage):
+        _fetch_project(stage, repository)
+        found = host_git(
+            stage, "rev-parse", "--verify", "--quiet", f"{PROJECT_HEAD}^{{commit}}", check=False
+        )
+        if found.returncode != 0:
+            raise no_commit
+        sha = found.stdout.strip()
+        host_git(stage, "update-ref", ref, sha)
+    return sha
 
 
 def adopt_base(repository: str, source_run: int, run_id: int) -> None:

@@ -17,6 +17,7 @@ from cluster import environments
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, Step, StepKind, Trust
+from missions import environments as project_environments
 from missions.engine import framing, relief
 from missions.models import Mission
 from missions.providers.base import ToolResult
@@ -69,11 +70,15 @@ def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Wo
 
 
 def project_of(ctx: RunContext) -> tuple[int, environments.Environment | None]:
-    """The run's project and its frozen environment (None: the project has no setup)."""
-    project_id, setup = Mission.objects.values_list("project_id", "project__environment_setup").get(
-        pk=ctx.run.account_id
-    )
-    return project_id, environments.of_project(project_id, setup)
+    """The run's project and its frozen environment (None: the project has no setup), as the
+    owner pinned it: the run's own repository input and worktree play no part in it."""
+    project_id, setup, commit, repository = Mission.objects.values_list(
+        "project_id",
+        "project__environment_setup",
+        "project__environment_commit",
+        "project__repository",
+    ).get(pk=ctx.run.account_id)
+    return project_id, project_environments.of(project_id, setup, commit, repository)
 
 
 def _base_checkpoint(ctx: RunContext) -> dict[str, str] | None:

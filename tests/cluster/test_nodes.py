@@ -27,7 +27,6 @@ from cluster import (
     deploy,
     dispatch,
     egress,
-    environments,
     nodes,
     placement,
     sandbox,
@@ -40,6 +39,7 @@ from cluster.models import LOCAL, ControlKey, Node, Placement
 from cluster.runner import bwrap
 from cluster.sandbox import Limits
 from kernel.models import Event, Run
+from missions import environments as project_environments
 from missions.models import Mission
 from tests.cluster.egress_fixtures import Upstream
 from tests.cluster.test_egress import make_run
@@ -469,10 +469,10 @@ def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
     node built the environment once and its steps, before and after the swap, used that build."""
     nodes.set_enabled(node=nodes.local_node(), enabled=False)
     mission, _ = hostile_mission
-    project = mission.project
-    project.environment_setup = "mkdir -p /env/bin && date +%s%N > /env/built"
-    project.save()
-    label = environments.of_project(project.pk, project.environment_setup)
+    project = project_environments.configure(
+        mission.project, setup="mkdir -p /env/bin && date +%s%N > /env/built"
+    )
+    label = project_environments.of_project(project)
     assert label is not None
     # What the nodes run now: an earlier test of the module may have swapped it already.
     old = (hosts.node("n1").root / "runner" / "current").readlink().name
