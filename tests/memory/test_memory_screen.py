@@ -78,7 +78,7 @@ def test_it_searches_with_path_scope_validity_and_verification(owner_client: Cli
     )  # fmt: skip
     store.write(
         "global",
-        [Draft("Jenkins is slow on Mondays", "Backups run.", valid_from=JAN, verified=True)],
+        [Draft("Jenkins is slow on Mondays", "Backups run.", valid_from=JAN, verified_by="owner")],
         author="owner",
         message="facts",
     )
