@@ -71,9 +71,7 @@ def add_note(
     return Note.objects.select_related("scope").get(scope__name=name, path=path)
 
 
-def verify_note(
-    *, scope: str, path: str, by: str, username: str, address: str | None
-) -> Note:
+def verify_note(*, scope: str, path: str, by: str, username: str, address: str | None) -> Note:
     """The owner's act on one note: it is verified from now, `verified_by` naming who (the
     owner, or the owner's token by its name), in the scope's history and the security log. 409
     if it is already verified or no longer holds."""

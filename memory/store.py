@@ -150,10 +150,11 @@ def propose(scope: str, draft: Draft, *, author: str, replaces: str = "") -> Pro
 def land(scope: str, draft: Draft, *, author: str, replaces: str = "") -> str:
     """An approved proposal written to the scope (idempotent: the same draft, the same note),
     its branch dropped; the note's path. `draft.valid_from` is the proposal's."""
-    if draft.valid_from is None:
+    proposed = draft.valid_from
+    if proposed is None:
         raise NoteError("A proposal lands with the time it was proposed at.")
     draft = _approved(draft)
-    note = _made(draft, author, draft.valid_from)
+    note = _made(draft, author, proposed)
     if replaces:
         current = Note.objects.filter(scope__name=scope, path=replaces).first()
         if current is not None and current.invalid_at is None:

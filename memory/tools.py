@@ -101,8 +101,9 @@ def _searching(env: ToolEnv, arguments: dict[str, Any]) -> str:
         until = f" until {hit.invalid_at:%Y-%m-%d}" if hit.invalid_at else ""
         events = ", ".join(str(e) for e in hit.source_events) or "none"
         lines.append(
-            f"{number}. [{hit.scope}] {hit.path} — {hit.title} (by {hit.author}, {state}; valid from"
-            f" {hit.valid_from:%Y-%m-%d}{until}; source events {events})\n   {hit.snippet}"
+            f"{number}. [{hit.scope}] {hit.path} — {hit.title} (by {hit.author}, {state};"
+            f" valid from {hit.valid_from:%Y-%m-%d}{until}; source events {events})\n"
+            f"   {hit.snippet}"
         )
     return "\n".join(lines)
 

@@ -116,10 +116,15 @@ def test_a_proposal_to_global_memory_waits_for_approval_then_lands(project: Proj
     assert run.status == "done", run.error
     landed = Note.objects.get(scope__name="global")
     assert landed.title == lesson["title"]
-    assert (landed.verified, landed.verified_by, landed.author) == (True, "approval", f"run:{run.pk}")
+    assert (landed.verified, landed.verified_by, landed.author) == (
+        True,
+        "approval",
+        f"run:{run.pk}",
+    )
     # What lands is what the diff showed, byte for byte.
     added = "".join(
-        line[1:] for line in diff.split(f"+++ b/{landed.path}\n", 1)[1].splitlines(keepends=True)
+        line[1:]
+        for line in diff.split(f"+++ b/{landed.path}\n", 1)[1].splitlines(keepends=True)
         if line.startswith("+")
     )
     assert store.read_file("global", landed.path) == added
