@@ -1,12 +1,14 @@
 """Only the owner makes knowledge verified: a note is verified by the owner's act on that very note
 (writing it, verifying it, approving the proposal that showed it), never by what a run does — a
 note citing the owner's answer or an approval, a header claiming the owner, a file whose
-`verified` no act backs. Notes verified by citation before are un-verified by migration."""
+`verified` no act backs, a file an agent's shell would plant in the repository (it cannot reach
+it). Notes verified by citation before are un-verified by migration."""
 
 from __future__ import annotations
 
 import importlib
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,15 @@ from memory.models import Note
 from memory.store import Draft
 from memory.tools import MEMORY_TOOL_NAMES
 from missions.models import Mission, Project
-from tests.tools.conftest import FINISH, calls, outputs
+from tests.tools.conftest import (  # the fixtures, for the shell test
+    FINISH,
+    AgentRun,
+    calls,
+    demo_base,  # noqa: F401
+    hostile,  # noqa: F401
+    hostile_mission,  # noqa: F401
+    outputs,
+)
 
 JAN = datetime(2026, 1, 10, 9, 0, tzinfo=UTC)
 
@@ -173,3 +183,42 @@ def test_the_migration_unverifies_notes_verified_by_citation_and_keeps_the_owner
     assert repository.log("project/7")[0][2] == (
         "Unverify notes verified by citing events: only the owner verifies a note"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_s_shell_cannot_reach_the_memory_repositories(
+    hostile: AgentRun,  # noqa: F811  # the fixture imported above
+    settings: Any,
+    demo_base: Path,  # noqa: F811
+) -> None:
+    # Beside the demo repository, where the sandbox's user could reach it were it mounted
+    # (not under /tmp, which the sandbox replaces with its own).
+    settings.MEMORY_DIR = demo_base / "memory"
+    (path,) = store.write("global", [Draft("Deploys on Fridays", "b", valid_from=JAN)],
+                          author="run:1", message="fact")  # fmt: skip
+    before = store.read_file("global", path)
+    where = repository.path_of("global")
+    forged = before.replace("verified: false", "verified: true")
+    run = hostile(
+        [
+            calls(
+                (
+                    "shell",
+                    {
+                        "command": f"ls {settings.MEMORY_DIR}; cat {where}/HEAD;"
+                        f" mkdir -p {where}/x && echo '{forged}' > {where}/x/{path.split('/')[-1]};"
+                        " echo rc=$?"
+                    },
+                )
+            ),
+            FINISH,
+        ]
+    )
+
+    assert run.status == "done", run.error
+    (shell,) = outputs(run, "shell")
+    assert "No such file or directory" in shell["output"]
+    assert "refs/heads" not in shell["output"]  # HEAD was not read
+    assert store.read_file("global", path) == before
+    assert not (where / "x").exists()
+    assert not Note.objects.filter(verified=True).exists()
