@@ -1,5 +1,5 @@
 """Durable memory over /api/v1/memory: the scopes, a scope's notes by pages and its git history,
-one note, search, and the owner's own notes and invalidations.
+one note, search, and the owner's own notes, verifications and invalidations.
 
 A scope's name has slashes (project/12, agent/executor). In a path it is taken whole
 (`/memory/scopes/project/12/notes`); a note is named by a scope and its path in the scope's
@@ -47,7 +47,12 @@ class NoteSummaryOut(Schema):
     title: str
     author: str = Field(description="'owner', or the run that wrote it ('run:<id>')")
     source_events: list[int] = Field(description="Journal events the note was drawn from")
-    verified: bool = Field(description="False: written by an agent, not confirmed yet")
+    verified: bool = Field(description="True only by an act of the owner on this note")
+    verified_by: str = Field(
+        description="The owner's act that verified it: 'owner', 'token:<name>' or 'approval'"
+        " (an approved proposal); empty when not verified"
+    )
+    verified_at: datetime | None = Field(description="When; null for an approved proposal's")
     confidence: float
     valid_from: datetime
     invalid_at: datetime | None
@@ -129,6 +134,13 @@ class NoteIn(Schema):
     valid_from: AwareDatetime | None = Field(None, description="When it holds from; now if absent")
 
 
+class VerifyIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: Text = Field(max_length=300, description=SCOPE_DOC)
+    path: Text = Field(max_length=300, description=PATH_DOC)
+
+
 class InvalidateIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
@@ -147,6 +159,8 @@ def note_out(note: Note, *, scope: str, body: bool = True) -> dict[str, Any]:
         "author": note.author,
         "source_events": list(note.source_events),
         "verified": note.verified,
+        "verified_by": note.verified_by,
+        "verified_at": note.verified_at,
         "confidence": note.confidence,
         "valid_from": note.valid_from,
         "invalid_at": note.invalid_at,
@@ -244,6 +258,17 @@ def add_note(request: HttpRequest, payload: NoteIn) -> Status[dict[str, Any]]:
         **_who(request),
     )
     return Status(201, note_out(note, scope=note.scope.name))
+
+
+@router.post(
+    "/memory/notes/verify",
+    response=NoteOut,
+    summary="Verify a note: the owner's act that makes it knowledge later runs are given (as data"
+    " saying who wrote it); 409 if already verified or no longer holding",
+)
+def verify_note(request: HttpRequest, payload: VerifyIn) -> dict[str, Any]:
+    note = curation.verify_note(scope=payload.scope, path=payload.path, **_who(request))
+    return note_out(note, scope=note.scope.name)
 
 
 @router.post(

@@ -10,10 +10,13 @@ For each note written (or changed) since the scope was last consolidated:
 3. **Outcome signal**: an agent's `lesson` stays only if its run ended `done`; a lesson of a run
    that failed, was cancelled or ran out of budget is invalidated (a run still going is looked at
    again next time).
-4. **Verification against the journal**: an agent's note is verified only when an event it cites
-   is the owner's (the owner said it); events that are not the note's run's are a forged
-   citation and the note is invalidated. A fact from tools or the web alone stays unverified
-   (`store.prompt_index` never puts it in a prompt).
+4. **Citations against the journal**: an agent's note citing events that are not its run's is a
+   forged citation, and the note is invalidated.
+
+Consolidation never verifies a note: citing events proves nothing of what the owner thinks of a
+note (a run's newest event may well be the owner's answer to another question, or an approval).
+Only the owner's act on that note verifies it (`memory.curation.verify_note`, an approved
+proposal, a note the owner wrote); `store.prompt_index` shows only those.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from datetime import datetime
 from django.db.models.functions import Lower
 from django.utils import timezone
 
-from kernel.models import TERMINAL, Event, Run, RunStatus, Trust
+from kernel.models import TERMINAL, Event, Run, RunStatus
 from memory import notes, store
 from memory.models import Note, Scope
 
@@ -41,7 +44,6 @@ class Report:
     superseded: list[str] = field(default_factory=list)
     lessons_dropped: list[str] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)
-    verified: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> int:
@@ -52,7 +54,6 @@ class Report:
                 self.superseded,
                 self.lessons_dropped,
                 self.forged,
-                self.verified,
             )
         )
 
@@ -69,10 +70,9 @@ def consolidate(scope: str, *, why: str) -> Report:
         fresh = sorted(recent.order_by("pk")[:RECENT], key=lambda n: (n.valid_from, n.path))
         report.looked_at = len(fresh)
         ended: dict[str, tuple[datetime, str]] = {}
-        verified: set[str] = set()
         cited: set[int] = set()
         runs = _runs_of(fresh)
-        owner_events, events_run = _events_of(fresh)
+        events_run = _events_of(fresh)
         for note in fresh:
             if note.path in ended:
                 continue
@@ -101,16 +101,10 @@ def consolidate(scope: str, *, why: str) -> Report:
             if note.type == "lesson" and status in TERMINAL and status != RunStatus.DONE:
                 ended[note.path] = (started, f"a lesson of a run that ended {status}")
                 report.lessons_dropped.append(note.path)
-                continue
-            if not note.verified and any(e in owner_events for e in note.source_events):
-                verified.add(note.path)
-                report.verified.append(note.path)
-                cited.update(e for e in note.source_events if e in owner_events)
-        if ended or verified:
+        if ended:
             store.amend(
                 row,
                 ended=ended,
-                verified=verified,
                 summary=f"Consolidate ({why}): {report.changed} change(s)",
                 author=AUTHOR,
                 events=sorted(cited),
@@ -154,10 +148,7 @@ def _runs_of(fresh: list[Note]) -> dict[int, str]:
     return dict(Run.objects.filter(pk__in=ids).values_list("pk", "status"))
 
 
-def _events_of(fresh: list[Note]) -> tuple[set[int], dict[int, int | None]]:
-    """Of the events the notes cite: the owner's, and the run each belongs to."""
+def _events_of(fresh: list[Note]) -> dict[int, int | None]:
+    """The run each event the notes cite belongs to."""
     ids = {event for note in fresh for event in note.source_events}
-    rows = list(Event.objects.filter(pk__in=ids).values_list("pk", "trust", "run_id"))
-    return {pk for pk, trust, _run in rows if trust == Trust.OWNER}, {
-        pk: run for pk, _trust, run in rows
-    }
+    return dict(Event.objects.filter(pk__in=ids).values_list("pk", "run_id"))

@@ -1,5 +1,6 @@
 """The owner's own changes to memory, from the console or the API: a note added (verified, the
-owner's word) or invalidated with a reason. Each goes through `memory.store` like an agent's
+owner's word), a note verified (the only way an agent's note becomes knowledge later runs are
+given), or one invalidated with a reason. Each goes through `memory.store` like an agent's
 write — scrubbed, committed to the scope's repository, indexed — and is in the security log in
 the same transaction (`memory.changed`: which note, by whom; never its text).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
 
 from agentos import audit
 from agentos.models import AuditEvent
@@ -42,8 +44,16 @@ def add_note(
         raise MemoryRefused(f"Unknown note type {type!r}; expected one of {', '.join(TYPES)}.")
     if valid_from is not None and valid_from.tzinfo is None:
         raise MemoryRefused("valid_from needs a time zone (e.g. 2026-03-01T00:00:00Z).")
-    # The owner's word: verified, and as sure as a note gets.
-    draft = Draft(title, body, type=type, valid_from=valid_from, verified=True, confidence=1.0)
+    # The owner's word: verified by this very act, and as sure as a note gets.
+    draft = Draft(
+        title,
+        body,
+        type=type,
+        valid_from=valid_from,
+        verified_by=by,
+        verified_at=timezone.now(),
+        confidence=1.0,
+    )
     with transaction.atomic():
         try:
             (path,) = store.write(name, [draft], author=AUTHOR, message=f"Owner: {title}")
@@ -59,6 +69,33 @@ def add_note(
             by=by,
         )
     return Note.objects.select_related("scope").get(scope__name=name, path=path)
+
+
+def verify_note(*, scope: str, path: str, by: str, username: str, address: str | None) -> Note:
+    """The owner's act on one note: it is verified from now, `verified_by` naming who (the
+    owner, or the owner's token by its name), in the scope's history and the security log. 409
+    if it is already verified or no longer holds."""
+    found = overview.note(scope, path)
+    if found.verified:
+        raise conflict(f"{path} is already verified ({found.verified_by or 'owner'}).")
+    if found.invalid_at is not None:
+        raise conflict(f"{path} no longer holds: only a note that holds is verified.")
+    with transaction.atomic():
+        try:
+            store.verify(found.scope.name, path, by=by)
+        except NoteError as error:
+            # Checked above: what is left is a change since (verified or invalidated meanwhile).
+            raise conflict(str(error)) from None
+        audit.record(
+            AuditEvent.Kind.MEMORY_CHANGED,
+            username=username,
+            address=address,
+            scope=found.scope.name,
+            path=path,
+            change="verified",
+            by=by,
+        )
+    return Note.objects.select_related("scope").get(scope=found.scope, path=path)
 
 
 def invalidate_note(

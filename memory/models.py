@@ -43,6 +43,9 @@ class Note(models.Model):
     author = models.CharField(max_length=100)
     source_events = models.JSONField(default=list)
     verified = models.BooleanField(default=False)
+    # The owner's act that verified it, and when (`memory.notes`): never set by a run.
+    verified_by = models.CharField(max_length=100, blank=True)
+    verified_at = models.DateTimeField(null=True)
     confidence = models.FloatField(default=0.5)
     valid_from = models.DateTimeField()
     invalid_at = models.DateTimeField(null=True)

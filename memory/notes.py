@@ -8,6 +8,8 @@ it came from and when it held.
     author: "run:42"
     source_events: [101, 102]
     verified: false
+    verified_by: ""
+    verified_at: null
     valid_from: "2026-12-01T10:00:00+00:00"
     invalid_at: null
     confidence: 0.5
@@ -15,7 +17,15 @@ it came from and when it held.
     The body, in Markdown.
 
 Each header value is JSON (so also YAML): parsing is exact and a value cannot break the header.
-A note is added, and later invalidated (its `invalid_at` set); it is never rewritten otherwise.
+A note is added, and later invalidated (its `invalid_at` set) or verified; it is never rewritten
+otherwise.
+
+A note is verified only by an act of the owner on that very note, which `verified_by` names:
+`owner` (the owner wrote it, or verified it on the Memory screen), `token:<name>` (verified through
+one of the owner's API tokens), `approval` (the owner approved the proposal whose diff showed it
+so). Nothing a run does — citing the owner's events included — verifies a note. Files written
+before `verified_by` existed have neither it nor `verified_at`: their owner's notes read as
+verified by the owner, and the others were un-verified by migration 0005.
 """
 
 from __future__ import annotations
@@ -40,10 +50,17 @@ FIELDS = (
     "author",
     "source_events",
     "verified",
+    "verified_by",
+    "verified_at",
     "valid_from",
     "invalid_at",
     "confidence",
 )
+# Headers written before the owner's acts were recorded lack these.
+OPTIONAL = ("verified_by", "verified_at")
+OWNER = "owner"
+# `verified_by` of a note landed by the owner's approval of the proposal that showed it.
+APPROVAL = "approval"
 
 
 class NoteError(ValueError):
@@ -62,6 +79,8 @@ class Note:
     verified: bool = False
     confidence: float = 0.5
     source_events: tuple[int, ...] = field(default=())
+    verified_by: str = ""  # the owner's act that verified it (module docstring)
+    verified_at: datetime | None = None  # when; None for an approved proposal's (see approvals)
 
     @property
     def path(self) -> str:
@@ -79,6 +98,12 @@ class Note:
             raise NoteError(f"{self.path} cannot end before it began ({self.valid_from}).")
         return replace(self, invalid_at=at)
 
+    def verified_by_owner(self, by: str, at: datetime | None) -> Note:
+        """The note as the owner's act `by` verifies it (one verification: the first act)."""
+        if self.verified:
+            raise NoteError(f"{self.path} is already verified ({self.verified_by or 'owner'}).")
+        return replace(self, verified=True, verified_by=check_verifier(by), verified_at=at)
+
     def render(self) -> str:
         values = {
             "id": self.id,
@@ -87,6 +112,8 @@ class Note:
             "author": self.author,
             "source_events": list(self.source_events),
             "verified": self.verified,
+            "verified_by": self.verified_by,
+            "verified_at": self.verified_at.isoformat() if self.verified_at else None,
             "valid_from": self.valid_from.isoformat(),
             "invalid_at": self.invalid_at.isoformat() if self.invalid_at else None,
             "confidence": self.confidence,
@@ -105,11 +132,13 @@ def new_note(
     author: str,
     valid_from: datetime,
     source_events: tuple[int, ...] = (),
-    verified: bool = False,
+    verified_by: str = "",
+    verified_at: datetime | None = None,
     confidence: float = 0.5,
 ) -> Note:
     """A checked note whose id is derived from what it says and when: writing the same draft
-    again names the same file (a retried write is recognised, not doubled)."""
+    again names the same file (a retried write is recognised, not doubled). Verified only
+    when `verified_by` names the owner's act."""
     title = " ".join(title.split())
     body = body.strip()
     if not title or len(title) > MAX_TITLE:
@@ -124,6 +153,8 @@ def new_note(
         raise NoteError("A note's valid_from needs a time zone.")
     if any(not isinstance(event, int) or event < 0 for event in source_events):
         raise NoteError("A note's source events are event ids.")
+    if verified_by:
+        check_verifier(verified_by)
     valid_from = valid_from.astimezone(UTC)
     digest = hashlib.sha256(
         json.dumps([title, body, type, valid_from.isoformat()]).encode()
@@ -135,10 +166,25 @@ def new_note(
         body=body,
         author=author,
         valid_from=valid_from,
-        verified=verified,
+        verified=bool(verified_by),
+        verified_by=verified_by,
+        verified_at=verified_at.astimezone(UTC) if verified_at else None,
         confidence=confidence,
         source_events=tuple(sorted(set(source_events))),
     )
+
+
+def check_verifier(by: str) -> str:
+    """`by` if it names an owner's act (`OWNER`, `token:<name>`, `APPROVAL`), else `NoteError`:
+    what keeps a run's name (`run:42`) or anything else out of `verified_by`."""
+    if _is_verifier(by):
+        return by
+    raise NoteError(f"{by!r} is not an act of the owner that verifies a note.")
+
+
+def _is_verifier(by: str) -> bool:
+    kind, colon, name = by.partition(":")
+    return by in (OWNER, APPROVAL) or (kind == "token" and bool(colon) and bool(name.strip()))
 
 
 def parse(text: str, *, path: str = "") -> Note:
@@ -158,11 +204,18 @@ def parse(text: str, *, path: str = "") -> Note:
             values[name] = json.loads(raw)
         except json.JSONDecodeError:
             raise NoteError(f"{where}: {name} is not a JSON value.") from None
-    missing = [name for name in FIELDS if name not in values]
+    missing = [name for name in FIELDS if name not in values and name not in OPTIONAL]
     if missing:
         raise NoteError(f"{where}: missing {', '.join(missing)}.")
     try:
         invalid_at = values["invalid_at"]
+        verified_at = values.get("verified_at")
+        by = str(values.get("verified_by") or "")
+        if values["verified"] is True and "verified_by" not in values and values["author"] == OWNER:
+            by = OWNER  # written before acts were recorded: the owner's note, the owner's word
+        # Verified means an owner's act says so: a header claiming it without one (a note
+        # verified by citation before, or one edited by hand) reads as unverified.
+        verified = values["verified"] is True and bool(by) and _is_verifier(by)
         return Note(
             id=str(values["id"]),
             type=str(values["type"]),
@@ -171,7 +224,9 @@ def parse(text: str, *, path: str = "") -> Note:
             author=str(values["author"]),
             valid_from=datetime.fromisoformat(str(values["valid_from"])),
             invalid_at=datetime.fromisoformat(str(invalid_at)) if invalid_at else None,
-            verified=values["verified"] is True,
+            verified=verified,
+            verified_by=by if verified else "",
+            verified_at=datetime.fromisoformat(str(verified_at)) if verified_at else None,
             confidence=float(values["confidence"]),  # type: ignore[arg-type]
             source_events=tuple(int(e) for e in values["source_events"]),  # type: ignore[attr-defined]
         )
@@ -201,7 +256,8 @@ def index_text(scope: str, notes: list[Note], total: int) -> str:
     for note in notes[:room]:
         mark = "" if note.verified else " (unverified)"
         lines.append(
-            f"- [{note.title}]({note.path}) — {note.type}, {note.valid_from:%Y-%m-%d}{mark}"
+            f"- [{note.title}]({note.path}) — {note.type}, {note.valid_from:%Y-%m-%d}, by"
+            f" {note.author}{mark}"
         )
     if total > len(lines) - 1:
         lines.append(f"- … and {total - (len(lines) - 1)} more: search them with memory_search.")

@@ -75,6 +75,7 @@ class Hit:
     invalid_at: datetime | None
     verified: bool
     source_events: tuple[int, ...]
+    author: str = ""  # who wrote it: 'owner' or 'run:<id>' (its provenance, for a model)
 
 
 def search(
@@ -126,6 +127,7 @@ def search(
             invalid_at=rows[i]["invalid_at"],
             verified=rows[i]["verified"],
             source_events=_events(rows[i]["source_events"]),
+            author=rows[i]["author"],
         )
         for i in best
     ]
@@ -135,7 +137,7 @@ def search(
 # (the notes' words for the coverage term).
 _COLUMNS = (
     "n.id, n.scope_id, n.path, n.title, n.body, n.valid_from, n.invalid_at, n.verified,"
-    " n.source_events, coalesce(tsvector_to_array(n.search), ARRAY[]::text[])"
+    " n.source_events, n.author, coalesce(tsvector_to_array(n.search), ARRAY[]::text[])"
 )
 _NAMES = (
     "id",
@@ -147,6 +149,7 @@ _NAMES = (
     "invalid_at",
     "verified",
     "source_events",
+    "author",
     "lexemes",
 )
 _VALID = (

@@ -37,7 +37,10 @@ class Draft:
     type: str = "fact"
     valid_from: datetime | None = None  # None: now
     source_events: tuple[int, ...] = ()
-    verified: bool = False
+    # The owner's act that verifies it (`notes.check_verifier`); only the owner's own writes
+    # (`memory.curation`) and an approved proposal (`propose`, `land`) set it.
+    verified_by: str = ""
+    verified_at: datetime | None = None
     confidence: float = 0.5
 
 
@@ -119,9 +122,10 @@ class Proposal:
 def propose(scope: str, draft: Draft, *, author: str, replaces: str = "") -> Proposal:
     """The draft (and the invalidation of `replaces`) committed on a proposals branch of its own
     on top of the scope's tip, and the diff the owner approves. Nothing reaches the index; the
-    same draft proposes the same branch."""
+    same draft proposes the same branch. The note is shown verified by the approval: what the
+    owner approves is what lands, byte for byte."""
     notes.check_scope(scope)
-    note = _made(draft, author, timezone.now())
+    note = _made(_approved(draft), author, timezone.now())
     with locked(scope) as row:
         changes, diff = [], []
         if replaces:
@@ -146,9 +150,11 @@ def propose(scope: str, draft: Draft, *, author: str, replaces: str = "") -> Pro
 def land(scope: str, draft: Draft, *, author: str, replaces: str = "") -> str:
     """An approved proposal written to the scope (idempotent: the same draft, the same note),
     its branch dropped; the note's path. `draft.valid_from` is the proposal's."""
-    if draft.valid_from is None:
+    proposed = draft.valid_from
+    if proposed is None:
         raise NoteError("A proposal lands with the time it was proposed at.")
-    note = _made(draft, author, draft.valid_from)
+    draft = _approved(draft)
+    note = _made(draft, author, proposed)
     if replaces:
         current = Note.objects.filter(scope__name=scope, path=replaces).first()
         if current is not None and current.invalid_at is None:
@@ -157,6 +163,37 @@ def land(scope: str, draft: Draft, *, author: str, replaces: str = "") -> str:
     (path,) = write(scope, [draft], author=author, message=f"Approved: {note.title}")
     repository.drop(scope, f"{PROPOSALS}{note.id}")
     return path
+
+
+def _approved(draft: Draft) -> Draft:
+    """A proposal's note: verified by the owner's approval of it, the only act that lands it."""
+    return dataclasses.replace(draft, verified_by=notes.APPROVAL, verified_at=None)
+
+
+def verify(scope: str, path: str, *, by: str, at: datetime | None = None) -> notes.Note:
+    """The note at `path` marked verified by the owner's act `by` (`notes.check_verifier`), at
+    `at` (now by default): a header change in one commit. `NoteError` if there is no such note,
+    it no longer holds, or it is already verified."""
+    notes.check_scope(scope)
+    notes.check_verifier(by)
+    with locked(scope) as row:
+        indexed = Note.objects.filter(scope=row, path=path).first()
+        if indexed is None:
+            raise NoteError(f"No note {path} in {scope}.")
+        if indexed.invalid_at is not None:
+            raise NoteError(f"{path} no longer holds (since {indexed.invalid_at.isoformat()}).")
+        verified = _note_of(indexed).verified_by_owner(by, at or timezone.now())
+        _commit(row, [verified], _message(f"Verify {path}", by, []), replace=True)
+    _embed_later()  # the row is made anew: its vector comes back from the cache
+    return verified
+
+
+def unverify(scope: str, paths: Collection[str], *, author: str, why: str) -> None:
+    """The notes of `paths` no longer verified, in one commit saying `why` (memory migration
+    0005: notes verified by citing events, which no act of the owner verified)."""
+    with locked(scope) as row:
+        amend(row, ended={}, unverified=set(paths), summary=why, author=author, events=[])
+    _embed_later()
 
 
 def drop_proposals(scope: str, *, keep: Collection[str]) -> list[str]:
@@ -231,25 +268,25 @@ def amend(
     row: Scope,
     *,
     ended: dict[str, tuple[datetime, str]],
-    verified: set[str],
+    unverified: Collection[str] = (),
     summary: str,
     author: str,
     events: Sequence[int],
 ) -> None:
     """Header changes only, in one commit, inside the scope's lock (`locked`): the notes of
     `ended` invalidated at their time (with their reason in the commit message), those of
-    `verified` marked verified."""
+    `unverified` no longer verified (what no act of the owner verified)."""
     changed: dict[str, notes.Note] = {}
     reasons = []
-    for indexed in Note.objects.filter(scope=row, path__in=[*ended, *verified]):
+    for indexed in Note.objects.filter(scope=row, path__in=[*ended, *unverified]):
         note = _note_of(indexed)
         if indexed.path in ended:
             at, reason = ended[indexed.path]
             note = note.invalidated(max(at, note.valid_from))
             reasons.append(f"- {indexed.path}: {reason}")
-        elif indexed.path in verified:
-            note = dataclasses.replace(note, verified=True)
-            reasons.append(f"- {indexed.path}: verified")
+        if indexed.path in unverified:
+            note = dataclasses.replace(note, verified=False, verified_by="", verified_at=None)
+            reasons.append(f"- {indexed.path}: unverified, no act of the owner verified it")
         changed[indexed.path] = note
     if not changed:
         return
@@ -266,7 +303,8 @@ def _made(draft: Draft, author: str, now: datetime) -> notes.Note:
         author=author,
         valid_from=draft.valid_from or now,
         source_events=draft.source_events,
-        verified=draft.verified,
+        verified_by=draft.verified_by,
+        verified_at=draft.verified_at,
         confidence=draft.confidence,
     )
 
@@ -380,6 +418,8 @@ def _row(scope: Scope, note: notes.Note, blob: str) -> Note:
         author=note.author,
         source_events=list(note.source_events),
         verified=note.verified,
+        verified_by=note.verified_by,
+        verified_at=note.verified_at,
         confidence=note.confidence,
         valid_from=note.valid_from,
         invalid_at=note.invalid_at,
@@ -396,6 +436,8 @@ def _note_of(row: Note) -> notes.Note:
         valid_from=row.valid_from,
         invalid_at=row.invalid_at,
         verified=row.verified,
+        verified_by=row.verified_by,
+        verified_at=row.verified_at,
         confidence=row.confidence,
         source_events=tuple(row.source_events),
     )
@@ -424,9 +466,11 @@ def _embed_later() -> None:
 
 
 def prompt_index(scopes: Sequence[str], *, per_scope: int = 40) -> str:
-    """The memory index a run starts with (frozen in its prompt): for each scope, its verified
-    valid notes, newest first, one line each — never an unverified one (what came from a web page
-    or a tool's output alone is not put before a model as knowledge)."""
+    """The memory index a run starts with (frozen in its input, given to the model as data by
+    the engine's `framing`): for each scope, its valid notes the owner verified, newest first,
+    one line each with where it came from — who wrote it, which act of the owner verified it.
+    Never an unverified one (what came from a web page or a tool's output alone is not put
+    before a model as knowledge)."""
     parts = []
     for scope in scopes:
         notes.check_scope(scope)
@@ -435,8 +479,12 @@ def prompt_index(scopes: Sequence[str], *, per_scope: int = 40) -> str:
         if not newest:
             continue
         total = rows.count()
-        lines = [f"{scope}:"]
-        lines += [f"- {n.title} ({n.type}, {n.valid_from:%Y-%m-%d}) — {n.path}" for n in newest]
+        lines = [f"Scope {scope}:"]
+        lines += [
+            f"- {n.title} ({n.type}, {n.valid_from:%Y-%m-%d}; written by {n.author}; verified by"
+            f" {n.verified_by or notes.OWNER}) — {n.path}"
+            for n in newest
+        ]
         if total > len(newest):
             lines.append(f"- … and {total - len(newest)} more (memory_search, scope {scope!r}).")
         parts.append("\n".join(lines))

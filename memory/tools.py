@@ -3,8 +3,8 @@ run's project, and propose changes to shared memory (global, skills, agent manua
 the owner's approval on a diff (the harness asks: `Risk.EXTERNAL`).
 
 Scopes are named relative to the run: `project` is its own project's; an agent never reaches
-another project's memory. What an agent writes is unverified (only consolidation, with an outcome
-signal, or the owner verify a note) and cites the journal up to the call as its source.
+another project's memory. What an agent writes is unverified — only the owner's act on a note
+verifies it, whatever the note cites — and cites the journal up to the call as its source.
 Registered with the tool registry by the app (`MemoryConfig.ready`).
 """
 
@@ -65,15 +65,20 @@ def _cited(env: ToolEnv) -> tuple[int, ...]:
     return tuple(last[:1])
 
 
-def _draft(env: ToolEnv, arguments: dict[str, Any], valid_from: datetime | None = None) -> Draft:
+def _draft(
+    env: ToolEnv,
+    arguments: dict[str, Any],
+    valid_from: datetime | None = None,
+    cited: tuple[int, ...] | None = None,
+) -> Draft:
     return Draft(
         title=arguments["title"],
         body=arguments.get("body", ""),
         type=arguments.get("type", "fact"),
         confidence=arguments.get("confidence", 0.5),
-        source_events=_cited(env),
+        source_events=_cited(env) if cited is None else cited,
         valid_from=valid_from,
-        verified=False,
+        # Never verified by a run: only the owner's act on the note is (`memory.notes`).
     )
 
 
@@ -92,12 +97,13 @@ def _searching(env: ToolEnv, arguments: dict[str, Any]) -> str:
         return "No note matches."
     lines = []
     for number, hit in enumerate(hits, 1):
-        state = "verified" if hit.verified else "unverified"
+        state = "verified by the owner" if hit.verified else "unverified"
         until = f" until {hit.invalid_at:%Y-%m-%d}" if hit.invalid_at else ""
         events = ", ".join(str(e) for e in hit.source_events) or "none"
         lines.append(
-            f"{number}. [{hit.scope}] {hit.path} — {hit.title} ({state}; valid from"
-            f" {hit.valid_from:%Y-%m-%d}{until}; source events {events})\n   {hit.snippet}"
+            f"{number}. [{hit.scope}] {hit.path} — {hit.title} (by {hit.author}, {state};"
+            f" valid from {hit.valid_from:%Y-%m-%d}{until}; source events {events})\n"
+            f"   {hit.snippet}"
         )
     return "\n".join(lines)
 
@@ -126,7 +132,7 @@ def _write(env: ToolEnv, arguments: dict[str, Any]) -> str:
         (path,) = store.write(
             scope, [_draft(env, arguments)], author=_author(env), message=arguments["title"]
         )
-    return f"Written to {scope}: {path} (unverified until consolidation confirms it)."
+    return f"Written to {scope}: {path} (unverified until the owner verifies it)."
 
 
 @_answered
@@ -146,11 +152,9 @@ def _invalidate(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
 @_answered
 def _proposal_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
+    draft = _draft(env, arguments)
     proposal = store.propose(
-        arguments["scope"],
-        _draft(env, arguments),
-        author=_author(env),
-        replaces=arguments.get("replaces", ""),
+        arguments["scope"], draft, author=_author(env), replaces=arguments.get("replaces", "")
     )
     return {
         "diff": proposal.diff,
@@ -158,6 +162,8 @@ def _proposal_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]
         "files_total": 1,
         "branch": proposal.branch,
         "valid_from": proposal.valid_from.isoformat(),
+        # What it cited when shown: the note lands citing the same, as the diff showed it.
+        "source_events": list(draft.source_events),
     }
 
 
@@ -166,7 +172,14 @@ def _propose(env: ToolEnv, arguments: dict[str, Any]) -> str:
     preview = (env.approval or {}).get("preview") or {}
     if not preview.get("valid_from"):
         raise ToolError("A proposal lands only after the owner approved it.")
-    draft = _draft(env, arguments, valid_from=datetime.fromisoformat(preview["valid_from"]))
+    # The note the owner approved, byte for byte: its time and citations are the preview's
+    # (a citation made now would name the approval's own events). A preview made before it
+    # was recorded cites as it did then: the journal up to now.
+    shown = preview.get("source_events")
+    cited = None if shown is None else tuple(int(event) for event in shown)
+    draft = _draft(
+        env, arguments, valid_from=datetime.fromisoformat(preview["valid_from"]), cited=cited
+    )
     path = store.land(
         arguments["scope"], draft, author=_author(env), replaces=arguments.get("replaces", "")
     )

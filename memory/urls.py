@@ -30,6 +30,11 @@ register_converter(NotePath, "memory_note")
 
 urlpatterns: list[URLPattern] = [
     path("memory/", views.memory_index, name="memory"),
+    path(
+        "memory/<path:scope>/<memory_note:path>/verify",
+        views.memory_note_verify,
+        name="memory-note-verify",
+    ),
     path("memory/<path:scope>/<memory_note:path>", views.memory_note, name="memory-note"),
     path("memory/<path:scope>/", views.memory_scope, name="memory-scope"),
 ]

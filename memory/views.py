@@ -1,6 +1,6 @@
 """The Memory screen: the scopes, search, the proposals waiting for the owner; a scope's notes
 (current, then invalidated), its git history and a form to add a note; one note with its
-provenance and a form to invalidate it.
+provenance, a button to verify it and a form to invalidate it.
 
 Reads go through `memory.overview`, the owner's changes through `memory.curation`, as the API's
 do. Proposals are decided on their approval's page: this screen only points there.
@@ -209,6 +209,30 @@ def memory_note(request: HttpRequest, scope: str, path: str) -> HttpResponse:
         "holds": note.invalid_at is None or note.invalid_at > timezone.now(),
     }
     return render(request, "memory/note.html", context, status=status)
+
+
+@require_http_methods(["POST"])
+@owner_required
+def memory_note_verify(request: HttpRequest, scope: str, path: str) -> HttpResponse:
+    """The owner verifies this note (`curation.verify_note`, as the API does)."""
+    try:
+        note = overview.note(scope, path)
+    except MemoryRefused as refused:
+        return _refused_page(request, refused)
+    try:
+        curation.verify_note(scope=note.scope.name, path=note.path, **_who(request))
+    except MemoryRefused as refused:
+        context = {
+            "screen": SCREENS_BY_SLUG["memory"],
+            "note": overview.note(scope, path),
+            "events": list(_event_links(note.source_events).items()),
+            "form": InvalidateForm(),
+            "holds": note.invalid_at is None or note.invalid_at > timezone.now(),
+            "verify_error": refused.message,
+        }
+        return render(request, "memory/note.html", context, status=refused.status)
+    messages.success(request, _("Verified: later runs are given this note."))
+    return redirect("console:memory-note", scope=note.scope.name, path=note.path)
 
 
 def _scope(request: HttpRequest, scope: str) -> Scope | HttpResponse:

@@ -398,6 +398,7 @@ def _child(
         "base": parent.base,
         "checkpoints": writes and parent.checkpoints,
         "data_framing": parent.data_framing,
+        "memory_as_data": parent.memory_as_data,
         "sandbox_level": max(level or 0, parent.sandbox_level),
         "contract": contract,
         "criteria": [

@@ -99,8 +99,10 @@ def start_mission(
             ],
             level,
         ),
-        # Frozen in the prompt: what the owner's and this project's verified memory says.
+        # Frozen at launch: the notes of global and this project's memory the owner verified,
+        # given to the model as data with their provenance (`memory_as_data`).
         "memory_index": memory_store.prompt_index(memory_scopes(mission)),
+        "memory_as_data": True,
         "constraints": constraints,
         "instructions": "\n".join(
             text

@@ -114,6 +114,10 @@ class Spec:
     # Content not from the owner or the system reaches the model in data blocks (`framing`).
     # Off for runs started before it was recorded: their prompts must stay byte-identical.
     data_framing: bool = False
+    # The memory index reaches the model as data in its first message (`framing.memory`), not in
+    # the system prompt. Off for runs started before it was recorded: their prompts must stay
+    # byte-identical.
+    memory_as_data: bool = False
     # A sub-agent's contract (`missions.delegation`): what its parent asked, the schema its
     # result envelope's payload must match. None for a root run.
     contract: dict[str, Any] | None = None
@@ -165,6 +169,7 @@ def _agent(ctx: RunContext) -> Outcome:
         memory_index=spec.memory_index,
         tools=tools,
         data_framing=spec.data_framing,
+        memory_as_data=spec.memory_as_data,
     )
     fingerprint.record(ctx, prefix)
     provider = registry.build(spec.provider, script=spec.script)
@@ -178,6 +183,7 @@ def _agent(ctx: RunContext) -> Outcome:
     conversation = Conversation(
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]
     )
+    _give_memory(provider, conversation.items, spec)
     by_name = {tool.name: tool for tool in tools}
     bench = harness.workbench(ctx, spec.repository, spec.base, spec.sandbox_level)
     # Recorded once: a window edited in the catalog mid-run must not move the compaction points
@@ -495,12 +501,16 @@ def _compact(
         # What the compaction step holds is as trusted as the kernel records it (the model's).
         trust=framing.trust_of(ctx.records[ctx.seq]) if spec.data_framing else None,
     )
-    return Conversation(
-        provider=provider.name,
-        system=conversation.system,
-        items=[provider.user_message(summary)],
-        turn=turn,
-    )
+    items = [provider.user_message(summary)]
+    _give_memory(provider, items, spec)  # as the run began: the summary replaces the thread
+    return Conversation(provider=provider.name, system=conversation.system, items=items, turn=turn)
+
+
+def _give_memory(provider: Provider, items: list[dict[str, Any]], spec: Spec) -> None:
+    """The run's memory index, as data after the opening message, for runs that get it so."""
+    given = framing.memory(spec.memory_index) if spec.memory_as_data else ""
+    if given:
+        _append_user_text(provider, items, given)
 
 
 def _model_step(

@@ -64,7 +64,7 @@ def test_no_screen_has_a_serious_or_critical_accessibility_violation(
         "global",
         [
             Draft("Deploys use blue-green", "Switch traffic with the LB flag.", source_events=(1,)),
-            Draft("Deploys happen on Fridays", "No longer.", verified=True),
+            Draft("Deploys happen on Fridays", "No longer.", verified_by="owner"),
         ],
         author="run:1",
         message="Two facts",

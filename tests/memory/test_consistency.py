@@ -30,7 +30,8 @@ def dump() -> list[tuple[Any, ...]]:
         cursor.execute(
             """
             SELECT s.name, s.head, n.path, n.blob, n.note_id, n.type, n.title, n.body, n.author,
-                   n.source_events::text, n.verified, n.confidence, n.valid_from, n.invalid_at,
+                   n.source_events::text, n.verified, n.verified_by, n.verified_at, n.confidence,
+                   n.valid_from, n.invalid_at,
                    n.search::text, n.embedding::text
             FROM memory_note n JOIN memory_scope s ON s.id = n.scope_id ORDER BY 1, 3
             """

@@ -1,6 +1,7 @@
 """Consolidation on a scripted scenario: duplicates and superseded notes invalidated, a lesson
-kept only when its run ended done, a note verified only by an owner's event, a forged citation
-refused — header changes only, one commit citing the events, and a second pass changes nothing."""
+kept only when its run ended done, a forged citation refused, and no note verified — not even one
+citing the owner's event (only the owner's act on a note verifies it) — header changes only, one
+commit citing the events, and a second pass changes nothing."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def ended_run(mission: Mission, status: str) -> Run:
     return run
 
 
-def test_a_pass_dedupes_supersedes_drops_and_verifies_then_a_second_changes_nothing() -> None:
+def test_a_pass_dedupes_supersedes_and_drops_never_verifies_then_a_second_changes_nothing() -> None:
     mission = Mission.objects.create(project=Project.objects.create(name="p"), goal="g")
     done = ended_run(mission, RunStatus.DONE)
     failed = ended_run(mission, RunStatus.FAILED)
@@ -61,17 +62,18 @@ def test_a_pass_dedupes_supersedes_drops_and_verifies_then_a_second_changes_noth
     assert report.superseded == [db_jan]
     assert report.lessons_dropped == [lost_lesson]
     assert report.forged == [forged]
-    assert report.verified == [db_mar]
     rows = {row.path: row for row in Note.objects.filter(scope__name=SCOPE)}
     assert rows[db_jan].invalid_at == MAR  # ends where the newer one begins
     assert rows[again].invalid_at == FEB
     assert rows[first].invalid_at is None
     assert rows[kept_lesson].invalid_at is None
     assert rows[lost_lesson].invalid_at is not None
-    assert rows[db_mar].verified
-    assert not rows[tool_only].verified  # tools alone never verify a fact
+    # Citing the owner's words is no act of the owner's on the note: it stays unverified.
+    assert not rows[db_mar].verified
+    assert not rows[tool_only].verified
+    assert not Note.objects.filter(scope__name=SCOPE, verified=True).exists()
     ((_sha, _date, subject),) = repository.log(SCOPE)[:1]
-    assert subject == "Consolidate (test): 5 change(s)"
+    assert subject == "Consolidate (test): 4 change(s)"
     assert f"Source-Events: {said.pk}" in _message(SCOPE)
     assert f"- {db_jan}: superseded by {db_mar}" in _message(SCOPE)
     text = store.read_file(SCOPE, db_jan)

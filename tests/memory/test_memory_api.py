@@ -289,3 +289,47 @@ def test_a_read_only_token_cannot_write_memory(client: Client, owner: Owner) -> 
 
     assert error(response, 403)["code"] == "insufficient_scope"
     assert reader.get("/memory/scopes").status_code == 200
+
+
+def test_the_owner_verifies_an_agent_s_note_once_through_a_token(api: Api) -> None:
+    (path, *_rest) = seed()
+
+    response = api.post("/memory/notes/verify", {"scope": "project/7", "path": path})
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["verified"], body["verified_by"], body["author"]) == (True, "token:tests", "run:1")
+    assert body["verified_at"] is not None
+    again = api.post("/memory/notes/verify", {"scope": "project/7", "path": path})
+    assert error(again, 409)["message"] == f"{path} is already verified (token:tests)."
+    event = AuditEvent.objects.get(kind=AuditEvent.Kind.MEMORY_CHANGED)
+    assert event.detail == {
+        "scope": "project/7",
+        "path": path,
+        "change": "verified",
+        "by": "token:tests",
+    }
+    history = api.get("/memory/scopes/project/7/history", {"limit": 1}).json()
+    assert [commit["subject"] for commit in history] == [f"Verify {path}"]
+    assert 'verified_by: "token:tests"' in store.read_file("project/7", path)
+
+
+def test_an_invalidated_or_unknown_note_is_not_verified(api: Api) -> None:
+    (path, *_rest) = seed()
+    store.invalidate("project/7", path, author="run:1", reason="wrong")
+
+    refused = api.post("/memory/notes/verify", {"scope": "project/7", "path": path})
+
+    assert error(refused, 409)["message"] == (
+        f"{path} no longer holds: only a note that holds is verified."
+    )
+    missing = api.post(
+        "/memory/notes/verify", {"scope": "project/7", "path": "notes/2026-01/nothing.md"}
+    )
+    assert error(missing, 404)["code"] == "not_found"
+    extra = api.post(
+        "/memory/notes/verify", {"scope": "project/7", "path": path, "verified_by": "run:1"}
+    )
+    assert extra.status_code == 422
+    assert not Note.objects.filter(verified=True).exists()
+    assert not AuditEvent.objects.filter(kind=AuditEvent.Kind.MEMORY_CHANGED).exists()

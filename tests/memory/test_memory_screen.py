@@ -78,7 +78,7 @@ def test_it_searches_with_path_scope_validity_and_verification(owner_client: Cli
     )  # fmt: skip
     store.write(
         "global",
-        [Draft("Jenkins is slow on Mondays", "Backups run.", valid_from=JAN, verified=True)],
+        [Draft("Jenkins is slow on Mondays", "Backups run.", valid_from=JAN, verified_by="owner")],
         author="owner",
         message="facts",
     )
@@ -276,3 +276,28 @@ def test_an_unknown_type_or_a_missing_title_is_refused_by_the_form(owner_client:
     assert "Select a valid choice. rumour is not one of the available choices." in page
     assert "This field is required." in page
     assert not Note.objects.exists()
+
+
+def test_the_owner_verifies_an_agent_s_note_with_a_button(owner_client: Client) -> None:
+    (path,) = store.write("project/7", [Draft("Deploys on Fridays", "y", valid_from=JAN)],
+                          author="run:12", message="fact")  # fmt: skip
+    page = text(owner_client.get(note_url("project/7", path)))
+    assert '<dd id="note-verified-by">nobody yet</dd>' in page
+    verify = reverse("console:memory-note-verify", kwargs={"scope": "project/7", "path": path})
+    assert f'action="{verify}"' in page
+
+    assert owner_client.get(verify).status_code == 405  # a change is a POST
+    response = owner_client.post(verify)
+
+    assert response.status_code == 302
+    assert response["Location"] == note_url("project/7", path)
+    note = Note.objects.get(path=path)
+    assert (note.verified, note.verified_by, note.author) == (True, "owner", "run:12")
+    event = AuditEvent.objects.get(kind=AuditEvent.Kind.MEMORY_CHANGED)
+    assert event.detail == {"scope": "project/7", "path": path, "change": "verified", "by": "owner"}
+    page = text(owner_client.get(note_url("project/7", path)))
+    assert '<dd id="note-verified-by">owner, ' in page
+    assert "Verify this note" not in page
+    again = owner_client.post(verify)
+    assert again.status_code == 409
+    assert f"{path} is already verified (owner)." in text(again)

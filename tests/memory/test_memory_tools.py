@@ -102,6 +102,8 @@ def test_a_proposal_to_global_memory_waits_for_approval_then_lands(project: Proj
     approval = Approval.objects.get(run=run)
     diff = approval.request["preview"]["diff"]
     assert '+title: "The owner wants release notes in French"' in diff
+    # Approving it verifies it, and the diff the owner approves says so.
+    assert '+verified: true\n+verified_by: "approval"\n+verified_at: null\n' in diff
     branch = approval.request["preview"]["branch"]
     assert branch.startswith("refs/heads/proposals/")
     assert repository.head("global", branch)  # the proposals branch holds it...
@@ -114,21 +116,33 @@ def test_a_proposal_to_global_memory_waits_for_approval_then_lands(project: Proj
     assert run.status == "done", run.error
     landed = Note.objects.get(scope__name="global")
     assert landed.title == lesson["title"]
-    assert not landed.verified
+    assert (landed.verified, landed.verified_by, landed.author) == (
+        True,
+        "approval",
+        f"run:{run.pk}",
+    )
+    # What lands is what the diff showed, byte for byte.
+    added = "".join(
+        line[1:]
+        for line in diff.split(f"+++ b/{landed.path}\n", 1)[1].splitlines(keepends=True)
+        if line.startswith("+")
+    )
+    assert store.read_file("global", landed.path) == added
     assert repository.log("global")[0][2] == f"Approved: {lesson['title']}"
     assert not repository.head("global", branch)
 
 
 def test_only_verified_notes_enter_a_run_s_prompt(project: Project) -> None:
     scope = f"project/{project.pk}"
-    store.write(scope, [Draft("Verified fact", "Tests pass with make test.", verified=True),
+    store.write(scope, [Draft("Verified fact", "Tests pass with make test.", verified_by="owner"),
                         Draft("Rumour from a web page", "Prod is down.")],
                 author="consolidator", message="two")  # fmt: skip
     mission = Mission.objects.create(project=project, goal="Anything.")
 
     index = store.prompt_index(launch.memory_scopes(mission))
 
-    assert index.startswith(f"{scope}:\n- Verified fact (fact, ")
+    assert index.startswith(f"Scope {scope}:\n- Verified fact (fact, ")
+    assert "; written by consolidator; verified by owner) — notes/" in index
     assert "Rumour" not in index
 
 

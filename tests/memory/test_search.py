@@ -30,7 +30,7 @@ def project() -> dict[str, str]:
         "pet": Draft("Owner's dog", "The owner adopted a beagle puppy called Biscuit.",
                      valid_from=JAN),
         "deploy": Draft("Release procedure", "Tag, wait for green checks, then promote to prod.",
-                        type="procedure", valid_from=JAN, verified=True),
+                        type="procedure", valid_from=JAN, verified_by="owner"),
     }  # fmt: skip
     paths = store.write("project/7", list(drafts.values()), author="run:1", message="facts")
     store.write("project/8", [Draft("CI runs on Jenkins", "Other project.", valid_from=JAN)],

@@ -30,7 +30,7 @@ def test_notes_round_trip_through_the_scope_s_repository() -> None:
         "project/7",
         [
             Draft("Deploys use blue-green", "Switch traffic with the LB flag.", valid_from=JAN,
-                  source_events=(12, 5), verified=True, confidence=0.9),
+                  source_events=(12, 5), verified_by="owner", confidence=0.9),
             Draft("The staging DB is Postgres 16", "Upgraded in December.", type="event",
                   valid_from=MAR),
         ],
