@@ -76,7 +76,8 @@ def make(stage: Path, *, run_id: int, head: str) -> Outgoing:
     """
     base = base_of(stage, run_id)
     header, body = _read_commit(stage, head)
-    if head == base:
+    if head == base:  # nothing added: the base itself (on the remote already, or a new branch)
+        workspace.host_git(stage, "update-ref", ref(run_id, base), base)
         tree = _field(header, b"tree")
         return Outgoing(base, tree, None, _text(body), _author(header, b"author"), head)
     tree = _field(header, b"tree")
