@@ -315,7 +315,11 @@ def _push_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
         "author": outgoing.author,
         "head": outgoing.head,
         "remote_was": remote or None,
-        "files": [change.as_dict() for change in changes[:MAX_FILES_SHOWN]],
+        # What the diff leaves out is listed first: it must not be cut from the list too.
+        "files": [
+            change.as_dict()
+            for change in sorted(changes, key=lambda change: change.shown())[:MAX_FILES_SHOWN]
+        ],
         "files_total": len(changes),
         "files_not_shown": sum(1 for change in changes if not change.shown()),
         "diff": shown,
