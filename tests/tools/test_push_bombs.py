@@ -107,12 +107,10 @@ def test_a_preview_of_bombs_is_bounded_in_memory_and_time_and_says_what_is_not_s
 
     # The worker: tens of MB at most, whatever the worktree holds (it was +900 MB).
     grown = (measured["after"] - measured["before"]) * 1024
-    print(f"worker grew by {grown / MB:.1f} MB")  # noqa: T201  # read with -s
     assert grown < 64 * MB, f"the worker grew by {grown / MB:.0f} MB"
     step = Step.objects.get(run=run, name="approval-request:git_push")
     assert step.finished_at is not None
     seconds = (step.finished_at - step.started_at).total_seconds()
-    print(f"preview took {seconds:.1f} s")  # noqa: T201
     assert seconds < 60, f"the preview took {seconds:.0f} s"
 
     # What is not shown comes first, with its size, type and why.
