@@ -117,6 +117,9 @@ def test_it_pushes_one_commit_with_the_tree_and_message_shown_and_never_the_run_
     assert git(remote, "cat-file", "-e", preview["head"], check=False).returncode != 0
     assert "Add the configuration" not in git(remote, "log", "--all", "--format=%B").stdout
     assert git(remote, "tag", "--list").stdout == ""
+    settings = git(stage, "config", "--get-regexp", "^(remote|push)\\.", check=False).stdout
+    assert "push" not in settings
+    assert "mirror" not in settings
     assert git(remote, "for-each-ref", "--format=%(refname)").stdout.split() == ["refs/heads/main"]
 
 
@@ -167,3 +170,47 @@ def test_the_commit_made_again_from_the_same_head_is_the_same(
         git(stage, "rev-parse", outgoing.ref(run.pk, again.commit)).stdout.strip()
         == (preview["commit"])
     )
+
+
+def test_the_message_pushed_is_the_text_shown_byte_for_byte(tmp_path: Path) -> None:
+    from tools import outgoing
+
+    stage = tmp_path / "stage.git"
+    workspace.host_git(tmp_path, "init", "--quiet", "--bare", str(stage))
+    tree = git(stage, "mktree", check=True).stdout.strip()
+    base = (
+        workspace.host_git_bounded(stage, "commit-tree", tree, stdin=b"base\n", limit=100)
+        .out.decode()
+        .strip()
+    )
+    git(stage, "update-ref", "refs/agentos/run-7/base", base)
+    # What a hostile run can write with `git hash-object`: Latin-1, a NUL, our own trailer.
+    raw = (
+        f"tree {tree}\nparent {base}\n"
+        "author a <a@x> 1700000000 +0200\ncommitter c <c@x> 1700000100 +0200\n\n"
+    ).encode() + b"Caf\xe9 \x00 done\n\nCo-authored-by: x <x@x>\nAgentos-Step: 7:12\n"
+    head = (
+        workspace.host_git_bounded(
+            stage,
+            "hash-object",
+            "--literally",
+            "-t",
+            "commit",
+            "-w",
+            "--stdin",
+            stdin=raw,
+            limit=100,
+        )
+        .out.decode()
+        .strip()
+    )
+
+    made = outgoing.make(stage, run_id=7, head=head)
+
+    assert made.message == "Caf\ufffd \u2400 done\n\nCo-authored-by: x <x@x>\n"
+    assert made.parent == base
+    pushed = workspace.host_git_bounded(stage, "cat-file", "commit", made.commit, limit=4096).out
+    header, _, message = pushed.partition(b"\n\n")
+    assert message == made.message.encode()
+    assert b"author agentos <agent@agentos.invalid> 1700000100 +0200" in header
+    assert outgoing.make(stage, run_id=7, head=head).commit == made.commit
