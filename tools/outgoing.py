@@ -97,7 +97,7 @@ def make(stage: Path, *, run_id: int, head: str) -> Outgoing:
     if made.returncode != 0 or not SHA.match(commit):
         raise ToolError(f"Could not make the commit to push: {made.stderr.strip()}")
     workspace.host_git(stage, "update-ref", ref(run_id, commit), commit)
-    author = f"{IDENTITY['GIT_AUTHOR_NAME']} <{IDENTITY['GIT_AUTHOR_EMAIL']}> {date}"
+    author = f"{IDENTITY['GIT_AUTHOR_NAME']} <{IDENTITY['GIT_AUTHOR_EMAIL']}> {date[1:]}"
     return Outgoing(commit, tree, base, message, author, head)
 
 
