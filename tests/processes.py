@@ -15,7 +15,11 @@ from agentos import database
 
 
 def run_django(
-    script: str, *, env: Mapping[str, str] | None = None, check: bool = False
+    script: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    check: bool = False,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """Run `script` in a fresh interpreter with Django set up on this test's database (`env`
     instead of this process's environment, if given); its output captured as text."""
@@ -30,7 +34,7 @@ def run_django(
         cwd=settings.BASE_DIR,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=check,
     )
 

@@ -8,8 +8,9 @@ there with the project's credentials (`tools.remotes`), which the sandbox never 
 
 `git_commit` marks its commit with the step's idempotency key (a trailer), so after a crash its
 probe finds the commit instead of making a second one. `git_push` changes another machine: it
-is external (an owner approval, bound to the arguments and to the exact commit and tree shown)
-and its probe asks the remote whether the branch already points at that commit.
+is external (an owner approval, bound to the arguments and to the exact commit and tree shown):
+it pushes one commit made on the host from the worktree's HEAD (`tools.outgoing`), never the
+run's own commits, and its probe asks the remote whether the branch already points at it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel.models import Effect
+from tools import outgoing as pushed
 from tools import remotes, workspace
 from tools.base import Risk, Tool, ToolEnv, ToolError
 
 if TYPE_CHECKING:
     from cluster.sandbox import Result
 
-TRAILER = "Agentos-Step"
+TRAILER = pushed.TRAILER
 MAX_PREVIEW = 60_000  # characters of diff shown inline; the whole diff is an artifact
 MAX_FILES_SHOWN = 500
 BUNDLE = ".git/agentos-push.bundle"  # written by git in the sandbox; .git is read-only to the shell
@@ -277,49 +279,54 @@ def copied_bundle(source: Path) -> Iterator[Path]:
 
 
 def _push_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
-    """What the owner approves: the commit and tree that will be pushed, every changed path with
-    its size, and the diff — computed on the staging repository, as plain text whatever the
-    commit's attributes say (`--text --no-textconv --no-ext-diff`, no attributes file)."""
+    """What the owner approves: the one commit that will be pushed (its hash, tree, parent and
+    whole message, made from the worktree's HEAD), every changed path with its size and type,
+    and the diff, bounded whatever the worktree holds (`tools.outgoing`)."""
     from kernel import artifacts
     from kernel.models import Run
 
     head, stage = export_commit(env)
+    outgoing = pushed.make(stage, run_id=env.run_id, head=head)
     remote = _remote_sha(env, stage, arguments)
     if remote and not _has_commit(stage, remote):
         _fetch_remote_branch(env, stage, arguments)  # the remote moved on since: learn how
     known = bool(remote) and _has_commit(stage, remote)
     # A branch the remote does not have yet: what the run added to the commit it started from.
-    base = workspace.host_git(stage, "rev-parse", f"refs/agentos/run-{env.run_id}/base").stdout
-    since = remote if known else base.strip()
-    tree = workspace.host_git(stage, "rev-parse", f"{head}^{{tree}}").stdout.strip()
-    log_range = f"{since}..{head}"
-    log = workspace.host_git(stage, "log", "--format=%h %s", "-n", "200", log_range).stdout
-    log = log.replace("\x00", "\u2400")
-    files = changed_files(stage, since, head)
-    diff = workspace.host_git(
-        stage, "diff", "--text", "--no-textconv", "--no-ext-diff", "--no-color", since, head
-    ).stdout
+    since = remote if known else pushed.base_of(stage, env.run_id)
+    changes = pushed.changed_files(stage, since, outgoing.commit)
+    diff = pushed.diff(stage, since, outgoing.commit, changes)
+    text = diff.out.decode(errors="replace")
+    cut = "-cut" if diff.cut else ""
     full = artifacts.store(
-        content=diff.encode(),
-        name=f"push-{head[:12]}.diff",
+        content=text.encode(),
+        name=f"push-{outgoing.commit[:12]}{cut}.diff",
         media_type="text/x-diff",
         run=Run.objects.get(pk=env.run_id),
         preview_chars=0,
     )
     # Binary content shown as text, forced by --text: a NUL cannot go into the journal (jsonb),
     # so it is shown as the symbol for it.
-    shown = diff[:MAX_PREVIEW].replace("\x00", "\u2400")
+    shown = text[:MAX_PREVIEW].replace("\x00", "\u2400")
     return {
-        "commit": head,
-        "tree": tree,
+        "commit": outgoing.commit,
+        "tree": outgoing.tree,
+        "parent": outgoing.parent,
+        "message": outgoing.message,
+        "author": outgoing.author,
+        "head": outgoing.head,
         "remote_was": remote or None,
-        "commits": log.strip(),
-        "files": files[:MAX_FILES_SHOWN],
-        "files_total": len(files),
+        # What the diff leaves out is listed first: it must not be cut from the list too.
+        "files": [
+            change.as_dict()
+            for change in sorted(changes, key=lambda change: change.shown())[:MAX_FILES_SHOWN]
+        ],
+        "files_total": len(changes),
+        "files_not_shown": sum(1 for change in changes if not change.shown()),
         "diff": shown,
-        "diff_chars": len(diff),
-        "diff_truncated": len(shown) < len(diff),
+        "diff_chars": len(text),
+        "diff_truncated": len(shown) < len(text) or diff.cut,
         "full_diff": full.sha256,
+        "full_diff_cut": diff.cut,
     }
 
 
@@ -328,33 +335,6 @@ def _has_commit(stage: Path, sha: str) -> bool:
         workspace.host_git(stage, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode
         == 0
     )
-
-
-def changed_files(stage: Path, since: str, head: str) -> list[dict[str, Any]]:
-    """Every path the push changes: status, and the new size in bytes (None when deleted)."""
-    raw = workspace.host_git(
-        stage, "diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", since, head
-    ).stdout
-    parts = raw.split("\0")
-    entries: list[tuple[str, str, str]] = []
-    for meta, path in zip(parts[0::2], parts[1::2], strict=False):
-        fields = meta.lstrip(":").split()
-        if len(fields) == 5:
-            entries.append((path, fields[4], fields[3]))
-    wanted = "\n".join(sha for _, status, sha in entries if status != "D") + "\n"
-    sizes: dict[str, int] = {}
-    if wanted.strip():
-        checked = workspace.host_git(
-            stage, "cat-file", "--batch-check=%(objectname) %(objectsize)", stdin=wanted
-        ).stdout
-        for line in checked.splitlines():
-            sha, _, size = line.partition(" ")
-            if size.isdigit():
-                sizes[sha] = int(size)
-    return [
-        {"path": path, "status": status, "size": None if status == "D" else sizes.get(sha)}
-        for path, status, sha in entries
-    ]
 
 
 def _fetch_remote_branch(env: ToolEnv, stage: Path, arguments: dict[str, Any]) -> None:
@@ -373,43 +353,64 @@ def _fetch_remote_branch(env: ToolEnv, stage: Path, arguments: dict[str, Any]) -
         )
 
 
-def _push(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    # Under an approval, exactly the commit and tree the owner was shown; under an owner's
-    # "always allow" rule (no approval), the worktree's HEAD.
+def _outgoing(env: ToolEnv) -> tuple[str, Path]:
+    """The commit to push and the staging repository holding it: under an approval, exactly the
+    one the owner was shown, made again from the same HEAD (same hash); under an owner's
+    "always allow" rule (no approval), the one made from the worktree's HEAD now."""
     preview = (env.approval or {}).get("preview") or {}
     approved = preview.get("commit")
     head = _head(env)
-    if approved and head != approved:
+    if approved and "head" not in preview:
+        raise ToolError("This approval was given for an older kind of push preview; ask again.")
+    if approved and head != preview["head"]:
         raise ToolError(
             f"HEAD moved to {head[:12]} since the owner approved pushing {approved[:12]};"
             " ask again."
         )
-    commit, stage = export_commit(env)
-    tree = workspace.host_git(stage, "rev-parse", f"{commit}^{{tree}}").stdout.strip()
-    if approved and (commit, tree) != (approved, preview.get("tree")):
-        raise ToolError("The commit to push is not the one the owner approved; ask again.")
+    exported, stage = export_commit(env)
+    outgoing = pushed.make(stage, run_id=env.run_id, head=exported)
+    if approved:
+        kept = f"{pushed.ref(env.run_id, approved)}^{{tree}}"
+        tree = workspace.host_git(stage, "rev-parse", "--verify", "--quiet", kept, check=False)
+        if outgoing.commit != approved or tree.stdout.strip() != preview.get("tree"):
+            raise ToolError("The commit to push is not the one the owner approved; ask again.")
+    return outgoing.commit, stage
+
+
+def _push(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    commit, stage = _outgoing(env)
     remote, branch = _remote(stage, arguments), arguments["branch"]
     with remotes.credentials(env.project_id, remote, workspace.remote_url(stage, remote)) as auth:
-        pushed = workspace.host_git(
+        # Exactly this commit to exactly this branch: an explicit refspec, no tag following
+        # (whatever a configuration says), no hook.
+        done = workspace.host_git(
             stage,
+            "-c",
+            "push.followTags=false",
             "push",
             "--porcelain",
             "--no-verify",
+            "--no-follow-tags",
             remote,
             f"{commit}:refs/heads/{branch}",
             check=False,
             env=auth.env,
             stopping=env.call.stopping,
         )
-    if pushed.returncode != 0:
-        message = auth.scrub((pushed.stderr or pushed.stdout).strip())
+    if done.returncode != 0:
+        message = auth.scrub((done.stderr or done.stdout).strip())
         raise ToolError(f"Push refused by {remote}: {message}")
     return f"Pushed {commit[:12]} to {remote} {branch}."
 
 
 def _push_probe(env: ToolEnv, arguments: dict[str, Any]) -> str | None:
+    # The commit's hash is a function of the worktree's HEAD and the run's base: made again
+    # after a crash, it is the one that was (or was not) pushed.
     preview = (env.approval or {}).get("preview") or {}
-    expected = preview.get("commit") or _head(env)
+    expected = preview.get("commit")
+    if not expected:
+        head, stage = export_commit(env)
+        expected = pushed.make(stage, run_id=env.run_id, head=head).commit
     if _remote_sha(env, _staging(env), arguments) == expected:
         remote = arguments.get("remote", "origin")
         return f"Pushed {expected[:12]} to {remote} {arguments['branch']}."

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import posixpath
+import selectors
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -117,18 +119,7 @@ def host_git(
     argv shows them to other users of the machine). `stopping` (the step's) kills it within
     `STOP_POLL_SECONDS`; so does the deadline.
     """
-    full_env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(root()),  # no ~/.gitconfig of ours
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_ATTR_NOSYSTEM": "1",
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_ASKPASS": "/bin/false",
-        "SSH_ASKPASS": "/bin/false",
-        "LANG": "C.UTF-8",
-        **(env or {}),
-    }
+    full_env = _environment(env)
     argv = ["git", *HARDENED, *args]
     command = _subcommand(args)
     process = subprocess.Popen(  # noqa: S603  # an argv list, no shell
@@ -167,6 +158,109 @@ def host_git(
     return done
 
 
+@dataclass(frozen=True)
+class Bounded:
+    """What `host_git_bounded` read: at most `limit` bytes of stdout, whether git had more."""
+
+    out: bytes
+    cut: bool
+    returncode: int | None  # None when git was stopped because it had more to say
+    stderr: str
+
+
+STDERR_KEPT = 64 << 10
+
+
+def host_git_bounded(
+    cwd: Path,
+    *args: str,
+    limit: int,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    stopping: threading.Event | None = None,
+) -> Bounded:
+    """`host_git` whose stdout is read from the pipe as it comes, at most `limit` bytes: past
+    that git is killed and what was read is returned, marked cut. Bytes in and out (paths and
+    messages are not always UTF-8). What the repository holds decides how much git would write
+    (a diff of a 300 MB file); this bounds what the worker holds whatever it is."""
+    argv = ["git", *HARDENED, *args]
+    process = subprocess.Popen(  # noqa: S603  # an argv list, no shell
+        argv,
+        cwd=cwd,
+        env=_environment(env),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert process.stdout is not None  # noqa: S101  # PIPE above
+    assert process.stderr is not None  # noqa: S101
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(process, stdin), daemon=True).start()
+    out, err = bytearray(), bytearray()
+    cut = False
+    deadline = time.monotonic() + GIT_TIMEOUT
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ, out)
+        selector.register(process.stderr, selectors.EVENT_READ, err)
+        try:
+            while selector.get_map() and not cut:
+                if stopping is not None and stopping.is_set():
+                    raise ToolError(f"git {_subcommand(args)}: cancelled.")
+                if time.monotonic() > deadline:
+                    raise ToolError(f"git {_subcommand(args)}: took longer than {GIT_TIMEOUT} s.")
+                for key, _ in selector.select(STOP_POLL_SECONDS):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                    elif key.data is out:
+                        out += chunk[: limit - len(out) + 1]
+                        if len(out) > limit:
+                            del out[limit:]
+                            cut = True
+                    elif len(err) < STDERR_KEPT:
+                        err += chunk
+        finally:
+            if selector.get_map():  # cut, cancelled or late: git still has more to say
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.stdout.close()
+            process.stderr.close()
+            process.wait()
+    return Bounded(
+        bytes(out),
+        cut,
+        None if cut else process.returncode,
+        err[:STDERR_KEPT].decode(errors="replace"),
+    )
+
+
+def _feed(process: subprocess.Popen[bytes], data: bytes) -> None:
+    """Write `data` to the process's stdin and close it (in a thread, so a process that writes
+    before it has read everything never deadlocks with us)."""
+    assert process.stdin is not None  # noqa: S101  # PIPE in the caller
+    with contextlib.suppress(OSError):  # git stopped reading: it was killed or failed
+        process.stdin.write(data)
+    with contextlib.suppress(OSError):
+        process.stdin.close()
+
+
+def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The minimal environment of a host git, plus `env`."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(root()),  # no ~/.gitconfig of ours
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        "LANG": "C.UTF-8",
+        **(env or {}),
+    }
+
+
 def _subcommand(args: tuple[str, ...]) -> str:
     """The git command among `args` (after any `-c name=value`)."""
     words = iter(args)
@@ -193,6 +287,7 @@ def staging(repository: str) -> Path:
         if not (path / "HEAD").is_file():
             _create_staging(path)
         _copy_remotes(project, path)
+        _forget_push_settings(path)
     return path
 
 
@@ -223,6 +318,17 @@ def _copy_remotes(project: Path, path: Path) -> None:
             host_git(path, "remote", "add", name, url)
         elif present[name] != url:
             host_git(path, "remote", "set-url", name, url)
+
+
+# A push from staging sends one commit to one branch (an explicit refspec): nothing configured
+# may widen it (refspecs, mirroring, following tags) or send it elsewhere (a push URL).
+PUSH_SETTINGS = r"^(remote\..*\.(push|mirror|pushurl|receivepack)|push\..*)$"
+
+
+def _forget_push_settings(path: Path) -> None:
+    listed = host_git(path, "config", "--get-regexp", PUSH_SETTINGS, check=False).stdout
+    for key in {line.partition(" ")[0] for line in listed.splitlines()}:
+        host_git(path, "config", "--unset-all", key)
 
 
 def _remotes(repo: Path) -> dict[str, str]:

@@ -55,16 +55,17 @@ class Outcome:
 
 
 class DiskWatch:
-    """Measures the workspace's allocated size (st_blocks, hard links once) in a thread and says
-    when it passed the quota.
+    """Measures the workspace's size (each file's apparent or allocated size, whichever is
+    larger; hard links once) in a thread and says when it passed the quota.
 
     Why a watcher rather than a size-capped filesystem image: the worktree stays a plain directory
     the host's tools and git read without mounting anything (a loop-mounted image needs root, a
     free loop device and an fsck-able image per run, and hides the tree from the host while the
     run lives). The price is a window between two walks: a command writing fast can go past the
     quota by what it writes in one interval (RLIMIT_FSIZE bounds each file, the host's free space
-    the whole) before it is killed. Empty files and directories cost inodes, not blocks: an inode
-    flood is not counted.
+    the whole) before it is killed. A sparse or compressed file counts by its apparent size: what
+    git, a diff or a copy of the worktree reads is that, not the blocks the filesystem spent.
+    Empty files and directories cost inodes, not bytes: an inode flood is not counted.
     """
 
     def __init__(self, workspace: Path, limit: int) -> None:
@@ -93,7 +94,8 @@ class DiskWatch:
 
 
 def allocated_bytes(top: Path, stop_above: int | None = None) -> int:
-    """The bytes allocated to the tree at `top`, never following a symlink: each directory is
+    """The bytes of the tree at `top` (per inode, the larger of its apparent size and its
+    allocated blocks, so a sparse file counts whole), never following a symlink: each directory is
     opened from its parent's descriptor with O_NOFOLLOW, so a directory swapped for a link
     mid-walk is not entered. Iterative (a tree thousands of levels deep is counted, not a
     RecursionError); a directory that cannot be opened (descriptors exhausted...) is counted
@@ -126,7 +128,7 @@ def allocated_bytes(top: Path, stop_above: int | None = None) -> int:
                             if key in seen:
                                 continue
                             seen.add(key)
-                        total += info.st_blocks * 512
+                        total += max(info.st_size, info.st_blocks * 512)
                 stack.append((fd, subdirectories))
                 pending = None
                 if stop_above is not None and total > stop_above:

@@ -262,14 +262,27 @@ def test_it_kills_a_step_whose_workspace_grows_past_the_quota(workdir: Path) -> 
     assert 16 * MB < allocated_bytes(workdir) < 64 * MB
 
 
-def test_it_counts_allocated_blocks_once_per_inode(workdir: Path) -> None:
+def test_it_kills_a_step_whose_sparse_file_is_past_the_quota(workdir: Path) -> None:
+    # 10 GB that cost no block: what git, a diff or a copy of the worktree would read is the
+    # apparent size, so that is what the quota counts.
+    limits = Limits(wall_seconds=20, disk_bytes=1 << 30, file_bytes=11 << 30)
+
+    grown = sh("truncate -s 10G sparse && echo made && sleep 15; echo survived", workdir, limits)
+
+    assert grown.exit_code is None, grown.summary()
+    assert "survived" not in grown.output
+    assert grown.summary() == "made\n[killed: the workspace grew past 1024 MB]"
+    assert (workdir / "sparse").stat().st_blocks == 0  # it was sparse indeed
+
+
+def test_it_counts_apparent_sizes_once_per_inode(workdir: Path) -> None:
     (workdir / "data").write_bytes(b"x" * MB)
     (workdir / "link").hardlink_to(workdir / "data")
     (workdir / "sparse").write_bytes(b"")
     os.truncate(workdir / "sparse", 512 * MB)
     (workdir / "out").symlink_to("/usr")
 
-    assert MB <= allocated_bytes(workdir) < 2 * MB
+    assert 513 * MB <= allocated_bytes(workdir) < 514 * MB
 
 
 def test_it_counts_a_tree_deeper_than_python_recursion_goes(workdir: Path) -> None:

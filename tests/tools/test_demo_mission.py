@@ -100,7 +100,14 @@ def test_the_scripted_agent_fixes_the_bug_and_pushes_only_after_approval(demo_ba
 
     run.refresh_from_db()
     assert run.status == "done", run.error
-    assert remote_head(demo_base) == in_worktree(run, "rev-parse", "HEAD")
+    # One commit made from the worktree's HEAD, the one shown: its tree, its message.
+    preview = approval.request["preview"]
+    assert remote_head(demo_base) == preview["commit"]
+    assert preview["head"] == in_worktree(run, "rev-parse", "HEAD")
+    assert preview["tree"] == in_worktree(run, "rev-parse", "HEAD^{tree}")
+    remote = demo_base / "calc-remote.git"
+    pushed = workspace.host_git(remote, "cat-file", "commit", "main").stdout
+    assert pushed.partition("\n\n")[2] == preview["message"]
     fixed = workspace.host_git(demo_base / "calc-remote.git", "show", "main:calc.py").stdout
     assert "return sum(values) / len(values)" in fixed
     assert pushes(demo_base) == 2
@@ -193,6 +200,8 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     run.refresh_from_db()
     assert run.status == "done", run.error
     assert seq_of(run, "git_push") == push
+    # Made again after the crash, the commit is the same: the probe found the approved one.
+    assert remote_head(demo_base) == Approval.objects.get(run=run).request["preview"]["commit"]
     assert commits_by_agent(run) == 1
     assert pushes(demo_base) == 2
     assert run.account.runs.get().status == "done"
