@@ -113,7 +113,9 @@ def sentence(request: dict[str, Any], project: str | None) -> str:
         target = {"remote": arguments.get("remote", "origin"), "branch": arguments.get("branch")}
         # One commit a line, as git wrote them: a subject may hold a form feed or U+2028.
         commits = [line for line in str(preview.get("commits") or "").split("\n") if line]
-        if commits:
+        if "message" in preview:  # a push sends the one commit made for it
+            text = _("Push one commit to %(remote)s %(branch)s") % target
+        elif commits:
             text = ngettext(
                 "Push %(count)d commit to %(remote)s %(branch)s",
                 "Push %(count)d commits to %(remote)s %(branch)s",

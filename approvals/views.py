@@ -207,7 +207,10 @@ def _decision_error(refused: DomainError, run_id: int) -> str:
 PREVIEW_PARTS = {
     "diff",
     "message",
+    "author",
     "commits",
+    "files_not_shown",
+    "full_diff_cut",
     "files",
     "files_total",
     "diff_truncated",
@@ -218,7 +221,7 @@ PREVIEW_PARTS = {
 
 # What a call is bound to, shown only on demand: the owner checks them rarely, and they push
 # what matters below the fold of a phone.
-RAW_HASHES = ("commit", "parent", "tree", "remote_was")
+RAW_HASHES = ("commit", "parent", "tree", "head", "remote_was")
 
 
 def _approval_context(
@@ -262,6 +265,9 @@ def _approval_context(
         "hashes": [(k, preview[k]) for k in RAW_HASHES if preview.get(k)],
         "commits": str(preview.get("commits") or ""),
         "message": str(preview.get("message") or ""),
+        "author": str(preview.get("author") or ""),
+        "files_not_shown": preview.get("files_not_shown") or 0,
+        "full_diff_cut": bool(preview.get("full_diff_cut")),
         "files": files,
         "files_total": preview.get("files_total"),
         "diff_truncated": bool(preview.get("diff_truncated")),

@@ -313,6 +313,44 @@ def test_the_page_shows_the_commit_message_and_each_file_kind(owner_client: Clie
     assert "0f1e2d3c" * 5 not in content.replace(hashes, "")
 
 
+def test_the_page_names_the_one_commit_pushed_and_what_it_cannot_show(owner_client: Client) -> None:
+    diff = "diff --git a/a.txt b/a.txt\n--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1 @@\n+a\n"
+    files = [
+        {"path": "a.txt", "status": "A", "size": 2, "type": "file", "shown": True},
+        {
+            "path": "zeros.bin",
+            "status": "A",
+            "size": 300 << 20,
+            "shown": False,
+            "reason": "too large",
+        },
+    ]
+    approval = push_approval(
+        diff,
+        files,
+        message="Add a\n",
+        author="agentos <agent@agentos.invalid> 1700000000 +0000",
+        head="1a2b3c4d" * 5,
+        files_not_shown=1,
+        full_diff_cut=True,
+    )
+
+    content = page(owner_client, approval)
+
+    assert "Push one commit to origin main" in content
+    assert "The one commit pushed" in content
+    assert 'id="commit-author"' in content
+    assert "agentos &lt;agent@agentos.invalid&gt;" in content
+    assert 'id="files-not-shown"' in content
+    assert "1 changed file is not in the diff shown here" in content
+    assert 'id="full-diff-cut"' not in content  # no artifact: nothing to link or to call cut
+    hashes = content.split('<details id="hashes"', 1)[1].split("</details>", 1)[0]
+    assert "1a2b3c4d" * 5 in hashes
+    facts = content.replace(hashes, "")
+    assert "files_not_shown" not in facts
+    assert "full_diff_cut" not in facts
+
+
 # --- the memory screen --------------------------------------------------------------------------
 
 
