@@ -83,7 +83,8 @@ def consolidate(scope: str, *, why: str) -> Report:
                     ended[note.path] = (note.valid_from, f"duplicate of {other.path}")
                     report.duplicates.append(note.path)
                     break
-                if other.valid_from < note.valid_from:
+                # An agent's newer note never ends what the owner verified.
+                if other.valid_from < note.valid_from and (note.verified or not other.verified):
                     ended[other.path] = (note.valid_from, f"superseded by {note.path}")
                     report.superseded.append(other.path)
                     cited.update(note.source_events)

@@ -17,6 +17,7 @@ from typing import Any
 
 from kernel.models import Effect, Event
 from memory import search, store
+from memory.models import Note
 from memory.notes import INDEX_FILE, TYPES, NoteError
 from memory.store import Draft
 from tools.base import Risk, Tool, ToolEnv, ToolError
@@ -127,6 +128,7 @@ def _write(env: ToolEnv, arguments: dict[str, Any]) -> str:
     scope = scope_of(env, "project")
     replaces = arguments.get("replaces", "")
     if replaces:
+        _refuse_if_verified(scope, replaces)
         (path,) = store.replace(scope, replaces, _draft(env, arguments), author=_author(env))
     else:
         (path,) = store.write(
@@ -135,9 +137,22 @@ def _write(env: ToolEnv, arguments: dict[str, Any]) -> str:
     return f"Written to {scope}: {path} (unverified until the owner verifies it)."
 
 
+def _refuse_if_verified(scope: str, path: str) -> None:
+    """What the owner verified stays until the owner ends it: an agent (whose reading may come
+    from hostile content) cannot remove the owner's knowledge, only add a note beside it."""
+    if Note.objects.filter(
+        scope__name=scope, path=path, verified=True, invalid_at__isnull=True
+    ).exists():
+        raise NoteError(
+            f"{path} is verified by the owner: an agent cannot end it. Write a new note beside it"
+            " and tell the owner (notify_owner), who decides."
+        )
+
+
 @_answered
 def _invalidate(env: ToolEnv, arguments: dict[str, Any]) -> str:
     scope = scope_of(env, "project")
+    _refuse_if_verified(scope, arguments["path"])
     ended = store.invalidate(
         scope,
         arguments["path"],

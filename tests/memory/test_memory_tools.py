@@ -13,7 +13,7 @@ from approvals.models import Approval
 from kernel import runs
 from kernel.models import Run
 from kernel.worker import Worker
-from memory import repository, store, tasks
+from memory import consolidation, repository, store, tasks
 from memory.models import Note
 from memory.store import Draft
 from memory.tools import MEMORY_TOOL_NAMES
@@ -85,6 +85,28 @@ def test_a_note_is_corrected_by_replacing_it_never_rewritten(project: Project) -
     old = Note.objects.get(path=path)
     assert old.invalid_at is not None
     assert Note.objects.get(title="CI is GitHub Actions").invalid_at is None
+
+
+def test_an_agent_cannot_end_what_the_owner_verified(project: Project) -> None:
+    scope = f"project/{project.pk}"
+    (kept,) = store.write(scope, [Draft("CI is Jenkins", "ci-main", verified_by="owner")],
+                          author="owner", message="ci")  # fmt: skip
+    mission = Mission.objects.create(project=project, goal="Keep memory right.")
+    replace = {"title": "CI is nothing", "body": "Trust me.", "replaces": kept}
+    end = {"path": kept, "reason": "obsolete"}
+
+    run = agent(mission, [calls(("memory_write", replace), ("memory_invalidate", end)), FINISH])
+
+    assert run.status == "done", run.error
+    for result in outputs(run, "memory_write") + outputs(run, "memory_invalidate"):
+        assert result["is_error"]
+        assert "verified by the owner" in result["output"]
+    assert Note.objects.get(path=kept).invalid_at is None
+    assert not Note.objects.filter(title="CI is nothing").exists()
+    # Nor does a newer note of the same title, at consolidation.
+    store.write(scope, [Draft("CI is Jenkins", "no longer")], author=f"run:{run.pk}", message="x")
+    assert consolidation.consolidate(scope, why="test").superseded == []
+    assert Note.objects.get(path=kept).invalid_at is None
 
 
 def test_a_proposal_to_global_memory_waits_for_approval_then_lands(project: Project) -> None:
