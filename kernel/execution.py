@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 
 class LeaseKeeper(threading.Thread):
     """Renews the lease every third of its length, and at once when poked (the owner steered
-    the run: `poke`); relays stop, interrupt and pause requests to the running step."""
+    the run: `poke`); relays stop, interrupt and pause requests to the running step, and stops
+    it when the run's duration cap passes (woken for that moment)."""
 
     def __init__(self, claim: Claim, context: RunContext) -> None:
         super().__init__(name=f"lease-{claim.fence.run_id}", daemon=True)

@@ -25,9 +25,10 @@ from django.utils import timezone
 
 from agentos import tokens
 from kernel import runs
-from kernel.models import Run, RunStatus, Step, StepKind
+from kernel.models import Event, Run, RunStatus, Step, StepKind
 from kernel.worker import Worker
 from missions import endpoints, steering
+from missions.models import Mission
 from tests.api.conftest import Api
 from tests.factories import Owner
 from tests.kernel.factories import make_mission
@@ -159,11 +160,11 @@ class Streaming:
     spec: Slow
     server: WireServer
 
-    def start(self, **caps: Any) -> Run:
+    def start(self, mission: Mission | None = None, **caps: Any) -> Run:
         """A run whose model answers slowly, once that answer has begun to stream."""
         self.server.queue(self.spec.slow())
         run = runs.start_run(
-            account=make_mission(),
+            account=mission or make_mission(),
             program="agent",
             input={
                 "goal": "Think it over.",
@@ -213,6 +214,12 @@ def test_the_owners_stop_closes_the_stream_and_ends_the_run_within_a_second(
     assert final_within(run, asked, RunStatus.CANCELLED) < TARGET_SECONDS + SLACK_SECONDS
     no_answer_journaled(run)
     assert len(slow.server.received) == 1
+    # What the provider reported of the cut answer is counted: Anthropic reports the input (and
+    # its first output token) when the stream starts; OpenAI and compatible servers report
+    # usage only at its end, so nothing is known.
+    spent = Run.objects.get(pk=run.pk)
+    known = (12, 1) if slow.spec.provider == "anthropic" else (0, 0)
+    assert (spent.input_tokens, spent.output_tokens) == known
 
 
 def test_the_kill_switch_closes_the_stream_and_ends_the_run_within_a_second(
@@ -248,6 +255,27 @@ def test_the_duration_cap_closes_the_stream_and_ends_the_run_within_a_second(
     no_answer_journaled(run)
 
 
+def test_a_budget_cap_crossed_elsewhere_closes_the_stream_and_ends_the_run_within_a_second(
+    worker: Worker, slow: Streaming
+) -> None:
+    import tests.kernel.test_runs  # noqa: F401  # registers `test.spender`
+
+    mission = make_mission(max_usd_micros=2000)
+    run = slow.start(mission)
+
+    # Another run of the mission spends past its cap: every run of the mission stops.
+    spender = runs.start_run(account=mission, program="test.spender", input={"calls": 5})
+    until("the cap to stop the run", lambda: Run.objects.get(pk=run.pk).cancel_requested)
+    stopped = Event.objects.get(kind="run.stop_requested", run_id=run.pk).at
+    asked = time.monotonic() - (timezone.now() - stopped).total_seconds()
+
+    assert slow.closed_within(asked) < TARGET_SECONDS + SLACK_SECONDS
+    assert final_within(run, asked, RunStatus.BUDGET_EXHAUSTED) < TARGET_SECONDS + SLACK_SECONDS
+    until("the spender to end", lambda: Run.objects.get(pk=spender.pk).is_terminal)
+    assert Run.objects.get(pk=spender.pk).status == RunStatus.BUDGET_EXHAUSTED
+    no_answer_journaled(run)
+
+
 def test_an_interrupt_closes_the_stream_and_hands_the_turn_to_the_owner(
     worker: Worker, slow: Streaming, api: Api
 ) -> None:
@@ -279,3 +307,28 @@ def test_an_interrupt_closes_the_stream_and_hands_the_turn_to_the_owner(
     assert ended.output["answer"] == "Short answer."
     assert len(slow.server.received) == 2
     assert "Keep it short." in json.dumps(slow.server.received[1].body)
+
+
+def test_a_message_that_interrupts_is_answered_at_once_without_the_cut_answer(
+    worker: Worker, slow: Streaming, api: Api
+) -> None:
+    run = slow.start()
+    slow.server.queue(slow.spec.quick("Short answer."))
+
+    response = api.post(f"/runs/{run.pk}/messages", {"text": "Keep it short.", "interrupt": True})
+    asked = time.monotonic()
+
+    assert response.status_code == 201
+    assert slow.closed_within(asked) < TARGET_SECONDS + SLACK_SECONDS
+    until("the run to end", lambda: Run.objects.get(pk=run.pk).is_terminal)
+    ended = Run.objects.get(pk=run.pk)
+    assert ended.status == RunStatus.DONE
+    assert ended.output is not None
+    assert ended.output["answer"] == "Short answer."
+    asked_again = json.dumps(slow.server.received[1].body)
+    assert "Keep it short." in asked_again
+    assert "Thinking" not in asked_again  # nothing of the cut answer went back to the model
+    cut = Step.objects.filter(run=run, kind=StepKind.MODEL_CALL).order_by("seq").first()
+    assert cut is not None
+    assert cut.result is not None
+    assert (cut.result["interrupted"], cut.result["items"], cut.result["text"]) == (True, [], "")
