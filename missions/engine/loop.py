@@ -8,6 +8,11 @@ native format, and only ever appended to.
 Ends: an answer without tool calls → `done`; a refusal → `blocked`; the turn cap → `partial`;
 budgets and cancellation → the kernel's `budget_exhausted` / `cancelled`; a permanent provider
 error or a bad run input → `failed` with the precise error.
+
+A stop or an owner's interrupt closes the connection of an answer still streaming (the step's
+stop signal cuts it, `missions.providers.cutting`); the step records it as cut, with nothing of
+its text (`_cut_short`). After a stop the run ends before its next step; after an interrupt the
+owner has the turn: the model is asked again once a message of theirs is there to deliver.
 """
 
 from __future__ import annotations
