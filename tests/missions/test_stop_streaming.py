@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from agentos import tokens
 from kernel import runs
-from kernel.models import Event, Run, RunStatus, Step, StepKind
+from kernel.models import Run, RunStatus, Step, StepKind
 from kernel.worker import Worker
 from missions import endpoints, steering
 from missions.models import Mission
@@ -265,9 +265,10 @@ def test_a_budget_cap_crossed_elsewhere_closes_the_stream_and_ends_the_run_withi
 
     # Another run of the mission spends past its cap: every run of the mission stops.
     spender = runs.start_run(account=mission, program="test.spender", input={"calls": 5})
+    # The stop is timed from the moment its commit is seen (polled every 10 ms): the event's
+    # own time is its transaction's start, which a loaded machine may hold well before it.
     until("the cap to stop the run", lambda: Run.objects.get(pk=run.pk).cancel_requested)
-    stopped = Event.objects.get(kind="run.stop_requested", run_id=run.pk).at
-    asked = time.monotonic() - (timezone.now() - stopped).total_seconds()
+    asked = time.monotonic()
 
     assert slow.closed_within(asked) < TARGET_SECONDS + SLACK_SECONDS
     assert final_within(run, asked, RunStatus.BUDGET_EXHAUSTED) < TARGET_SECONDS + SLACK_SECONDS
