@@ -26,7 +26,7 @@ from kernel.metering import Meter
 from kernel.models import Effect, Run, RunStatus, StepKind, Wait, WaitKind, WaitState
 
 # Re-exported: programs, tools and the engine import these from here.
-from kernel.steps import Done, Executor, Probe, ReadStep, StepCall
+from kernel.steps import Done, Executor, Probe, ReadStep, StepCall, Stopping
 
 __all__ = [
     "DONE",
@@ -78,10 +78,11 @@ class RunContext:
     run: Run
     fence: Fence
     records: dict[int, Record]
-    stopping: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=Stopping)
     # Set when the worker shuts down gracefully: the run parks at its next step boundary.
     draining: threading.Event = field(default_factory=threading.Event)
     stop_reason: str = ""
+    stop_why: str = ""  # what the run's error says when it stops (the owner's stop: nothing)
     interrupted: bool = False
     pausing: bool = False  # the owner paused the run: park at the next step boundary
     planned: set[int] = field(default_factory=set)  # intents this execution committed ahead
@@ -507,13 +508,22 @@ class RunContext:
 
     # --- stops -----------------------------------------------------------------------------
 
-    def request_stop(self, reason: str) -> None:
-        """Called by the lease renewer: interrupt the current step, stop before the next one."""
+    def request_stop(self, reason: str, *, why: str = "") -> None:
+        """Called by the lease renewer: interrupt the current step, stop before the next one.
+
+        Every renewal relays the request again; only the first one signals the step (`stopping`
+        calls the cuts of what cannot wait on it, `kernel.steps.Stopping`)."""
+        if self.stop_reason:
+            return
+        self.stop_why = why
         self.stop_reason = reason or RunStatus.CANCELLED
         self.stopping.set()
 
     def interrupt(self) -> None:
-        """Called by the lease renewer: end the current step now; the run goes on."""
+        """Called by the lease renewer: end the current step now; the run goes on. Relayed again
+        until the step ends, it signals the step once."""
+        if self.interrupted:
+            return
         self.interrupted = True
         self.stopping.set()
 
@@ -532,5 +542,5 @@ class RunContext:
             raise Suspend(None, "paused by the owner")
         if self.stop_reason:
             crashpoints.hit("cancel_seen", run=self.run_id)
-            raise Stop(self.stop_reason or RunStatus.CANCELLED, "stop requested")
+            raise Stop(self.stop_reason or RunStatus.CANCELLED, self.stop_why or "stop requested")
         self.meter.check()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timedelta
 
 from django.db import DatabaseError, connection
+from django.utils import timezone
 
 from kernel import crashpoints, journal, programs, scheduler
 from kernel.context import RunContext
@@ -18,7 +20,8 @@ logger = logging.getLogger(__name__)
 
 class LeaseKeeper(threading.Thread):
     """Renews the lease every third of its length, and at once when poked (the owner steered
-    the run: `poke`); relays stop, interrupt and pause requests to the running step."""
+    the run: `poke`); relays stop, interrupt and pause requests to the running step, and stops
+    it when the run's duration cap passes (woken for that moment)."""
 
     def __init__(self, claim: Claim, context: RunContext) -> None:
         super().__init__(name=f"lease-{claim.fence.run_id}", daemon=True)
@@ -35,10 +38,20 @@ class LeaseKeeper(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                self.wake.wait(self.claim.lease_seconds / 3)
+                due = self._due()
+                pause = self.claim.lease_seconds / 3
+                self.wake.wait(pause if due is None else max(min(due, pause), 0.0))
                 self.wake.clear()
                 if self.done:
                     break
+                due = self._due()
+                if due is not None and due <= 0:
+                    # Out of time mid-step: cut the step now (a model's answer streaming for
+                    # minutes), not at the next step boundary where `Meter.check` would see it.
+                    limit = self.context.run.max_seconds
+                    self.context.request_stop(
+                        RunStatus.BUDGET_EXHAUSTED, why=f"max_seconds {limit} reached"
+                    )
                 crashpoints.hit("lease_renew", run=self.claim.fence.run_id)
                 try:
                     renewal = scheduler.renew_lease(
@@ -59,6 +72,14 @@ class LeaseKeeper(threading.Thread):
             self.context.request_stop(RunStatus.CANCELLED)  # interrupt; its writes will fail
         finally:
             connection.close()
+
+    def _due(self) -> float | None:
+        """Seconds left before the run's duration cap (None: no cap, or already stopping)."""
+        run = self.context.run
+        if run.max_seconds is None or run.started_at is None or self.context.stop_reason:
+            return None
+        deadline = run.started_at + timedelta(seconds=run.max_seconds)
+        return (deadline - timezone.now()).total_seconds()
 
 
 # The lease keepers of the runs executing in this process, by run id: a steer notification

@@ -19,6 +19,8 @@ SERIAL = (
     "tests/cluster/test_nodes.py",
     "tests/cluster/test_vm.py",
     "tests/cluster/test_vm_exfiltration.py",
+    "tests/missions/test_stop_streaming.py",
+    "tests/tools/test_cancel.py::test_a_stop_kills_the_sandbox_within_a_second",
 )
 
 

@@ -8,6 +8,11 @@ native format, and only ever appended to.
 Ends: an answer without tool calls → `done`; a refusal → `blocked`; the turn cap → `partial`;
 budgets and cancellation → the kernel's `budget_exhausted` / `cancelled`; a permanent provider
 error or a bad run input → `failed` with the precise error.
+
+A stop or an owner's interrupt closes the connection of an answer still streaming (the step's
+stop signal cuts it, `missions.providers.cutting`); the step records it as cut, with nothing of
+its text (`_cut_short`). After a stop the run ends before its next step; after an interrupt the
+owner has the turn: the model is asked again once a message of theirs is there to deliver.
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from kernel import journal
+from kernel import journal, steps
 from kernel.context import Done, RunContext, StepCall
-from kernel.exceptions import StepFailed
+from kernel.exceptions import StepFailed, Suspend
 from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.programs import Outcome
 from memory import tasks as memory_tasks
@@ -32,6 +37,7 @@ from missions.engine.relief import Verbatim
 from missions.models import Mission, ModelInfo
 from missions.providers import registry
 from missions.providers.base import (
+    Aborted,
     Completed,
     Conversation,
     Options,
@@ -41,6 +47,7 @@ from missions.providers.base import (
     TextDelta,
     ToolCall,
     Usage,
+    Watch,
 )
 from tools import registry as tool_registry
 from tools.base import Risk, Tool
@@ -208,6 +215,9 @@ def _agent(ctx: RunContext) -> Outcome:
     # Look for owner messages at the first model call of this execution (they may have come
     # while the run waited), then only when the kernel says something arrived.
     look = [True]
+    # The last answer was cut short by the owner's interrupt: the turn is theirs, and the next
+    # model step waits for their message (`_model_step`).
+    handed = [False]
     watch = stalls.watch(ctx, tools=spec.tools) if spec.stalls else None
     for turn in range(1, spec.max_turns + 1):
         # Clearing is ours unless the provider does it, and only worth it a batch at a time
@@ -269,6 +279,7 @@ def _agent(ctx: RunContext) -> Outcome:
                 options,
                 spec,
                 look,
+                handed,
                 functools.partial(harness.judge, by_name, bench),
             ),
             then=functools.partial(_planned_reads, by_name),
@@ -285,6 +296,11 @@ def _agent(ctx: RunContext) -> Outcome:
             + usage["cache_write_tokens"]
             + usage["output_tokens"]
         ) or size + relief.estimate_tokens(response["items"])
+        # Cut short (an interrupt, or a stop the next step ends the run for): nothing of it
+        # is in the thread, and the owner has the turn.
+        handed[0] = bool(response.get("interrupted"))
+        if handed[0]:
+            continue
         if response["stop_reason"] == "refusal":
             return Outcome(RunStatus.BLOCKED, {"refusal": response.get("refusal"), "turn": turn})
         calls = response["tool_calls"]
@@ -473,8 +489,16 @@ def _compact(
             items=[provider.user_message(json.dumps(items, ensure_ascii=False))],
             turn=turn,
         )
+        # Not interruptible: the thread is being folded, the owner's message waits for the
+        # next turn; a stop still ends it at once.
         done = _call_model(
-            provider, transcript, [], replace(options, purpose="compaction"), spec, call
+            provider,
+            transcript,
+            [],
+            replace(options, purpose="compaction"),
+            spec,
+            call,
+            interruptible=False,
         )
         # Rehydration: the working files are re-read now and recorded with the summary, so a
         # replay rebuilds the same context even if the files changed since.
@@ -520,15 +544,22 @@ def _model_step(
     options: Options,
     spec: Spec,
     look: list[bool],
+    handed: list[bool],
     judge: Callable[[list[dict[str, Any]]], list[dict[str, Any] | None]],
     call: StepCall,
 ) -> Done:
     """Deliver the owner's queued messages, then ask the model. The delivered messages are
-    part of the recorded result, so a replay appends them at the same place."""
+    part of the recorded result, so a replay appends them at the same place.
+
+    After an answer the owner cut short, the model is not asked until a message of theirs is
+    here to deliver: the run waits (its intent stays without a result, so the message's wake-up
+    replays this step, which asks then)."""
     delivered: list[str] = []
-    if look[0] or call.woken:
+    if look[0] or call.woken or handed[0]:
         delivered = steering.take_pending(run_id=call.run_id, seq=call.seq)
         look[0] = False
+    if handed[0] and not delivered:
+        raise Suspend(None, "interrupted by the owner: waiting for their message")
     asked = conversation
     if delivered:
         # The loop appends them to the real conversation from the recorded result (live or
@@ -577,17 +608,34 @@ def _call_model(
     options: Options,
     spec: Spec,
     call: StepCall,
+    *,
+    interruptible: bool = True,
 ) -> Done:
     """One model response, retried on transient errors; the recorded result is JSON. A wait
-    before a retry ends at once when the step is asked to stop (`retries`)."""
-    for attempt in range(RETRIES + 1):
+    before a retry ends at once when the step is asked to stop (`retries`), and so does the
+    answer itself, its connection closed (`cutting`): an `interruptible` step records it as
+    cut short (`_cut_short`); another one ends the run if it is stopping and else, an interrupt
+    not being for it, asks again."""
+    fresh = True  # whether a stop signal already set is news to this step (not a spent interrupt)
+    attempt = 0
+    while True:
         try:
-            completed, text, reasoning, calls = _collect(provider, conversation, tools, options)
+            completed, text, reasoning, calls = _collect(
+                provider, conversation, tools, options, _abort(call, fresh=fresh)
+            )
             break
+        except Aborted as cut:
+            if interruptible:
+                return _cut_short(provider, spec, cut)
+            retries.must_stop(call, "stopped while the model answered")
+            fresh = False
         except ProviderError as error:
             if error.permanent or attempt == RETRIES:
                 raise StepFailed(f"{provider.name}: {error.code}: {error.message}") from error
-            retries.wait_before_retry(call, retries.backoff_seconds(attempt, error.retry_after))
+            wait = retries.backoff_seconds(attempt, error.retry_after)
+            if retries.wait_before_retry(call, wait):
+                fresh = False  # the owner's interrupt ended the wait: the retry goes at once
+            attempt += 1
     priced = pricing.price_of(provider=provider.name, model=spec.model, usage=completed.usage)
     cleared = (
         {
@@ -618,6 +666,33 @@ def _call_model(
     )
 
 
+def _abort(call: StepCall, *, fresh: bool) -> Watch:
+    """The step's stop signal as the provider's way to cut its answer short."""
+    return lambda cut: steps.cutting(call.stopping, cut, if_set=fresh)
+
+
+def _cut_short(provider: Provider, spec: Spec, cut: Aborted) -> Done:
+    """An answer cut short by a stop or the owner's interrupt, as its step records it: none of
+    it (a replay never sends half an answer back to the model, and no tool call of it runs), and
+    what the provider had reported of its usage, counted like any answer's."""
+    priced = pricing.price_of(provider=provider.name, model=spec.model, usage=cut.usage)
+    return Done(
+        {
+            "interrupted": True,
+            "items": [],
+            "text": "",
+            "reasoning": "",
+            "tool_calls": [],
+            "stop_reason": "interrupted",
+            "refusal": None,
+            "usage": _as_json(cut.usage),
+            "price_version": priced.price_version,
+            "usd_micros": priced.cost.usd_micros,
+        },
+        priced.cost,
+    )
+
+
 def _as_json(event: ToolCall | Usage) -> dict[str, Any]:
     """`dataclasses.asdict` for a provider's flat events, whose values are JSON: the same fresh
     containers, without its generic deep copy (twice per turn, 4 % of a turn's own time)."""
@@ -636,14 +711,18 @@ def _fresh(value: Any) -> Any:
 
 
 def _collect(
-    provider: Provider, conversation: Conversation, tools: list[Any], options: Options
+    provider: Provider,
+    conversation: Conversation,
+    tools: list[Any],
+    options: Options,
+    abort: Watch | None = None,
 ) -> tuple[Completed, str, str, list[ToolCall]]:
     text: list[str] = []
     reasoning: list[str] = []
     calls: list[ToolCall] = []
     relay = deltas.relay()
     try:
-        for event in provider.stream(conversation, tools, options):
+        for event in provider.stream(conversation, tools, options, abort=abort):
             if isinstance(event, TextDelta):
                 text.append(event.text)
                 if relay is not None:

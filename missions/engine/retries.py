@@ -1,13 +1,18 @@
-"""Waiting before a model request is retried: a wait that ends at once when the step must stop.
+"""Waiting before a model request is retried, and telling why a model step was cut short.
 
 A provider's transient error (overloaded, rate limited) is retried within the same model step
 after a backoff of up to a minute. Nothing is journaled meanwhile, so the wait must end the
 moment the step's `stopping` event is set (by the lease keeper), and then say why it ended:
 a stop request ends the run now, a lost lease ends this execution, and an owner's interrupt only
-cuts the wait short (the request is sent again at once).
+cuts the wait short (the request is sent again at once). A model's answer cut short by the same
+event is told apart the same way (`must_stop`).
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
 
 from kernel.context import StepCall
 from kernel.exceptions import LeaseLost, Stop
@@ -21,16 +26,27 @@ def backoff_seconds(attempt: int, retry_after: float | None) -> float:
     return min(retry_after or 2**attempt, MAX_BACKOFF_SECONDS)
 
 
-def wait_before_retry(call: StepCall, seconds: float) -> None:
-    """Sleep `seconds` unless the step is asked to stop first; raise if the run must end."""
+def wait_before_retry(call: StepCall, seconds: float) -> bool:
+    """Sleep `seconds` unless the step is asked to stop first; raise if the run must end.
+    True when an owner's interrupt cut the wait short."""
     if not call.stopping.wait(seconds):
-        return
-    state = Run.objects.filter(pk=call.run_id).values_list(
-        "cancel_requested", "stop_reason", "fence"
+        return False
+    must_stop(call, "stopped while waiting to retry the model")
+    return True
+
+
+def must_stop(call: StepCall, why: str) -> None:
+    """The step's `stopping` is set: raise if that is because the run must end (the owner's
+    stop, a budget stop, its duration cap, a lost lease); return if it was an interrupt."""
+    found = (
+        Run.objects.filter(pk=call.run_id)
+        .values_list("cancel_requested", "stop_reason", "fence", "max_seconds", "started_at")
+        .first()
     )
-    found = state.first()
     if found is None or found[2] != call.fence.token:
-        raise LeaseLost(f"run {call.run_id}: lease taken over during a model retry wait")
-    cancel_requested, stop_reason, _fence = found
+        raise LeaseLost(f"run {call.run_id}: lease taken over during a model step")
+    cancel_requested, stop_reason, _fence, limit, started = found
     if cancel_requested:
-        raise Stop(stop_reason or RunStatus.CANCELLED, "stopped while waiting to retry the model")
+        raise Stop(stop_reason or RunStatus.CANCELLED, why)
+    if limit is not None and started and timezone.now() - started >= timedelta(seconds=limit):
+        raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")

@@ -47,7 +47,9 @@ from missions.providers.base import (
     ToolSpec,
     UnknownModel,
     Usage,
+    Watch,
 )
+from missions.providers.cutting import cuttable
 
 STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
@@ -98,10 +100,17 @@ class AnthropicProvider:
         )
 
     def stream(
-        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+        self,
+        conversation: Conversation,
+        tools: list[ToolSpec],
+        options: Options,
+        *,
+        abort: Watch | None = None,
     ) -> Iterator[Event]:
         request = _Request.of(conversation, tools, options)
+        counts: dict[str, int] = {}  # the usage reported so far: what a cut answer cost
         with (
+            cuttable(abort, lambda: Usage(**counts)) as cut,
             _typed_errors(),
             self.client.messages.create(
                 model=options.model,
@@ -118,7 +127,8 @@ class AnthropicProvider:
                 extra_body=request.extra_body,
             ) as events,
         ):
-            yield from translate(events)
+            cut.attach(events.response)
+            yield from translate(events, counts)
 
     def count_tokens(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
@@ -266,15 +276,18 @@ def _typed_errors() -> Iterator[None]:
         raise AuthenticationFailed(str(error)) from error
 
 
-def translate(events: Iterable[RawMessageStreamEvent]) -> Iterator[Event]:
+def translate(
+    events: Iterable[RawMessageStreamEvent], counts: dict[str, int] | None = None
+) -> Iterator[Event]:
     """Turn raw stream events into normalised ones, ending with one `Completed` at message_stop.
 
     Blocks are the dicts the server sent in `content_block_start` (only the keys it set), grown by
-    their deltas, so they go back on the next turn unchanged.
+    their deltas, so they go back on the next turn unchanged. `counts` (the usage reported so
+    far, by `Usage` field) is the caller's to read if the stream is cut.
     """
     blocks: dict[int, dict[str, Any]] = {}
     partial_json: dict[int, list[str]] = {}
-    counts: dict[str, int] = {}
+    counts = {} if counts is None else counts
     stop_reason: str | None = None
     explanation: str | None = None
     cleared = {"cleared_tool_results": 0, "cleared_tokens": 0}

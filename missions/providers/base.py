@@ -8,7 +8,8 @@ thread is never converted from one provider to another.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -167,6 +168,20 @@ class StreamInterrupted(ProviderError):
     code = "stream_interrupted"
 
 
+class Aborted(ProviderError):
+    """The answer was cut short on purpose (its run is stopping, or the owner interrupted it):
+    never retried. `usage` is what the provider had reported of it when it was cut (Anthropic
+    reports the input at the start of a stream; OpenAI and compatible servers only at its end,
+    so nothing)."""
+
+    permanent = True
+    code = "aborted"
+
+    def __init__(self, message: str, *, usage: Usage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage or Usage()
+
+
 class AuthenticationFailed(ProviderError):
     permanent = True
     code = "authentication_failed"
@@ -189,6 +204,11 @@ class ContextTooLong(ProviderError):
 
 # --- The interface ------------------------------------------------------------------------------
 
+# How a caller cuts an answer short: `stream` registers its cut (which closes the response's
+# connection, from whatever thread calls it) for as long as it reads, with `with abort(cut):`.
+# The run's stop signal is one (`kernel.steps.Stopping.cutting`).
+Watch = Callable[[Callable[[], None]], AbstractContextManager[None]]
+
 
 class Provider(Protocol):
     """A model provider. Implementations: `anthropic`, `openai`, `scripted` (offline)."""
@@ -201,11 +221,17 @@ class Provider(Protocol):
     clearing_capability: str | None
 
     def stream(
-        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+        self,
+        conversation: Conversation,
+        tools: list[ToolSpec],
+        options: Options,
+        *,
+        abort: Watch | None = None,
     ) -> Iterator[Event]:
         """Send the conversation; yield deltas and tool calls, then exactly one `Completed`.
 
         Raises a `ProviderError` subclass; never yields a `Completed` for a partial response.
+        Cut through `abort`, the connection is closed at once and it raises `Aborted`.
         """
         ...
 

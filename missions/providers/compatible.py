@@ -48,7 +48,9 @@ from missions.providers.base import (
     ToolResult,
     ToolSpec,
     Usage,
+    Watch,
 )
+from missions.providers.cutting import Cut, cuttable
 from missions.providers.openai import status_error
 
 NAME = "compatible"
@@ -92,20 +94,27 @@ class CompatibleProvider:
         self.include_usage = True
 
     def stream(
-        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+        self,
+        conversation: Conversation,
+        tools: list[ToolSpec],
+        options: Options,
+        *,
+        abort: Watch | None = None,
     ) -> Iterator[Event]:
         if conversation.provider != self.name:
             raise BadRequest(
                 f"a {conversation.provider!r} thread cannot be sent to the compatible endpoint"
             )
-        try:
-            yield from self._stream(conversation, tools, options)
-        except openai.APIStatusError as exc:
-            raise error_from_status(exc) from exc
-        except openai.APIConnectionError as exc:  # refused, timed out, or dropped mid-stream
-            raise StreamInterrupted(exc.message) from exc
-        except openai.APIError as exc:  # an `{"error": ...}` chunk inside the stream
-            raise _in_stream_error(exc.message) from exc
+        # Usage comes in the last chunk only: a cut answer's is not known.
+        with cuttable(abort) as cut:
+            try:
+                yield from self._stream(conversation, tools, options, cut)
+            except openai.APIStatusError as exc:
+                raise error_from_status(exc) from exc
+            except openai.APIConnectionError as exc:  # refused, timed out, or dropped mid-stream
+                raise StreamInterrupted(exc.message) from exc
+            except openai.APIError as exc:  # an `{"error": ...}` chunk inside the stream
+                raise _in_stream_error(exc.message) from exc
 
     def count_tokens(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
@@ -115,7 +124,7 @@ class CompatibleProvider:
         return len(json.dumps(sent)) // 4
 
     def _stream(
-        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+        self, conversation: Conversation, tools: list[ToolSpec], options: Options, cut: Cut
     ) -> Iterator[Event]:
         try:
             stream = self._create(conversation, tools, options)
@@ -126,6 +135,7 @@ class CompatibleProvider:
             # and the answer's usage (if any) counts; zero if it sends none.
             self.include_usage = False
             stream = self._create(conversation, tools, options)
+        cut.attach(stream.response)
         text: list[str] = []
         refusal: list[str] = []
         calls: dict[int, dict[str, str]] = {}  # tool-call index -> id, name, arguments so far

@@ -59,7 +59,9 @@ from missions.providers.base import (
     ToolSpec,
     UnknownModel,
     Usage,
+    Watch,
 )
+from missions.providers.cutting import Cut, cuttable
 
 # Error codes OpenAI puts in error bodies, `error` events and failed responses. They win over
 # the HTTP status: a 429 `insufficient_quota` is an unpaid account, not a busy one, and retrying
@@ -103,18 +105,25 @@ class OpenAIProvider:
         self.client = client
 
     def stream(
-        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+        self,
+        conversation: Conversation,
+        tools: list[ToolSpec],
+        options: Options,
+        *,
+        abort: Watch | None = None,
     ) -> Iterator[Event]:
         if conversation.provider != self.name:
             raise BadRequest(f"a {conversation.provider!r} thread cannot be sent to OpenAI")
-        try:
-            yield from self._stream(conversation, tools, options)
-        except openai.APIStatusError as exc:
-            raise status_error(exc) from exc
-        except openai.APIConnectionError as exc:  # refused, timed out, or dropped mid-stream
-            raise StreamInterrupted(exc.message) from exc
-        except openai.APIError as exc:  # an error object the SDK found inside the stream
-            raise _coded_error(exc.code, exc.message) from exc
+        # Usage comes with `response.completed` only: a cut answer's is not known.
+        with cuttable(abort) as cut:
+            try:
+                yield from self._stream(conversation, tools, options, cut)
+            except openai.APIStatusError as exc:
+                raise status_error(exc) from exc
+            except openai.APIConnectionError as exc:  # refused, timed out, or dropped mid-stream
+                raise StreamInterrupted(exc.message) from exc
+            except openai.APIError as exc:  # an error object the SDK found inside the stream
+                raise _coded_error(exc.code, exc.message) from exc
 
     def count_tokens(
         self, conversation: Conversation, tools: list[ToolSpec], options: Options
@@ -138,7 +147,7 @@ class OpenAIProvider:
         return counted.input_tokens
 
     def _stream(
-        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+        self, conversation: Conversation, tools: list[ToolSpec], options: Options, cut: Cut
     ) -> Iterator[Event]:
         stream = self.client.responses.create(
             model=options.model,
@@ -160,6 +169,7 @@ class OpenAIProvider:
         )
         streamed_arguments: dict[str, str] = {}  # function_call item id -> argument text so far
         announced: set[str] = set()  # call ids already yielded as ToolCall
+        cut.attach(stream.response)
         with stream:
             for event in stream:
                 match event:

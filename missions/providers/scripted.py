@@ -35,6 +35,7 @@ from missions.providers.base import (
     ToolResult,
     ToolSpec,
     Usage,
+    Watch,
 )
 
 NAME = "scripted"
@@ -56,7 +57,12 @@ class ScriptedProvider:
         self._measured: tuple[int, int] = (0, 0)  # (items measured, their characters)
 
     def stream(
-        self, conversation: Conversation, tools: list[ToolSpec], options: Options
+        self,
+        conversation: Conversation,
+        tools: list[ToolSpec],
+        options: Options,
+        *,
+        abort: Watch | None = None,  # a script answers at once: nothing to cut
     ) -> Iterator[Event]:
         self.calls += 1
         if options.purpose == "compaction":

@@ -9,6 +9,8 @@ no httpx mock intercepts: a real socket is the honest way.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -26,12 +28,21 @@ class Stream:
 
     An empty name sends a bare `data:` line (Chat Completions names no events); `done` ends the
     stream with `data: [DONE]`. With `hold_after`, the server stops after that many events and
-    keeps the connection open (SSE comments) until the client hangs up, counted in `hangups`."""
+    keeps the connection open (SSE comments) until the client hangs up, counted in `hangups`.
+
+    With `trickle_after`, a slow model: after that many events, `trickle` (one small delta) is
+    sent every `trickle_seconds`, `trickle_count` times, then the rest of the events. Between
+    two deltas the server watches the connection, and notes in `disconnects` the moment
+    (`time.monotonic()`) the client closed it."""
 
     events: list[tuple[str, dict[str, Any]]]
     cut_after: int | None = None
     done: bool = False
     hold_after: int | None = None
+    trickle_after: int | None = None
+    trickle: tuple[str, dict[str, Any]] | None = None
+    trickle_seconds: float = 0.5
+    trickle_count: int = 120  # a minute at the default pace
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,8 @@ class WireServer:
         self.answers: deque[Answer] = deque()
         self.received: list[Received] = []
         self.hangups = 0
+        self.disconnects: list[float] = []  # when a trickling stream saw its client hang up
+        self.trickling = threading.Event()  # set once a stream has begun to trickle
         self._lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -140,11 +153,46 @@ class WireServer:
                     if answer.hold_after is not None and index >= answer.hold_after:
                         self._hold()
                         return
-                    line = f"data: {json.dumps(data)}\n\n"
-                    self._chunk(f"event: {name}\n{line}" if name else line)
+                    if answer.trickle_after == index and not self._trickle(answer):
+                        return
+                    self._event(name, data)
                 if answer.done:
                     self._chunk("data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
+
+            def _event(self, name: str, data: dict[str, Any]) -> None:
+                line = f"data: {json.dumps(data)}\n\n"
+                self._chunk(f"event: {name}\n{line}" if name else line)
+
+            def _trickle(self, answer: Stream) -> bool:
+                """One delta every `trickle_seconds`; False when the client hung up meanwhile
+                (noted in `disconnects` the moment the server saw it)."""
+                assert answer.trickle is not None
+                server.trickling.set()
+                for _ in range(answer.trickle_count):
+                    try:
+                        self._event(*answer.trickle)
+                    except OSError:
+                        return self._hung_up()
+                    # The client sends nothing while it reads a response: readable means the
+                    # connection was closed (an empty read) or reset.
+                    readable, _, _ = select.select(
+                        [self.connection], [], [], answer.trickle_seconds
+                    )
+                    if readable:
+                        try:
+                            closed = self.connection.recv(1, socket.MSG_PEEK) == b""
+                        except OSError:
+                            closed = True
+                        if closed:
+                            return self._hung_up()
+                return True
+
+            def _hung_up(self) -> bool:
+                with server._lock:
+                    server.disconnects.append(time.monotonic())
+                self.close_connection = True
+                return False
 
             def _chunk(self, text: str) -> None:
                 data = text.encode()

@@ -61,3 +61,44 @@ def test_stopping_a_run_kills_its_running_command_and_children(
     assert not [line for line in sandbox_processes(run.pk) if "sleep 30" in line]
     shell = Step.objects.get(run=run, name="shell")
     assert shell.result is None or "[cancelled]" in shell.result["output"]
+
+
+def test_a_stop_kills_the_sandbox_within_a_second_of_the_request(
+    hostile_mission: tuple[Mission, Path],
+) -> None:
+    """The stop reaches the worker by the database's notification, not a lease renewal (every
+    10 s with this 30 s lease): the command's processes are gone within a second."""
+    mission, repo = hostile_mission
+    run = runs.start_run(
+        account=mission,
+        program="agent",
+        input={
+            "goal": "Wait a long time.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": CODING_TOOLS,
+            "script": {"turns": [calls(("shell", {"command": "sleep 302"})), FINISH]},
+            "repository": str(repo),
+        },
+    )
+    worker = Worker(lease_seconds=30, poll_seconds=0.5, max_runs=2)
+    loop = threading.Thread(target=worker.run_forever, daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any("sleep 302" in line for line in sandbox_processes(run.pk)):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        runs.request_stop(run.pk)
+        asked = time.monotonic()
+        while [line for line in sandbox_processes(run.pk) if "sleep 302" in line]:
+            # A second, and a quarter for a loaded two-core machine (pgrep itself takes time).
+            assert time.monotonic() - asked < 1.25, "the sandbox outlived the stop by a second"
+            time.sleep(0.02)
+        while not Run.objects.get(pk=run.pk).is_terminal:
+            assert time.monotonic() - asked < 1.25, "the run was not ended within a second"
+            time.sleep(0.02)
+    finally:
+        worker.stopping.set()
+        loop.join(timeout=30)
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
