@@ -13,6 +13,7 @@ import socket
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
@@ -77,7 +78,8 @@ def get(path: Path, url: str, token: str | None, *, headers: str = "") -> tuple[
     if token is not None:
         basic = base64.b64encode(f"run:{token}".encode()).decode()
         auth = f"Proxy-Authorization: Basic {basic}\r\n"
-    return ask(path, f"GET {url} HTTP/1.1\r\nHost: x\r\n{auth}{headers}\r\n".encode())
+    host = urlsplit(url).netloc  # the proxy refuses a Host other than the URL's
+    return ask(path, f"GET {url} HTTP/1.1\r\nHost: {host}\r\n{auth}{headers}\r\n".encode())
 
 
 def events(run: Run, kind: str) -> list[dict[str, Any]]:
@@ -106,7 +108,7 @@ def test_it_forwards_to_an_allowed_host_only_and_journals_every_refusal(
     assert status == 403
     assert b"is not allowed: not on the run's allow-list" in body
     assert not elsewhere.seen
-    tunnel = f"CONNECT 127.0.0.1:{elsewhere.port} HTTP/1.1\r\nHost: x\r\n"
+    tunnel = f"CONNECT 127.0.0.1:{elsewhere.port} HTTP/1.1\r\nHost: 127.0.0.1:{elsewhere.port}\r\n"
     basic = base64.b64encode(f"run:{attached.token}".encode()).decode()
     status, _ = ask(attached.socket, f"{tunnel}Proxy-Authorization: Basic {basic}\r\n\r\n".encode())
     assert status == 403
