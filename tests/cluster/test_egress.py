@@ -279,8 +279,16 @@ def kill_switch_revokes_every_token(upstream: Upstream) -> None:
     url = f"http://127.0.0.1:{upstream.port}/"
     assert get(attached.socket, url, attached.token)[0] == 200
     killswitch.engage(by="owner")
-    status, body = get(attached.socket, url, attached.token)
-    # The token is judged before the tree: what answers is the revocation itself.
+    # The switch asked the run's tree to stop: its socket closes at once (test_egress_stop).
+    deadline = time.monotonic() + 1
+    while attached.socket.exists():
+        assert time.monotonic() < deadline, "the kill switch left the run's socket open"
+        time.sleep(0.02)
+    # The token itself is dead: on the socket of a run started after the switch, the token is
+    # judged first, and what answers is the revocation.
+    later = make_run(hosts=["127.0.0.1"])
+    path = egress.attach(run_id=later.pk, root_id=later.pk, scopes=["egress"], seconds=60).socket
+    status, body = get(path, url, attached.token)
     assert (status, body) == (
         407,
         b"run token revoked (every token was revoked by the kill switch)\n",
