@@ -11,13 +11,16 @@ asyncio service on the control plane that answers as an HTTP proxy:
 
 Every request carries the run's token (`cluster.tokens`) in `Proxy-Authorization` (Basic with any
 user name, as `http://run:<token>@127.0.0.1:3128` in `http_proxy` makes clients send it, or
-Bearer), valid for that socket's run and scope, and the run's tree must not be stopped (its root's
-status, looked up at most `STATUS_SECONDS` ago). Every decision is an event on the run's journal:
-`egress.allowed`, `egress.bridged`, `egress.refused`.
+Bearer), valid for that socket's run and scope, and the run's tree must be neither stopped nor
+asked to stop (`cluster.trees`, read for every request). Every decision is an event on the run's
+journal: `egress.allowed`, `egress.bridged`, `egress.refused`. The request is parsed strictly
+(`cluster.proxy`): a head two parsers could read two ways is refused with 400.
 
 Sockets are opened on request through the control socket (`attach`, from the process that starts
-the sandbox) and closed when the run's tree stops. The socket files are the service's only state:
-a service started after a crash binds again every socket whose run is still going.
+the sandbox) and closed, with every connection open on them, once the run's tree stops or is
+asked to: within `REAP_SECONDS`, at once when the kernel's channel rings. The socket files are
+the service's only state: a service started after a crash binds again every socket whose run is
+still going.
 """
 
 from __future__ import annotations
@@ -41,20 +44,20 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from cluster import proxy, tokens
+from cluster import proxy, tokens, trees
 from cluster.identity import SandboxUnavailable, identity
 from kernel import journal
-from kernel.models import TERMINAL, Run
+from kernel.models import Run
 
 logger = logging.getLogger(__name__)
 
 CONTROL = "control.sock"
 PROXY_PORT = 3128  # where the in-sandbox forwarder listens (cluster.runner.forwarder)
-HEAD_LIMIT = 64 * 1024
 HEAD_SECONDS = 30.0
 CONNECT_SECONDS = 10.0
-STATUS_SECONDS = 1.0  # how stale a run tree's status may be when a request is judged
-REAP_SECONDS = 1.0  # how often sockets of stopped trees are closed
+# How often the sockets of stopped trees are closed when no notification says so sooner: a stop
+# cuts its tree's connections within a second even when its doorbell is lost.
+REAP_SECONDS = 0.5
 BODY_LIMIT = 64 * 1024 * 1024
 BRIDGE_SUFFIX = ".bridge"
 
@@ -210,28 +213,25 @@ class _Open:
     connections: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-@dataclass(frozen=True)
-class _Tree:
-    account_id: int | None
-    root_id: int
-    stopped: str  # why requests are refused, or ""
-
-
 class Service:
     """The egress service. `serve()` runs it until `stop()`; `running()` runs it in a thread."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or directory()
         self._open: dict[int, _Open] = {}
-        self._trees: dict[int, tuple[float, _Tree]] = {}
+        self._accounts: dict[int, int | None] = {}  # for the journal, from the last judgement
         self._stopping: asyncio.Event | None = None
+        self._rung: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # 1. Prepare the directory. 2. Bind again the sockets of runs still going. 3. Answer the
-    # control socket and reap stopped trees until stopped.
+    # control socket and reap stopped trees until stopped: when the kernel's channel rings (a
+    # stop requested), else every REAP_SECONDS.
     async def serve(self, ready: threading.Event | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        rung = self._rung = asyncio.Event()
+        doorbell = trees.Doorbell(lambda: loop.call_soon_threadsafe(rung.set))
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o711)  # searchable (bwrap binds a socket by path), not listable
         control_path = self.root / CONTROL
@@ -244,25 +244,29 @@ class Service:
         server = await asyncio.start_unix_server(self._control, path=str(temporary))
         temporary.chmod(0o600)
         temporary.replace(control_path)
+        doorbell.start()
         if ready is not None:
             ready.set()
         try:
             while not self._stopping.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), REAP_SECONDS)
+                    await asyncio.wait_for(rung.wait(), REAP_SECONDS)
+                rung.clear()
                 try:
                     await self._reap()
                 except Exception:  # the database away for a moment: the next round retries
                     logger.exception("egress: cannot check the open runs' trees")
         finally:
+            await asyncio.to_thread(doorbell.stop)
             server.close()
             for run_id in list(self._open):
                 await self._close(run_id, unlink=False)  # kept: a restart binds them again
             control_path.unlink(missing_ok=True)
 
     def stop(self) -> None:
-        if self._loop is not None and self._stopping is not None:
+        if self._loop is not None and self._stopping is not None and self._rung is not None:
             self._loop.call_soon_threadsafe(self._stopping.set)
+            self._loop.call_soon_threadsafe(self._rung.set)
 
     async def _reopen(self) -> None:
         for entry in self.root.iterdir():
@@ -301,7 +305,7 @@ class Service:
         """Bind `run_id`'s socket (again, after a crash) unless it is open; LookupError when its
         tree is stopped or it is no run."""
         path = self.root / f"{run_id}.sock"
-        tree = await self._tree(run_id, fresh=True)
+        tree = await self._tree(run_id)
         if tree.stopped:
             raise LookupError(f"run {run_id}: {tree.stopped}")
         if run_id in self._open:
@@ -312,7 +316,7 @@ class Service:
         temporary = self.root / f".{run_id}.sock.tmp"
         temporary.unlink(missing_ok=True)
         server = await asyncio.start_unix_server(
-            lambda r, w: self._connection(run_id, r, w), path=str(temporary), limit=HEAD_LIMIT
+            lambda r, w: self._connection(run_id, r, w), path=str(temporary), limit=proxy.HEAD_LIMIT
         )
         try:
             temporary.chmod(0o600)
@@ -327,30 +331,36 @@ class Service:
         return path
 
     async def _close(self, run_id: int, *, unlink: bool) -> None:
+        """1. Forget the run: a connection it makes from now on is closed unanswered. 2. Remove
+        its socket's name: nobody connects any more. 3. Let the connections already accepted
+        reach `_connection` (which closes them): Python 3.12's `Server.close()` leaves one it
+        accepted but had not handed over yet open and unserved, its client waiting forever. The
+        accept callback runs at the next iteration, the handover at the one after. 4. Close the
+        server, and cancel every connection still open (a tunnel, a forwarded response)."""
         opened = self._open.pop(run_id, None)
+        if unlink:
+            (self.root / f"{run_id}.sock").unlink(missing_ok=True)
         if opened is None:
-            if unlink:
-                (self.root / f"{run_id}.sock").unlink(missing_ok=True)
             return
+        for _ in range(3):
+            await asyncio.sleep(0)
         opened.server.close()
         for task in list(opened.connections):
             task.cancel()
-        if unlink:
-            (self.root / f"{run_id}.sock").unlink(missing_ok=True)
 
     async def _reap(self) -> None:
-        for run_id in list(self._open):
-            tree = await self._tree(run_id)
+        """Close the sockets (and their open connections) of every tree stopped or stopping."""
+        if not self._open:
+            return
+        judged = await asyncio.to_thread(_in_thread, trees.judge, list(self._open))
+        for run_id, tree in judged.items():
             if tree.stopped:
                 await self._close(run_id, unlink=True)
 
-    async def _tree(self, run_id: int, *, fresh: bool = False) -> _Tree:
-        now = asyncio.get_running_loop().time()
-        cached = self._trees.get(run_id)
-        if cached is not None and not fresh and now - cached[0] < STATUS_SECONDS:
-            return cached[1]
-        tree = await asyncio.to_thread(_lookup_tree, run_id)
-        self._trees[run_id] = (now, tree)
+    async def _tree(self, run_id: int) -> trees.Tree:
+        """The run's tree as the database has it now: no cache, so no window after a stop."""
+        tree = (await asyncio.to_thread(_in_thread, trees.judge, [run_id]))[run_id]
+        self._accounts[run_id] = tree.account_id
         return tree
 
     # --- one client connection ---
@@ -379,19 +389,14 @@ class Service:
     async def _serve_one(
         self, run_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
-        except asyncio.LimitOverrunError:
-            await proxy.answer(writer, 431, "request head too large")
-            return
         request: proxy.Request | None = None
         try:
+            head = await asyncio.wait_for(proxy.read_head(reader), HEAD_SECONDS)
             request = proxy.parse(head)
             destination = await self._judge(run_id, request)
         except proxy.Refused as refused:
-            if refused.journal:
-                seen = request if request is not None else head
-                await self._event(run_id, "egress.refused", request=seen, reason=str(refused))
+            seen = request if request is not None else refused.head
+            await self._event(run_id, "egress.refused", request=seen, reason=str(refused))
             extra = {"Proxy-Authenticate": 'Basic realm="agentos"'} if refused.status == 407 else {}
             await proxy.answer(writer, refused.status, str(refused), extra)
             return
@@ -461,9 +466,11 @@ class Service:
             await proxy.answer(writer, 411, "a request body needs a Content-Length")
             return
         for key, value in headers:
-            if key.lower() == "content-length":
-                if not value.isdigit() or int(value) > BODY_LIMIT:
-                    await proxy.answer(writer, 413, f"Content-Length {value!r} refused")
+            if key.lower() == "content-length":  # one, digits only (`proxy.parse`)
+                if int(value) > BODY_LIMIT:
+                    reason = f"Content-Length {value} is over {BODY_LIMIT}"
+                    await self._event(run_id, "egress.refused", request=request, reason=reason)
+                    await proxy.answer(writer, 413, reason)
                     return
                 length = int(value)
         if destination.bridge:
@@ -471,16 +478,21 @@ class Service:
             added = {k.lower() for k in destination.headers}
             headers = [(k, v) for k, v in headers if k.lower() not in added | {"authorization"}]
             headers += list(destination.headers.items())
+        host = destination.host if destination.port in (80, 443) else destination.netloc
+        headers = [("Host", host), *headers, ("Connection", "close")]
+        try:
+            # Before anything is dialled: a header h11 cannot write is refused here.
+            client, head = proxy.upstream_request(request.method, destination.path, headers)
+        except proxy.Refused as refused:
+            await self._event(run_id, "egress.refused", request=request, reason=str(refused))
+            await proxy.answer(writer, refused.status, str(refused))
+            return
         upstream = await self._dial(run_id, request, destination, writer)
         if upstream is None:
             return
         up_reader, up_writer = upstream
-        host = destination.host if destination.port in (80, 443) else destination.netloc
-        lines = [f"{request.method} {destination.path} HTTP/1.1", f"Host: {host}"]
-        lines += [f"{k}: {v}" for k, v in headers] + ["Connection: close", "", ""]
-        up_writer.write("\r\n".join(lines).encode("latin-1"))
-        if length:
-            up_writer.write(await reader.readexactly(length))
+        body = await reader.readexactly(length) if length else b""
+        up_writer.write(head + proxy.upstream_body(client, body))
         await up_writer.drain()
         kind = "egress.bridged" if destination.bridge else "egress.allowed"
         await self._event(run_id, kind, request=request, reason=destination.bridge)
@@ -510,17 +522,23 @@ class Service:
             return None
 
     async def _event(self, run_id: int, kind: str, *, request: object, reason: str) -> None:
-        tree = self._trees.get(run_id)
-        data: dict[str, object] = {"reason": reason}
+        data: dict[str, object] = {"reason": _scrub(reason)}
         if isinstance(request, proxy.Request):
             data.update(method=request.method, host=request.host, port=request.port)
         elif isinstance(request, bytes):
-            data["request"] = request[:200].decode("latin-1").split("\r\n", 1)[0]
-        account = tree[1].account_id if tree else None
+            # The request line only (the headers may carry the token), as far as it was read.
+            line = re.split("[\r\n]", request[:200].decode("latin-1"), maxsplit=1)[0]
+            data["request"] = _scrub(line)
+        account = self._accounts.get(run_id)
         try:
             await asyncio.to_thread(_in_thread, _append, kind, run_id, account, data)
         except Exception:
             logger.exception("egress: cannot journal %s of run %s", kind, run_id)
+
+
+def _scrub(text: str) -> str:
+    """A run token never reaches the journal, even one a sandbox wrote in a URL."""
+    return re.sub(rf"{tokens.PREFIX}\.[A-Za-z0-9_.=-]*", f"{tokens.PREFIX}.[token]", text)
 
 
 def _bridge_destination(name: str, upstream: Upstream, path: str) -> proxy.Destination:
@@ -548,25 +566,6 @@ def _in_thread[T](function: Callable[..., T], *args: object) -> T:
     except (OperationalError, InterfaceError):
         connection.close()
         raise
-
-
-def _lookup_tree(run_id: int) -> _Tree:
-    return _in_thread(_lookup_tree_now, run_id)
-
-
-def _lookup_tree_now(run_id: int) -> _Tree:
-    row = Run.objects.filter(pk=run_id).values_list("account_id", "root_id", "status").first()
-    if row is None:
-        return _Tree(None, run_id, "no such run")
-    account_id, root_id, status = row
-    root_id = root_id or run_id
-    if status in TERMINAL:
-        return _Tree(account_id, root_id, f"the run has ended ({status})")
-    if root_id != run_id:
-        root_status = Run.objects.filter(pk=root_id).values_list("status", flat=True).first()
-        if root_status in TERMINAL:
-            return _Tree(account_id, root_id, f"its run tree has stopped ({root_status})")
-    return _Tree(account_id, root_id, "")
 
 
 def _append(kind: str, run_id: int, account_id: int | None, data: dict[str, Any]) -> None:

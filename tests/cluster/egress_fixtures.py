@@ -20,9 +20,9 @@ from tests.providers.wire import WireServer, wire_server
 
 
 class Upstream:
-    """A plain HTTP server on 127.0.0.1 that answers who asked for what. A GET of `/hold` first
-    calls `on_hold` (when a test set it): a sandbox's request that lets the test act at that
-    point of the sandbox's script, then answers."""
+    """A plain HTTP server on 127.0.0.1 that answers who asked for what (a POST's body too). A
+    GET of `/hold` first calls `on_hold` (when a test set it): a sandbox's request that lets the
+    test act at that point of the sandbox's script, then answers."""
 
     def __init__(self) -> None:
         self.seen: list[dict[str, str]] = []
@@ -38,6 +38,19 @@ class Upstream:
                 seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
                 if self.path == "/hold" and upstream.on_hold is not None:
                     upstream.on_hold()
+                body = f"hello from {self.path}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                sent = self.rfile.read(length).decode("latin-1")
+                seen.append(
+                    {"path": self.path, "body": sent}
+                    | {k.lower(): v for k, v in self.headers.items()}
+                )
                 body = f"hello from {self.path}\n".encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))

@@ -13,6 +13,7 @@ import socket
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
@@ -77,7 +78,8 @@ def get(path: Path, url: str, token: str | None, *, headers: str = "") -> tuple[
     if token is not None:
         basic = base64.b64encode(f"run:{token}".encode()).decode()
         auth = f"Proxy-Authorization: Basic {basic}\r\n"
-    return ask(path, f"GET {url} HTTP/1.1\r\nHost: x\r\n{auth}{headers}\r\n".encode())
+    host = urlsplit(url).netloc  # the proxy refuses a Host other than the URL's
+    return ask(path, f"GET {url} HTTP/1.1\r\nHost: {host}\r\n{auth}{headers}\r\n".encode())
 
 
 def events(run: Run, kind: str) -> list[dict[str, Any]]:
@@ -106,7 +108,7 @@ def test_it_forwards_to_an_allowed_host_only_and_journals_every_refusal(
     assert status == 403
     assert b"is not allowed: not on the run's allow-list" in body
     assert not elsewhere.seen
-    tunnel = f"CONNECT 127.0.0.1:{elsewhere.port} HTTP/1.1\r\nHost: x\r\n"
+    tunnel = f"CONNECT 127.0.0.1:{elsewhere.port} HTTP/1.1\r\nHost: 127.0.0.1:{elsewhere.port}\r\n"
     basic = base64.b64encode(f"run:{attached.token}".encode()).decode()
     status, _ = ask(attached.socket, f"{tunnel}Proxy-Authorization: Basic {basic}\r\n\r\n".encode())
     assert status == 403
@@ -277,8 +279,16 @@ def kill_switch_revokes_every_token(upstream: Upstream) -> None:
     url = f"http://127.0.0.1:{upstream.port}/"
     assert get(attached.socket, url, attached.token)[0] == 200
     killswitch.engage(by="owner")
-    status, body = get(attached.socket, url, attached.token)
-    # The token is judged before the tree: what answers is the revocation itself.
+    # The switch asked the run's tree to stop: its socket closes at once (test_egress_stop).
+    deadline = time.monotonic() + 1
+    while attached.socket.exists():
+        assert time.monotonic() < deadline, "the kill switch left the run's socket open"
+        time.sleep(0.02)
+    # The token itself is dead: on the socket of a run started after the switch, the token is
+    # judged first, and what answers is the revocation.
+    later = make_run(hosts=["127.0.0.1"])
+    path = egress.attach(run_id=later.pk, root_id=later.pk, scopes=["egress"], seconds=60).socket
+    status, body = get(path, url, attached.token)
     assert (status, body) == (
         407,
         b"run token revoked (every token was revoked by the kill switch)\n",

@@ -200,13 +200,13 @@ def attempt(
 
 
 def _stop_tree(run_id: int) -> None:
-    """Stop the run's tree and let the egress service see it: its status cache at its oldest,
-    its reaper's next round."""
+    """Stop the run's tree and let the egress service see it: its reaper's next round, with no
+    doorbell (the status changed by hand)."""
     from django.db import connection
 
     try:
         Run.objects.filter(pk=run_id).update(status=RunStatus.CANCELLED)
-        time.sleep(egress.STATUS_SECONDS + egress.REAP_SECONDS + 0.1)
+        time.sleep(egress.REAP_SECONDS + 0.1)
     finally:
         connection.close()  # the upstream's request thread
 
