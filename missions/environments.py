@@ -71,7 +71,9 @@ def _pin(project: Project, setup: str) -> Project:
             raise _invalid("repository", str(error)) from None
     version = environments.version_of(setup, commit) if setup else ""
     status = EnvironmentStatus.QUEUED if setup else EnvironmentStatus.NONE
-    with transaction.atomic(durable=True):
+    # Not durable: an API request with an Idempotency-Key runs its view inside a savepoint; the
+    # build is queued on the outermost commit all the same.
+    with transaction.atomic():
         Project.objects.filter(pk=project.pk).update(
             environment_setup=setup,
             environment_commit=commit,
