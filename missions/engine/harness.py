@@ -25,6 +25,8 @@ from tools.base import Output, Risk, Tool, ToolError, ToolInputError, Workbench,
 from tools.git import SHA
 from tools.models import Decision
 
+UNDONE_CHARS = 500  # of why an action outside did not happen, in the run's output
+
 
 def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Workbench:
     """Where the run's tools act: its project, and its worktree (made once, by a journaled step;
@@ -271,6 +273,31 @@ def run_tools(
     if batch:
         flush()
     return results
+
+
+def note_undone(
+    undone: dict[str, str],
+    calls: list[dict[str, Any]],
+    results: list[ToolResult],
+    tools: dict[str, Tool],
+) -> None:
+    """Keep in `undone`, for each action outside (`Risk.EXTERNAL`), why its last call did not
+    happen: refused by the owner or a rule, or failed where it acts (a remote refusing a push).
+    A call of the same tool that went through clears it. `results` answer `calls`, in order."""
+    for call, result in zip(calls, results, strict=True):
+        tool = tools.get(call["name"])
+        if tool is None or tool.risk != Risk.EXTERNAL:
+            continue
+        if result.is_error:
+            said = " ".join(framing.unwrap(result.output).split())
+            undone[tool.name] = said[:UNDONE_CHARS]
+        else:
+            undone.pop(tool.name, None)
+
+
+def undone_reason(undone: dict[str, str]) -> str:
+    """Why a run that ended with actions undone is not done, as its output's `reason`."""
+    return "; ".join(f"{name} did not happen: {why}" for name, why in sorted(undone.items()))
 
 
 def _render(ctx: RunContext, seq: int, output: str, *, source: str) -> str:
