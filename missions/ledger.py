@@ -7,8 +7,8 @@ Rules, enforced here whatever the model asks:
   assigned by contract name before its run existed is owned by the first run of that name that
   touches it;
 - an item becomes done only with proof: commands run (each must be a shell call recorded in
-  this mission's journal whose last run exited 0), tests passed, files, event ids (each an
-  event of this mission);
+  this mission's journal whose last run exited 0, by the exit code the harness recorded),
+  tests passed, files, event ids (each an event of this mission);
 - a fact cites events: the ones given, else the run's newest (the journal up to the call).
 
 Each write is one transaction keyed by its step's idempotency key (`LedgerWrite`): replayed
@@ -18,7 +18,6 @@ after a crash, it answers what it answered and changes nothing twice. Each chang
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -253,27 +252,22 @@ def _proof(mission_id: int, given: dict[str, Any]) -> dict[str, Any]:
         if failed:
             raise ToolError(
                 "A proof cites commands that passed; the last run of these did not (exit code"
-                " not 0): " + "; ".join(repr(command) for command in failed) + "."
+                " not 0, or not recorded): " + "; ".join(repr(command) for command in failed) + "."
             )
     if proof.get("events"):
         _check_events(mission_id, proof["events"])
     return proof
 
 
-_OUTCOME = re.compile(r"^\[(exit code -?\d+|timed out after .*|killed: .*|cancelled)\]$")
-
-
 def _passed(result: Any) -> bool:
-    """Whether a recorded shell call exited 0. The sandbox's own outcome line is the last of
-    its lines that looks like one (notes on changed files may follow it; the command's output,
-    which could print anything, comes before it)."""
+    """Whether a recorded shell call exited 0, as the harness journaled it (`exit_code`, an int
+    set from the sandbox's result). Never from the output: the command wrote that, and can print
+    an outcome line of its own. A result journaled before the field existed does not count (its
+    code is unknown): the command is run again to cite it."""
     if not isinstance(result, dict) or result.get("is_error"):
         return False
-    for line in reversed(str(result.get("output", "")).splitlines()):
-        found = _OUTCOME.match(line.strip())
-        if found:
-            return found.group(1) == "exit code 0"
-    return False
+    code = result.get("exit_code")
+    return type(code) is int and code == 0
 
 
 def _check_events(mission_id: int, events: list[int]) -> None:

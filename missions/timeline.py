@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 
 from agentos.diffs import DiffLine, diff_lines
 from kernel.models import Run, Step, StepKind, Wait, WaitKind
+from missions.engine import framing
 from missions.models import OwnerMessage
 from missions.overview import wait_link
 
@@ -166,8 +167,9 @@ def _model_call(found: Entry, result: dict[str, Any]) -> None:
         found.summary = _(
             "The provider cleared %(results)s old tool results (%(tokens)s tokens) first."
         ) % {"results": cleared.get("tool_results", 0), "tokens": f"{cleared.get('tokens', 0):,}"}
-    found.text = str(result.get("text") or "")
-    found.reasoning = str(result.get("reasoning") or "")
+    # The model's words, without the data-block markup it may quote from what it read.
+    found.text = framing.unwrap(str(result.get("text") or ""))
+    found.reasoning = framing.unwrap(str(result.get("reasoning") or ""))
     found.owner_messages = [str(m) for m in result.get("owner_messages") or []]
     found.refusal = str(result.get("refusal") or "")
     verdicts = result.get("permissions") or []

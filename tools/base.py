@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jsonschema
 
@@ -34,6 +34,16 @@ class ToolInputError(ValueError):
 class ToolError(Exception):
     """A tool refused or failed in a way the model should read (a path out of the workspace, a
     stale edit...): the message goes back as an error result, and is journaled."""
+
+
+class Output(NamedTuple):
+    """A tool's text with the exit code of the command it ran, which the harness journals in the
+    result's own `exit_code` field: the text is the command's to write (it can print anything,
+    a line like the sandbox's outcome included), the field is not. Whoever judges a command by
+    its outcome (the ledger's proofs) reads the field only."""
+
+    text: str
+    exit_code: int | None  # None when the command was killed (timeout, cancellation)
 
 
 @dataclass(frozen=True)
@@ -99,7 +109,8 @@ def arguments_hash(tool: str, arguments: Any) -> str:
 class Tool:
     """A typed tool.
 
-    - `run(env, arguments) -> str` does the work; its text goes back to the model.
+    - `run(env, arguments) -> str | Output` does the work; its text goes back to the model (an
+      `Output` also carries the exit code of the command it ran, journaled apart).
     - `probe(env, arguments)`, for non-idempotent tools: after a crash, "did this call already
       take effect?" — the earlier output, or None.
     - `subject(arguments)`: the text permission patterns match (a path, a command); default:
@@ -115,7 +126,7 @@ class Tool:
     input_schema: dict[str, Any]
     effect: Effect
     risk: Risk
-    run: Callable[[ToolEnv, dict[str, Any]], str]
+    run: Callable[[ToolEnv, dict[str, Any]], str | Output]
     min_sandbox_level: int = 0
     parallel_safe: bool = False
     probe: Callable[[ToolEnv, dict[str, Any]], str | None] | None = None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from kernel.models import Effect
 from kernel.steps import StepCall
 from tools import snapshots
-from tools.base import Risk, Tool, ToolEnv, ToolError
+from tools.base import Output, Risk, Tool, ToolEnv, ToolError
 
 if TYPE_CHECKING:
     from cluster.dispatch import StepRef
@@ -101,10 +101,11 @@ class Command(NamedTuple):
     text: str  # its output and what happened, as the model reads it
 
 
-def _shell(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    return run_command(
+def _shell(env: ToolEnv, arguments: dict[str, Any]) -> Output:
+    done = run_command(
         env, arguments["command"], timeout=arguments.get("timeout_seconds", DEFAULT_TIMEOUT)
-    ).text
+    )
+    return Output(done.text, done.exit_code)
 
 
 SHELL = Tool(

@@ -43,6 +43,11 @@ INSTRUCTING = frozenset({Trust.OWNER, Trust.SYSTEM})
 # so content can end no block, and a look-alike cannot make the model think it did.
 _CLOSER = re.compile(r"<(\s*/\s*data)", re.IGNORECASE)
 _UNSAFE = re.compile(r"[^A-Za-z0-9 _.:@/-]")
+# A block's opener and closer as `render` writes them, with the line break each brings (or the
+# space it became in a quote put on one line).
+_TAGS = re.compile(
+    r"<data-[0-9a-f]{16}(?: [^>\n]*)?>[ \t]*\n?|\n?[ \t]*</data-[0-9a-f]{16}>", re.IGNORECASE
+)
 MAX_SOURCE = 80
 
 
@@ -85,3 +90,12 @@ def _block(content: str, trust: str, source: str) -> str:
     token = hashlib.sha256(f"{trust}\n{source}\n{content}".encode()).hexdigest()[:16]
     named = _UNSAFE.sub("?", source)[:MAX_SOURCE]
     return f'<data-{token} source="{named}" trust="{trust}">\n{body}\n</data-{token}>'
+
+
+def unwrap(text: str) -> str:
+    """`text` without the tags of data blocks: what the owner reads of the model's words (its
+    final answer), where a model quoting a tool result as it read it would show our markup. The
+    content stays, as `render` left it (a look-alike closer inside stays escaped): the owner's
+    pages escape it as any text. Tags alone go, whole or cut (an opener whose closer was cut
+    off in a quote)."""
+    return _TAGS.sub("", text)

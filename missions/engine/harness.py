@@ -22,9 +22,11 @@ from missions.engine import framing, relief
 from missions.models import Mission
 from missions.providers.base import ToolResult
 from tools import checkpoints, levels, permissions, shell, workspace
-from tools.base import Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
+from tools.base import Output, Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
 from tools.git import SHA
 from tools.models import Decision
+
+UNDONE_CHARS = 500  # of why an action outside did not happen, in the run's output
 
 
 def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Workbench:
@@ -278,6 +280,31 @@ def run_tools(
     return results
 
 
+def note_undone(
+    undone: dict[str, str],
+    calls: list[dict[str, Any]],
+    results: list[ToolResult],
+    tools: dict[str, Tool],
+) -> None:
+    """Keep in `undone`, for each action outside (`Risk.EXTERNAL`), why its last call did not
+    happen: refused by the owner or a rule, or failed where it acts (a remote refusing a push).
+    A call of the same tool that went through clears it. `results` answer `calls`, in order."""
+    for call, result in zip(calls, results, strict=True):
+        tool = tools.get(call["name"])
+        if tool is None or tool.risk != Risk.EXTERNAL:
+            continue
+        if result.is_error:
+            said = " ".join(framing.unwrap(result.output).split())
+            undone[tool.name] = said[:UNDONE_CHARS]
+        else:
+            undone.pop(tool.name, None)
+
+
+def undone_reason(undone: dict[str, str]) -> str:
+    """Why a run that ended with actions undone is not done, as its output's `reason`."""
+    return "; ".join(f"{name} did not happen: {why}" for name, why in sorted(undone.items()))
+
+
 def _render(ctx: RunContext, seq: int, output: str, *, source: str) -> str:
     """`output` of step `seq` as the model reads it, by the trust the journal records for that
     step (a step not known here is rendered as the least trusted it could be: a tool's)."""
@@ -436,11 +463,16 @@ def _executor(
                     )
 
             env = bench.env(step, approval, level=level, restore=restore)
-            text = tool.run(env, arguments)
+            answer = tool.run(env, arguments)
         except ToolError as error:
             return Done({"output": str(error), "is_error": True})
+        # The exit code of a command the tool ran, in a field of its own (`tools.base.Output`).
+        code = {"exit_code": answer.exit_code} if isinstance(answer, Output) else {}
+        text = answer.text if isinstance(answer, Output) else answer
         # A big output goes to an artifact; the journal and the context keep a preview.
-        return Done({"output": relief.offload(text, tool=tool.name, run=run), "is_error": False})
+        return Done(
+            {"output": relief.offload(text, tool=tool.name, run=run), "is_error": False, **code}
+        )
 
     return execute
 

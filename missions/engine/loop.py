@@ -219,6 +219,9 @@ def _agent(ctx: RunContext) -> Outcome:
     # model step waits for their message (`_model_step`).
     handed = [False]
     watch = stalls.watch(ctx, tools=spec.tools) if spec.stalls else None
+    # Why each action outside (`Risk.EXTERNAL`: a push...) did not happen, by tool, while its
+    # last call did not: a run that set out to act and was refused does not end `done`.
+    undone: dict[str, str] = {}
     for turn in range(1, spec.max_turns + 1):
         # Clearing is ours unless the provider does it, and only worth it a batch at a time
         # (looked at only past its threshold: it reads the whole thread).
@@ -305,12 +308,18 @@ def _agent(ctx: RunContext) -> Outcome:
             return Outcome(RunStatus.BLOCKED, {"refusal": response.get("refusal"), "turn": turn})
         calls = response["tool_calls"]
         if not calls:
+            # What the owner reads of the model's words carries none of our data-block markup
+            # (a model quotes a tool result as it read it).
+            answer = framing.unwrap(response["text"])
+            if undone:
+                return Outcome(
+                    RunStatus.BLOCKED,
+                    {"answer": answer, "reason": harness.undone_reason(undone), "turns": turn},
+                )
             stop = _stop_hook(ctx, spec, response["text"], attempt=refusals + 1)
             refusal = stop.refusal
             if refusal is None:
-                return Outcome(
-                    RunStatus.DONE, {"answer": response["text"], "turns": turn, **stop.report}
-                )
+                return Outcome(RunStatus.DONE, {"answer": answer, "turns": turn, **stop.report})
             refusals += 1
             if refusals >= MAX_STOP_REFUSALS:
                 hook = STOP_HOOKS.get(spec.stop_hook or "")
@@ -320,7 +329,7 @@ def _agent(ctx: RunContext) -> Outcome:
                         {
                             "refused_by_stop_hook": refusal,
                             "turn": turn,
-                            "answer": response["text"],
+                            "answer": answer,
                             **stop.report,
                         },
                     )
@@ -340,6 +349,7 @@ def _agent(ctx: RunContext) -> Outcome:
             checkpointing=spec.checkpoints,
             framed=spec.data_framing,
         )
+        harness.note_undone(undone, calls, results, by_name)
         answers = provider.tool_results(results)
         conversation.items.extend(answers)
         size += relief.estimate_tokens(answers)

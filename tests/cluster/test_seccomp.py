@@ -209,3 +209,83 @@ def test_it_keeps_the_host_free_of_the_filter() -> None:
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW) as netlink:
         assert netlink.fileno() >= 0
     assert seccomp.bpf() != seccomp.bpf(MARK)
+
+
+# Every x86_64 call number up to the highest this kernel has, and past it: each one outside the
+# allow-list must answer MARK (named as denied) or ENOSYS (not named at all), never the kernel's.
+@pytest.mark.skipif(known("socket") != 41, reason="the probes use x86_64 numbers")
+def test_it_answers_enosys_for_every_call_not_on_the_allow_list(
+    workdir: Path, marked_filter: None
+) -> None:
+    allowed = {known(name) for name in seccomp.ALLOWED if known(name) >= 0}
+    conditional = {known(name) for name in seccomp.CONDITIONAL}
+    denied = {known(name) for name in seccomp.DENIED if known(name) >= 0}
+    # uretprobe (335, kernel 6.11) and uprobe (336, 6.18): the kernel runs them before any filter
+    # (they only act from its own probe trampolines: outside one, SIGILL and ENXIO).
+    unfiltered = {335, 336}
+    refused = [n for n in range(1000) if n not in allowed | conditional | unfiltered]
+    assert {457, 458, 467, 999} <= set(refused)  # statmount, listmount, open_tree_attr, none
+
+    result = python(CALL_PROBE, *(f"{number}={number}" for number in refused), workdir=workdir)
+
+    expected = [
+        f"{number} {'ENOTRECOVERABLE' if number in denied else 'ENOSYS'}" for number in refused
+    ]
+    assert result.output.splitlines() == expected, result.summary()
+
+
+@pytest.mark.skipif(known("socket") != 41, reason="the probes use x86_64 numbers")
+def test_it_answers_enosys_for_calls_newer_than_the_list(workdir: Path) -> None:
+    # The kernel here has these (6.8 and later): outside the sandbox each answers EFAULT to a
+    # null pointer. None is in Docker's profile; an allow-list refuses them without naming them.
+    calls = ["statmount=457", "listmount=458", "open_tree_attr=467", "unassigned=1000"]
+
+    result = python(CALL_PROBE, *calls, workdir=workdir)
+
+    assert result.output.splitlines() == [
+        "statmount ENOSYS",
+        "listmount ENOSYS",
+        "open_tree_attr ENOSYS",
+        "unassigned ENOSYS",
+    ], result.summary()
+
+
+def test_it_keeps_the_allow_list_apart_from_what_it_refuses() -> None:
+    # A name both allowed and denied would make libseccomp refuse the filter (or, worse, one rule
+    # would silently win); each denied call and each conditional one stays off the plain list.
+    assert not set(seccomp.ALLOWED) & set(seccomp.DENIED)
+    assert not set(seccomp.ALLOWED) & set(seccomp.CONDITIONAL)
+    assert {"listmount", "statmount", "open_tree_attr"}.isdisjoint(seccomp.ALLOWED)
+    assert {"read", "execve", "openat", "clone", "socket"} <= set(seccomp.ALLOWED) | set(
+        seccomp.CONDITIONAL
+    )
+
+
+def test_it_still_runs_the_tools_an_agent_uses(workdir: Path) -> None:
+    # Each under the allow-list: node (libuv, threads, its own io_uring probe falls back), rg
+    # (threads, mmap), git writing objects, tar and gzip through a pipe, a thread pool in python.
+    script = """
+set -e
+git init --quiet --initial-branch=main repo && cd repo
+git config user.email a@b && git config user.name a
+echo 'needle here' > notes.txt && git add notes.txt && git commit --quiet -m first
+git log --oneline | wc -l
+rg --no-heading needle .
+node -e 'require("fs").promises.readFile("notes.txt", "utf8").then(t => console.log(t.trim()))'
+node -e 'const {Worker} = require("worker_threads"); new Worker("process.exit(0)", {eval: true})
+  .on("exit", c => console.log("worker", c))'
+tar -cf - notes.txt | gzip | gzip -d | tar -tf -
+python3 -c 'import concurrent.futures as f; print(sum(f.ThreadPoolExecutor(4).map(abs, [-1, -2])))'
+chmod 600 notes.txt && stat -c %a notes.txt
+"""
+    result = sh(script, workdir)
+
+    assert result.output.splitlines() == [
+        "1",
+        "./notes.txt:needle here",
+        "needle here",
+        "worker 0",
+        "notes.txt",
+        "3",
+        "600",
+    ], result.summary()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kernel import journal, runs, stream
-from kernel.models import Effect, Event, Run, Trust, Wait, WaitKind
+from kernel.models import Effect, Event, Run, Step, Trust, Wait, WaitKind
 from kernel.worker import Worker
 from missions import steering
 from missions.engine import framing
@@ -29,7 +29,7 @@ from tests.providers import anthropic_wire as anthropic
 from tests.providers.openai_wire import Responses
 from tests.providers.wire import Stream, wire_server
 from tools import registry
-from tools.base import Risk, Tool, ToolEnv
+from tools.base import Risk, Tool, ToolEnv, ToolError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,6 +58,22 @@ registry.register(
         effect=Effect.READ,
         risk=Risk.READ,
         run=_hostile,
+    )
+)
+
+
+def _refusing(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    raise ToolError(HOSTILE)
+
+
+registry.register(
+    Tool(
+        name="refuse_page",
+        description="Fetch a page (fails, saying a hostile one).",
+        input_schema={"type": "object"},
+        effect=Effect.READ,
+        risk=Risk.READ,
+        run=_refusing,
     )
 )
 
@@ -185,9 +201,14 @@ def test_a_hostile_tool_result_reaches_openai_inside_a_data_block(
 
 
 def echoed(run: Run) -> dict[str, Any]:
+    """What the model saw at its last call, as its answer echoed it. Read from the model call's
+    journaled result: the run's answer is what the owner reads, without our markup."""
     run.refresh_from_db()
     assert isinstance(run.output, dict), run.error
-    seen: dict[str, Any] = json.loads(run.output["answer"].removeprefix(scripted.LABEL))
+    last = Step.objects.filter(run=run, kind="model_call").order_by("-seq").first()
+    assert last is not None
+    assert isinstance(last.result, dict)
+    seen: dict[str, Any] = json.loads(str(last.result["text"]).removeprefix(scripted.LABEL))
     return seen
 
 
@@ -380,3 +401,54 @@ def test_a_resumed_run_sends_the_same_framed_bytes(tmp_path: Path) -> None:
         assert INJECTION in parsed["body"]
     # The third result was rendered by the second worker: the same bytes as the first's.
     assert len(set(results)) == 1
+
+
+# Any tag of a data block, whole or cut (an opener without its closer), as `render` writes them.
+MARKUP = re.compile(r"<\s*/?\s*data-[0-9a-f]{16}", re.IGNORECASE)
+
+
+def test_a_final_answer_quoting_a_framed_result_reaches_the_owner_without_the_markup() -> None:
+    # The model quotes the failed call's result as it read it, data block and all.
+    run = scripted_run(
+        [
+            {"text": "Reading.", "tool_calls": [{"name": "refuse_page", "arguments": {}}]},
+            {"text": "Read.", "on_error": {"text": "The page failed: {error}"}},
+        ],
+        ["refuse_page"],
+        data_framing=True,
+    )
+
+    assert Worker(lease_seconds=30).run_until_idle() == ["done"]
+
+    run.refresh_from_db()
+    assert isinstance(run.output, dict)
+    answer = run.output["answer"]
+    assert answer.startswith(scripted.LABEL + "The page failed: Page title: release notes")
+    assert INJECTION in answer  # the content stays, as text
+    assert not MARKUP.search(answer), answer
+    # What the model read was framed: only what the owner reads is unwrapped.
+    seen = Step.objects.get(run=run, kind="tool_call").result
+    assert isinstance(seen, dict)
+    assert seen["is_error"] is True
+
+
+@pytest.mark.parametrize(
+    ("text", "unwrapped"),
+    [
+        (framing.render("a\nb", trust=Trust.TOOL, source="tool x"), "a\nb"),
+        # On one line, as a model may quote it, and cut before its closer.
+        (
+            " ".join(framing.render("ok", trust=Trust.TOOL, source="tool x").split()),
+            "ok",
+        ),
+        (framing.render("ok", trust=Trust.TOOL, source="tool x").rsplit("\n", 1)[0], "ok"),
+        # A look-alike closer inside the content stays as `render` escaped it.
+        (
+            framing.render("x </data-0123456789abcdef> y", trust=Trust.AGENT, source="s"),
+            "x <\\/data-0123456789abcdef> y",
+        ),
+        ("no markup <data> here", "no markup <data> here"),
+    ],
+)
+def test_unwrap_takes_the_tags_away_and_leaves_the_content(text: str, unwrapped: str) -> None:
+    assert framing.unwrap(text).strip() == unwrapped

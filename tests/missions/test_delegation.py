@@ -94,6 +94,15 @@ def answer_of(run: Run) -> str:
     return str(run.output["answer"])
 
 
+def said_last(run: Run) -> str:
+    """The text of the run's last model call, as the model wrote it (its answer as the run's
+    output is what the owner reads)."""
+    last = Step.objects.filter(run=run, kind="model_call").order_by("-seq").first()
+    assert last is not None
+    assert isinstance(last.result, dict)
+    return str(last.result["text"])
+
+
 def tool_results(run: Run) -> list[dict[str, Any]]:
     return [
         dict(step.result or {})
@@ -139,7 +148,7 @@ def test_a_parent_fans_out_three_readers_and_reads_their_envelopes_as_data() -> 
     assert seen[2]["open_questions"] == ["is FIXME a TODO?"]
     assert seen[0]["evidence"] == {"commands": [], "tests": [], "sources": ["README.md"]}
     # What the parent's model read: the envelopes inside a data block, not as its instructions.
-    context = json.loads(answer_of(run).removeprefix(scripted.LABEL))
+    context = json.loads(said_last(run).removeprefix(scripted.LABEL))
     (given,) = [item["output"] for item in context["items"] if item.get("role") == "tool"]
     block = re.fullmatch(
         r'<data-([0-9a-f]{16}) source="tool delegate" trust="tool">\n(.*)\n</data-\1>',
@@ -255,9 +264,10 @@ def test_a_contract_without_done_criteria_is_refused_and_the_model_reads_why() -
     assert result["is_error"] is True
     assert "task 'tests': no done criteria" in result["output"]
     assert "files" not in result["output"]
-    # The model read the refusal (as data, as any tool's result) and answered from it.
-    assert answer_of(run).startswith(scripted.LABEL + "Refused: <data-")
-    assert result["output"] in answer_of(run)
+    # The model read the refusal (as data, as any tool's result) and answered from it; the
+    # owner reads its answer without the data block's markup.
+    assert said_last(run).startswith(scripted.LABEL + "Refused: <data-")
+    assert answer_of(run) == scripted.LABEL + "Refused: " + result["output"]
 
 
 @pytest.mark.parametrize(

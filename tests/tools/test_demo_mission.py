@@ -5,6 +5,7 @@ after the push): exactly one commit, exactly one push, mission done."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls import reverse
 
 from agentos.tokens import create_token
 from approvals.models import Approval
@@ -113,7 +115,7 @@ def test_the_scripted_agent_fixes_the_bug_and_pushes_only_after_approval(demo_ba
     assert pushes(demo_base) == 2
 
 
-def test_a_refused_push_never_happens(demo_base: Path) -> None:
+def test_a_refused_push_never_happens(demo_base: Path, owner_client: Client) -> None:
     from approvals.service import decide
 
     run = demo.ensure_demo(demo_base)
@@ -134,6 +136,41 @@ def test_a_refused_push_never_happens(demo_base: Path) -> None:
     assert "was not pushed to origin main" in answer
     assert "the owner refused: not today" in answer
     assert "committed and pushed" not in answer
+    # Not done: the push it set out to make did not happen, and the run says why.
+    assert run.status == "blocked", (run.status, run.output)
+    assert run.output["reason"] == (
+        "git_push did not happen: Refused: git_push the owner refused: not today."
+    )
+    # The model quoted the refusal as it read it, in a data block: the owner reads no markup.
+    assert not re.search(r"</?data-[0-9a-f]{16}", answer), answer
+    page = owner_client.get(reverse("console:run", args=[run.pk]))
+    assert page.status_code == 200
+    shown = re.search(rb"&lt;/?data-[0-9a-f]{16}", page.content)
+    assert shown is None, page.content[shown.start() - 600 : shown.end() + 200]
+
+
+def test_a_push_the_remote_refuses_does_not_end_the_run_done(demo_base: Path) -> None:
+    run = demo.ensure_demo(demo_base)
+    assert run is not None
+    Worker(lease_seconds=30).run_until_idle()
+    # Someone else moved the remote's main meanwhile: the push is not a fast-forward.
+    remote = demo_base / "calc-remote.git"
+    tree = workspace.host_git(remote, "rev-parse", "main^{tree}").stdout.strip()
+    moved = workspace.host_git(
+        remote, "commit-tree", tree, "-p", "main", "-m", "Elsewhere"
+    ).stdout.strip()
+    workspace.host_git(remote, "update-ref", "refs/heads/main", moved)
+    approve_through_the_api(Approval.objects.get(run=run))
+    Worker(lease_seconds=30).run_until_idle()
+
+    run.refresh_from_db()
+    (refusal,) = tool_output(run, "git_push")
+    assert refusal.startswith("Push refused by origin: "), refusal
+    assert remote_head(demo_base) == moved
+    assert run.status == "blocked", (run.status, run.output)
+    assert isinstance(run.output, dict)
+    assert run.output["reason"].startswith("git_push did not happen: Push refused by origin: ")
+    assert not re.search(r"</?data-[0-9a-f]{16}", run.output["answer"]), run.output["answer"]
 
 
 # --- the same mission with the worker killed --------------------------------------------------

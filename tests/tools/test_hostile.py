@@ -132,8 +132,11 @@ def test_a_push_never_happens_without_the_owner(hostile: AgentRun, demo_base: Pa
         approval = Approval.objects.get(run=run)
         assert approval.status == "expired"
     run.refresh_from_db()
-    assert run.status == "done", run.error
+    # The push it asked for did not happen: not done, and the run says why.
+    assert run.status == "blocked", run.error
     assert "no answer before the approval expired" in outputs(run, "git_push")[1]["output"]
+    assert isinstance(run.output, dict)
+    assert "no answer before the approval expired" in run.output["reason"]
     assert workspace.host_git(remote, "rev-parse", "main").stdout == before
 
 

@@ -17,7 +17,7 @@ from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.worktrees import commit
 from tools import shell, snapshots
-from tools.base import ToolEnv
+from tools.base import Output, ToolEnv
 from tools.shell import SHELL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,6 +41,12 @@ ATTACK = " && ".join(
         "echo kept > kept.txt",
     ]
 )
+
+
+def run_shell(env: ToolEnv, command: str) -> Output:
+    answer = SHELL.run(env, {"command": command})
+    assert isinstance(answer, Output)
+    return answer
 
 
 def test_protected_changes_made_by_a_command_are_undone_and_told(
@@ -136,7 +142,7 @@ def test_a_crash_after_the_command_and_before_the_restore_is_undone_by_the_repla
     assert (home / snapshots.MANIFEST).is_file()
 
     # The replay of the same step: restores first, runs the command again, restores again.
-    output = SHELL.run(step_env(run.pk, top, key, replay=True), {"command": "touch GEMINI.md"})
+    output = run_shell(step_env(run.pk, top, key, replay=True), "touch GEMINI.md").text
 
     assert output.splitlines()[-2:] == [
         "[protected paths restored after an interrupted attempt of this command: .envrc"
@@ -165,9 +171,10 @@ def test_a_replay_answers_the_result_its_node_kept_and_still_undoes_protected_ch
     )
     assert done.output == "ran\n", done.summary()
 
-    output = SHELL.run(step_env(run.pk, top, key, replay=True), {"command": command})
+    answer = run_shell(step_env(run.pk, top, key, replay=True), command)
 
-    assert output.splitlines() == [
+    assert answer.exit_code == 0  # the node's record, as the journal keeps it apart
+    assert answer.text.splitlines() == [
         "ran",
         "[exit code 0]",
         "[protected paths restored after an interrupted attempt of this command: .envrc (created)]",
@@ -193,7 +200,7 @@ def test_a_crash_while_writing_the_snapshot_or_after_the_restore_leaves_nothing_
     assert not partial.exists()
     assert guard.restore() == []
 
-    output = SHELL.run(step_env(run.pk, top, key, replay=True), {"command": "true"})
+    output = run_shell(step_env(run.pk, top, key, replay=True), "true").text
 
     assert output.splitlines() == ["[exit code 0]"]
     assert not home.exists()
