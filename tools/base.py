@@ -46,6 +46,11 @@ class Output(NamedTuple):
     exit_code: int | None  # None when the command was killed (timeout, cancellation)
 
 
+def text_of(answer: str | Output) -> str:
+    """A tool's answer as the model reads it, whether or not it carries an exit code."""
+    return answer.text if isinstance(answer, Output) else answer
+
+
 @dataclass(frozen=True)
 class ToolEnv:
     """What a tool runs with: its step (idempotency key, fence, stop flag), its run's id, its

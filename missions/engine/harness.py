@@ -22,7 +22,16 @@ from missions.engine import framing, relief
 from missions.models import Mission
 from missions.providers.base import ToolResult
 from tools import checkpoints, levels, permissions, shell, workspace
-from tools.base import Output, Risk, Tool, ToolError, ToolInputError, Workbench, arguments_hash
+from tools.base import (
+    Output,
+    Risk,
+    Tool,
+    ToolError,
+    ToolInputError,
+    Workbench,
+    arguments_hash,
+    text_of,
+)
 from tools.git import SHA
 from tools.models import Decision
 
@@ -468,7 +477,7 @@ def _executor(
             return Done({"output": str(error), "is_error": True})
         # The exit code of a command the tool ran, in a field of its own (`tools.base.Output`).
         code = {"exit_code": answer.exit_code} if isinstance(answer, Output) else {}
-        text = answer.text if isinstance(answer, Output) else answer
+        text = text_of(answer)
         # A big output goes to an artifact; the journal and the context keep a preview.
         return Done(
             {"output": relief.offload(text, tool=tool.name, run=run), "is_error": False, **code}

@@ -23,7 +23,7 @@ from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.worktrees import DEADLINE, commit, within
 from tools import files
-from tools.base import ToolEnv
+from tools.base import ToolEnv, text_of
 from tools.builtin import CODING_TOOLS
 from tools.files import LIST_FILES
 
@@ -207,18 +207,18 @@ def test_a_listing_answers_a_stop_and_its_deadline(
     os.mkfifo(tmp_path / "d0" / "pipe")
     (tmp_path / "d1" / "out").symlink_to("/etc")
 
-    whole = LIST_FILES.run(list_env(tmp_path, threading.Event()), {"path": "."})
+    whole = text_of(LIST_FILES.run(list_env(tmp_path, threading.Event()), {"path": "."}))
     assert "d0/pipe" in whole.splitlines()  # listed, not opened
     assert "d1/out" in whole.splitlines()  # a link is an entry, not a directory to walk
     assert not any(line.startswith("d1/out/") for line in whole.splitlines())
 
     stopped = threading.Event()
     stopped.set()
-    answer = LIST_FILES.run(list_env(tmp_path, stopped), {"path": "."})
+    answer = text_of(LIST_FILES.run(list_env(tmp_path, stopped), {"path": "."}))
     assert answer.endswith("[listing stopped: the run is stopping]")
 
     monkeypatch.setattr(files, "LIST_SECONDS", 0.0)
-    answer = LIST_FILES.run(list_env(tmp_path, threading.Event()), {"path": "."})
+    answer = text_of(LIST_FILES.run(list_env(tmp_path, threading.Event()), {"path": "."}))
     assert answer.endswith("[listing cut after 0 s: list a smaller directory]")
 
 

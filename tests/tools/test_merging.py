@@ -32,7 +32,7 @@ from tests.processes import stop
 from tests.tools.conftest import FINISH, calls, outputs
 from tests.tools.test_demo_mission import in_worktree, start_worker, wait_for
 from tools import checkpoints, registry, workspace
-from tools.base import Risk, Tool, ToolEnv, ToolError, Workbench
+from tools.base import Risk, Tool, ToolEnv, ToolError, Workbench, text_of
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
 from tools.merging import MERGE_WORK, TRAILER
 
@@ -383,7 +383,7 @@ def test_a_conflict_is_refused_with_its_files_and_leaves_the_tree_as_it_was(
     before = snapshot(Path(parent.workspace))
 
     with pytest.raises(ToolError) as refused:
-        MERGE_WORK.run(tool_env(parent), {"run": child.pk})
+        text_of(MERGE_WORK.run(tool_env(parent), {"run": child.pk}))
 
     message = str(refused.value)
     assert "Merge conflict" in message
@@ -421,14 +421,14 @@ def test_a_merge_replayed_after_its_effect_is_not_made_twice(
     assert MERGE_WORK.probe is not None
     assert MERGE_WORK.probe(tool_env(parent, replay=True), {"run": child.pk}) is None
 
-    first = MERGE_WORK.run(tool_env(parent), {"run": child.pk})
+    first = text_of(MERGE_WORK.run(tool_env(parent), {"run": child.pk}))
 
     head = in_worktree(parent, "rev-parse", "HEAD")
     assert first.startswith(f"Merged run {child.pk} into this workspace: {head[:12]} (1 commit)")
     found = MERGE_WORK.probe(tool_env(parent, replay=True), {"run": child.pk})
     assert found == f"Merged run {child.pk} into this workspace: {head[:12]}."
     # Run again anyway (a replay the probe did not settle): the work is there, nothing made.
-    again = MERGE_WORK.run(tool_env(parent, replay=True), {"run": child.pk})
+    again = text_of(MERGE_WORK.run(tool_env(parent, replay=True), {"run": child.pk}))
     assert again.startswith(f"Run {child.pk}'s work is already in this workspace")
     assert in_worktree(parent, "rev-parse", "HEAD") == head
     merges = in_worktree(parent, "log", "--merges", "--format=%B", "HEAD")
@@ -455,7 +455,7 @@ def test_a_replay_after_a_merge_cut_short_undoes_it_then_merges_once(
     in_sandbox(parent, "echo partial > feature.txt && git add feature.txt && touch .git/index.lock")
     checkpoints.restore(Path(parent.workspace), run_id=parent.pk, checkpoint=start, stopping=None)
 
-    merged = MERGE_WORK.run(tool_env(parent, replay=True), {"run": child.pk})
+    merged = text_of(MERGE_WORK.run(tool_env(parent, replay=True), {"run": child.pk}))
 
     assert merged.startswith(f"Merged run {child.pk} into this workspace: "), merged
     assert (Path(parent.workspace) / "feature.txt").read_text() == "the feature\n"
@@ -480,20 +480,20 @@ def test_only_an_ended_writer_child_of_this_run_is_merged(
     head = in_worktree(stranger, "rev-parse", "HEAD")
 
     with pytest.raises(ToolError, match="is not a sub-agent of this run"):
-        MERGE_WORK.run(tool_env(stranger), {"run": child.pk})
+        text_of(MERGE_WORK.run(tool_env(stranger), {"run": child.pk}))
     with pytest.raises(ToolError, match="is not a sub-agent of this run"):
-        MERGE_WORK.run(tool_env(parent), {"run": stranger.pk})
+        text_of(MERGE_WORK.run(tool_env(parent), {"run": stranger.pk}))
     with pytest.raises(ToolError, match="no sub-agent of this run was given a task named 'w100'"):
-        MERGE_WORK.run(tool_env(stranger), {"task": "w100"})
+        text_of(MERGE_WORK.run(tool_env(stranger), {"task": "w100"}))
     with pytest.raises(ToolError, match="by its task or by its run, not both"):
-        MERGE_WORK.run(tool_env(parent), {"task": "w100", "run": child.pk})
+        text_of(MERGE_WORK.run(tool_env(parent), {"task": "w100", "run": child.pk}))
     with pytest.raises(ToolError, match="Say whose work to merge"):
-        MERGE_WORK.run(tool_env(parent), {})
+        text_of(MERGE_WORK.run(tool_env(parent), {}))
     waiting = runs.spawn_child(
         parent=parent, seq=200, program="agent", input={"goal": "later"}, caps={}
     )
     with pytest.raises(ToolError, match="has not ended yet"):
-        MERGE_WORK.run(tool_env(parent), {"run": waiting.pk})
+        text_of(MERGE_WORK.run(tool_env(parent), {"run": waiting.pk}))
 
     assert in_worktree(stranger, "rev-parse", "HEAD") == head
     assert not (Path(stranger.workspace) / "feature.txt").exists()
@@ -514,7 +514,7 @@ def test_a_dirty_parent_is_told_to_commit_first(hostile_mission: tuple[Mission, 
     in_sandbox(parent, "echo edited >> shared.txt")
 
     with pytest.raises(ToolError, match=r"uncommitted changes(.|\n)*shared\.txt"):
-        MERGE_WORK.run(tool_env(parent), {"run": child.pk})
+        text_of(MERGE_WORK.run(tool_env(parent), {"run": child.pk}))
 
     assert (Path(parent.workspace) / "shared.txt").read_text() == "as it was\nedited\n"
     assert not (Path(parent.workspace) / "feature.txt").exists()
@@ -534,7 +534,7 @@ def test_a_writer_that_committed_nothing_has_nothing_to_merge(
         ],
     )
 
-    answer = MERGE_WORK.run(tool_env(parent), {"run": child.pk})
+    answer = text_of(MERGE_WORK.run(tool_env(parent), {"run": child.pk}))
 
     assert answer.startswith(f"Run {child.pk} committed nothing: nothing to merge.")
     assert "left changes it did not commit, which are not merged: forgotten.txt" in answer

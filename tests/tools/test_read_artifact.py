@@ -12,7 +12,7 @@ from kernel.journal import Fence
 from kernel.models import Artifact, Run
 from missions.engine import relief
 from tests.kernel.factories import make_mission, start
-from tools.base import ToolEnv
+from tools.base import ToolEnv, text_of
 from tools.builtin import READ_ARTIFACT
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 def read(run: Run, sha256: str) -> str:
     call = StepCall(run.pk, 1, "k", {}, False, threading.Event(), Fence(run.pk, 1))
-    return READ_ARTIFACT.run(ToolEnv(call, run.pk, None, None), {"sha256": sha256})
+    return text_of(READ_ARTIFACT.run(ToolEnv(call, run.pk, None, None), {"sha256": sha256}))
 
 
 def test_it_reads_an_artifact_of_its_own_mission_only() -> None:
