@@ -110,6 +110,10 @@ class AuditEvent(models.Model):
         PUSH_UNSUBSCRIBED = "push.unsubscribed", _("notifications turned off for a device")
         PROVIDER_CHANGED = "provider.changed", _("a provider's key or endpoint changed")
         MEMORY_CHANGED = "memory.changed", _("a memory note added or invalidated by the owner")
+        ENVIRONMENT_CHANGED = (
+            "environment.changed",
+            _("a project's environment setup saved or rebuilt"),
+        )
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

@@ -159,7 +159,9 @@ def get_environment(request: HttpRequest, project_id: int) -> Project:
 def put_environment(
     request: HttpRequest, project_id: int, payload: EnvironmentIn
 ) -> Status[Project]:
-    project = project_environments.configure(project_or_404(project_id), setup=payload.setup)
+    project = project_environments.configure(
+        project_or_404(project_id), setup=payload.setup, who=project_environments.Who.of(request)
+    )
     return Status(202, project)
 
 
@@ -170,7 +172,9 @@ def put_environment(
     summary="Rebuild a project's environment on its default branch head, as it is now",
 )
 def rebuild_environment(request: HttpRequest, project_id: int) -> Status[Project]:
-    project = project_environments.rebuild(project_or_404(project_id))
+    project = project_environments.rebuild(
+        project_or_404(project_id), who=project_environments.Who.of(request)
+    )
     return Status(202, project)
 
 

@@ -10,10 +10,14 @@ clean checkout (`cluster.dispatch.ensure_environment`), never from a run's workt
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from django.db import transaction
+from django.http import HttpRequest
 from django.utils import timezone
 
+from agentos import audit, tokens
+from agentos.models import AuditEvent
 from cluster import environments, sandbox
 from cluster.environments import Environment
 from cluster.identity import SandboxUnavailable
@@ -21,6 +25,22 @@ from missions.errors import MissionError
 from missions.models import EnvironmentStatus, Project
 from tools import environments as checkouts
 from tools.base import ToolError
+
+
+@dataclass(frozen=True)
+class Who:
+    """The owner's act, for the security log: by whom (the owner, or a token by its name)."""
+
+    by: str
+    username: str
+    address: str | None
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> Who:
+        # With a token, `request.user` is anonymous: the owner is ninja's `request.auth`.
+        owner = getattr(request, "auth", None) or request.user
+        return cls(tokens.actor(request), str(owner.get_username()), audit.client_address(request))
+
 
 MAX_SETUP = 20_000  # characters of setup commands
 LOG_KEPT = 20_000  # characters of a build's log kept on the project
@@ -37,7 +57,7 @@ def of_project(project: Project) -> Environment | None:
     return of(project.pk, project.environment_setup, project.environment_commit, project.repository)
 
 
-def configure(project: Project, *, setup: str) -> Project:
+def configure(project: Project, *, setup: str, who: Who) -> Project:
     """The owner's setup commands saved, the commit pinned to the default branch head, a build
     queued; empty commands remove the environment. `MissionError` (422) for commands too long
     or a repository without a commit; nothing is written then."""
@@ -46,10 +66,10 @@ def configure(project: Project, *, setup: str) -> Project:
         raise _invalid("setup", f"Setup commands are at most {MAX_SETUP:,} characters.")
     if "\x00" in setup:
         raise _invalid("setup", "Setup commands cannot contain a NUL character.")
-    return _pin(project, setup)
+    return _pin(project, setup, who=who, change="saved")
 
 
-def rebuild(project: Project) -> Project:
+def rebuild(project: Project, *, who: Who) -> Project:
     """The owner's Rebuild: the commit pinned again to the default branch head (a new version
     when it moved) and a build queued. `MissionError` (422) when the project has no setup
     commands or its repository no commit."""
@@ -59,10 +79,10 @@ def rebuild(project: Project) -> Project:
             code="no_environment_setup",
             status=422,
         )
-    return _pin(project, project.environment_setup)
+    return _pin(project, project.environment_setup, who=who, change="rebuilt")
 
 
-def _pin(project: Project, setup: str) -> Project:
+def _pin(project: Project, setup: str, *, who: Who, change: str) -> Project:
     commit = ""
     if setup and project.repository:
         try:
@@ -81,6 +101,16 @@ def _pin(project: Project, setup: str) -> Project:
             environment_status=status,
             environment_log="",
             environment_changed_at=timezone.now(),
+        )
+        audit.record(
+            AuditEvent.Kind.ENVIRONMENT_CHANGED,
+            username=who.username,
+            address=who.address,
+            by=who.by,
+            project=project.pk,
+            change=change if setup else "removed",
+            commit=commit,
+            version=version,
         )
         if setup:
             from missions import tasks

@@ -168,7 +168,9 @@ def project_environment(request: HttpRequest, project_id: int) -> HttpResponse:
     if not form.is_valid():
         return _detail(request, project, form, status=400)
     try:
-        project_environments.configure(project, setup=form.cleaned_data["setup"])
+        project_environments.configure(
+            project, setup=form.cleaned_data["setup"], who=project_environments.Who.of(request)
+        )
     except MissionError as refused:
         for messages_of in (refused.details or {}).get("fields", {}).values():
             for message in messages_of:
@@ -183,7 +185,7 @@ def project_environment(request: HttpRequest, project_id: int) -> HttpResponse:
 def project_environment_rebuild(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
     try:
-        project_environments.rebuild(project)
+        project_environments.rebuild(project, who=project_environments.Who.of(request))
     except MissionError as refused:
         messages.error(request, refused.message)
     else:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agentos.models import AuditEvent
 from missions.models import Project
 from tests.api.conftest import Api
 from tools import workspace
@@ -53,6 +54,10 @@ def test_it_sets_the_commands_pins_the_head_and_builds(
     shown = api.get(f"/projects/{project.pk}/environment").json()
     assert shown["status"] == "built", shown["log"]
     assert shown["version"] == body["version"]
+    (logged,) = AuditEvent.objects.filter(kind=AuditEvent.Kind.ENVIRONMENT_CHANGED)
+    assert logged.detail["change"] == "saved"
+    assert logged.detail["commit"] == head
+    assert logged.detail["by"].startswith("token:")
 
 
 def test_rebuild_pins_the_head_as_it_is_now_a_new_version(
@@ -68,6 +73,8 @@ def test_rebuild_pins_the_head_as_it_is_now_a_new_version(
     assert after["commit"] == moved
     assert after["version"] != before["version"]
     assert api.get(f"/projects/{project.pk}/environment").json()["status"] == "built"
+    changes = AuditEvent.objects.filter(kind=AuditEvent.Kind.ENVIRONMENT_CHANGED)
+    assert [e.detail["change"] for e in changes.order_by("pk")] == ["saved", "rebuilt"]
 
 
 def test_a_failing_build_is_shown_with_its_output(api: Api, project: Project) -> None:

@@ -49,6 +49,7 @@ from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_miss
 __all__ = ["demo_base", "hostile", "hostile_mission"]
 
 NAMES = ["n1", "n2", "n3"]
+WHO = project_environments.Who(by="owner", username="owner", address=None)
 
 
 @pytest.fixture(scope="module")
@@ -470,7 +471,7 @@ def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
     nodes.set_enabled(node=nodes.local_node(), enabled=False)
     mission, _ = hostile_mission
     project = project_environments.configure(
-        mission.project, setup="mkdir -p /env/bin && date +%s%N > /env/built"
+        mission.project, setup="mkdir -p /env/bin && date +%s%N > /env/built", who=WHO
     )
     label = project_environments.of_project(project)
     assert label is not None

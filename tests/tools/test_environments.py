@@ -18,6 +18,8 @@ from missions.models import EnvironmentStatus, Mission, Project
 from tests.tools.conftest import AgentRun, calls, outputs
 from tools import workspace
 
+WHO = project_environments.Who(by="owner", username="owner", address=None)
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SETUP = (
@@ -36,7 +38,7 @@ def test_the_projects_commands_run_with_its_environment_built_once(
 ) -> None:
     mission, _ = hostile_mission
     project = mission.project
-    project = project_environments.configure(project, setup=SETUP)
+    project = project_environments.configure(project, setup=SETUP, who=WHO)
     expected = project_environments.of_project(project)
     assert expected is not None
 
@@ -69,9 +71,9 @@ def test_changed_setup_commands_build_a_new_version_beside_the_old(
 ) -> None:
     mission, _ = hostile_mission
     project = mission.project
-    project_environments.configure(project, setup=SETUP)
+    project_environments.configure(project, setup=SETUP, who=WHO)
     before = hostile([shell("greet"), FINISH])
-    project_environments.configure(project, setup=SETUP.replace("greetings", "hello"))
+    project_environments.configure(project, setup=SETUP.replace("greetings", "hello"), who=WHO)
 
     after = hostile([shell("greet"), FINISH])
 
@@ -84,7 +86,7 @@ def test_a_failing_setup_is_told_to_the_model_and_nothing_runs(
 ) -> None:
     mission, _ = hostile_mission
     project = mission.project
-    project_environments.configure(project, setup="echo no toolchain here >&2; exit 3")
+    project_environments.configure(project, setup="echo no toolchain here >&2; exit 3", who=WHO)
 
     run = hostile([shell("touch ran.txt"), FINISH])
 
@@ -127,7 +129,7 @@ def test_a_run_that_rewrites_what_the_setup_reads_gets_the_projects_environment(
     (repo / name).chmod(0o755)
     workspace.host_git(repo, "add", name)
     workspace.host_git(repo, "commit", "--quiet", "-m", f"{name} of the project")
-    project_environments.configure(mission.project, setup=setup)
+    project_environments.configure(mission.project, setup=setup, who=WHO)
     hostile_content = content.replace("project", "hostile")
 
     run = hostile(
@@ -157,7 +159,7 @@ def test_the_build_runs_in_a_clean_checkout_of_the_pinned_commit_as_no_run(
     hostile: AgentRun, hostile_mission: tuple[Mission, Path]
 ) -> None:
     mission, repo = hostile_mission
-    project = project_environments.configure(mission.project, setup=PROBE)
+    project = project_environments.configure(mission.project, setup=PROBE, who=WHO)
     # Built at once by the owner's save; removed so that the run's first command must build it.
     built = Path(settings.DATA_DIR) / "node" / "environments" / f"project-{project.pk}"
     subprocess.run(["/bin/rm", "-rf", str(built)], check=True)
@@ -194,17 +196,17 @@ def test_a_new_commit_or_new_commands_make_a_new_version_and_the_same_pair_the_s
     def pair(project: Project) -> tuple[str, str]:
         return project.environment_version, project.environment_commit
 
-    project = project_environments.configure(mission.project, setup=SETUP)
+    project = project_environments.configure(mission.project, setup=SETUP, who=WHO)
     first = pair(project)
-    again = pair(project_environments.rebuild(project))
+    again = pair(project_environments.rebuild(project, who=WHO))
     assert again == first
     assert project.environment_status == EnvironmentStatus.BUILT
 
     (repo / "more.txt").write_text("more\n")
     workspace.host_git(repo, "add", "more.txt")
     workspace.host_git(repo, "commit", "--quiet", "-m", "more")
-    moved = pair(project_environments.rebuild(project))
-    changed = pair(project_environments.configure(project, setup=SETUP + " && true"))
+    moved = pair(project_environments.rebuild(project, who=WHO))
+    changed = pair(project_environments.configure(project, setup=SETUP + " && true", who=WHO))
 
     assert moved[1] == workspace.host_git(repo, "rev-parse", "HEAD").stdout.strip()
     assert moved[1] != first[1]
@@ -216,7 +218,7 @@ def test_a_run_never_moves_the_pinned_commit(
     hostile: AgentRun, hostile_mission: tuple[Mission, Path]
 ) -> None:
     mission, _ = hostile_mission
-    project = project_environments.configure(mission.project, setup=SETUP)
+    project = project_environments.configure(mission.project, setup=SETUP, who=WHO)
     pinned = project.environment_commit
 
     run = hostile(
@@ -227,7 +229,7 @@ def test_a_run_never_moves_the_pinned_commit(
             FINISH,
         ]
     )
-    project_environments.rebuild(project)
+    project_environments.rebuild(project, who=WHO)
 
     assert run.status == "done", run.error
     assert project.environment_commit == pinned  # the run's commit is not the project's
