@@ -235,8 +235,9 @@ def run_tools(
         if tool is not None and decision == Decision.ASK and _valid(tool, call):
             if batch:
                 flush()
+            # The model's words as the owner reads them: a quoted data block without our tags.
             approval = approvals.ask_approval(
-                ctx, bench, tool, call["arguments"], justification=justification
+                ctx, bench, tool, call["arguments"], justification=framing.unwrap(justification)
             )
             if "refused" in approval:
                 verdict = {"decision": Decision.DENY, "reason": approval["refused"]}

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from approvals.models import Approval
 from kernel import journal, runs, stream
 from kernel.models import Effect, Event, Run, Step, Trust, Wait, WaitKind
 from kernel.worker import Worker
@@ -74,6 +75,17 @@ registry.register(
         effect=Effect.READ,
         risk=Risk.READ,
         run=_refusing,
+    )
+)
+
+registry.register(
+    Tool(
+        name="send_page",
+        description="Send a page out (asks the owner first).",
+        input_schema={"type": "object"},
+        effect=Effect.NON_IDEMPOTENT,
+        risk=Risk.EXTERNAL,
+        run=_hostile,
     )
 )
 
@@ -430,6 +442,30 @@ def test_a_final_answer_quoting_a_framed_result_reaches_the_owner_without_the_ma
     seen = Step.objects.get(run=run, kind="tool_call").result
     assert isinstance(seen, dict)
     assert seen["is_error"] is True
+
+
+def test_a_justification_quoting_a_framed_result_reaches_the_owner_without_the_markup() -> None:
+    run = scripted_run(
+        [
+            {"text": "Reading.", "tool_calls": [{"name": "refuse_page", "arguments": {}}]},
+            {
+                "text": "Read.",
+                "on_error": {
+                    "text": "Sending it on, since it said: {error}",
+                    "tool_calls": [{"name": "send_page", "arguments": {}}],
+                },
+            },
+        ],
+        ["refuse_page", "send_page"],
+        data_framing=True,
+    )
+
+    assert Worker(lease_seconds=30).run_until_idle() == ["waiting"]
+
+    justification = Approval.objects.get(run=run).request["justification"]
+    assert "Sending it on, since it said: Page title: release notes" in justification
+    assert INJECTION in justification
+    assert not MARKUP.search(justification), justification
 
 
 @pytest.mark.parametrize(
