@@ -24,10 +24,9 @@ from memory import tasks
 from missions.engine import framing
 from missions.launch import create_mission
 from missions.models import Mission, Project
-from missions.providers import scripted
 from tests.kernel.factories import make_mission
 from tests.memory.test_verification import start
-from tests.missions.test_data_framing import parse_block
+from tests.missions.test_data_framing import echoed, parse_block
 from tests.missions.test_resume import without_breakpoints
 from tests.providers import anthropic_wire as anthropic
 from tests.providers.wire import Stream, wire_server
@@ -213,10 +212,7 @@ def echo(turns: list[dict[str, Any]], workspace: Path, **extra: Any) -> dict[str
         workspace=str(workspace),
     )
     assert Worker(lease_seconds=30).run_until_idle() == ["done"]
-    run.refresh_from_db()
-    assert isinstance(run.output, dict), run.error
-    seen: dict[str, Any] = json.loads(run.output["answer"].removeprefix(scripted.LABEL))
-    return seen
+    return echoed(run)
 
 
 def test_agents_md_and_memory_stay_out_of_the_system_prompt_at_start_and_after_compaction(

@@ -116,7 +116,10 @@ def test_a_header_written_by_an_agent_cannot_claim_the_owner(seeded_catalog: Non
         ],
     )
     run.refresh_from_db()
-    assert run.status == "done", run.error
+    # The proposal was refused (its arguments): the run says it did not happen.
+    assert run.status == "blocked", run.error
+    assert isinstance(run.output, dict)
+    assert run.output["reason"].startswith("memory_propose did not happen:")
 
     (note,) = Note.objects.filter(scope__name=f"project/{project.pk}")
     assert (note.author, note.verified, note.verified_by) == (f"run:{run.pk}", False, "")
