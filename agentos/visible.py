@@ -51,6 +51,18 @@ def marker(char: str) -> str:
     return f"<U+{code:04X}>"
 
 
+def text(value: str, *, keep: str = "\t") -> str:
+    """`value` with each hiding character (but those in `keep`) replaced by its marker."""
+    return _SUSPECT.sub(
+        lambda found: (
+            found.group()
+            if found.group() in keep or not hides(found.group())
+            else marker(found.group())
+        ),
+        value,
+    )
+
+
 def html(text: str, *, keep: str = "\t") -> SafeString:
     """`text` escaped for HTML, each hiding character (but those in `keep`) as a marker span."""
     parts: list[str] = []

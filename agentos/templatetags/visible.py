@@ -1,6 +1,7 @@
 """`{{ text|visible }}`: agent-written text with every hiding character shown as a marker
 (`agentos.visible`), escaped; `|visible:"lines"` keeps its line breaks (a commit message),
-`|visible:"name"` marks a tab too (a file name).
+`|visible:"name"` marks a tab too (a file name); `|visible_text` gives the markers as plain text,
+for where markup cannot go (a page's `<title>`).
 `{% hidden_flag path %}`: a warning label after a name that hides characters."""
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ register = template.Library()
 def visible(value: Any, kind: str = "") -> SafeString:
     keep = {"lines": "\t\n", "name": ""}.get(kind, "\t")
     return markers.html(str(value), keep=keep)
+
+
+@register.filter
+def visible_text(value: Any) -> str:
+    """`value` with each hiding character as its marker, as text (escaped as any text)."""
+    return markers.text(str(value))
 
 
 @register.simple_tag

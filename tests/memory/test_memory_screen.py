@@ -219,6 +219,25 @@ def test_a_note_shows_its_header_and_provenance_its_body_as_text(owner_client: C
     assert "Invalidate the note" in page
 
 
+def test_a_note_that_hides_characters_shows_them_before_the_owner_verifies_it(
+    owner_client: Client,
+) -> None:
+    # A right-to-left override reverses what follows it on screen: "Never deploy on Fridays"
+    # could read as something else. The owner must see the characters before verifying.
+    title = "Deploy \u202eyadirF no\u202c always"
+    (path,) = store.write("project/7", [Draft(title, "ok\u200b go", valid_from=JAN)],
+                          author="run:1", message="fact")  # fmt: skip
+
+    listed = owner_client.get(scope_url("project/7")).content.decode()
+    page = owner_client.get(note_url("project/7", path)).content.decode()
+
+    for shown in (listed, page):
+        assert "\u202e" not in shown
+        assert '<span class="hidden-char" title="U+202E">&lt;U+202E&gt;</span>' in shown
+    assert "\u200b" not in page
+    assert page.count('class="hidden-flag"') == 2  # the title and the text
+
+
 def test_the_owner_invalidates_a_note_with_a_reason(owner_client: Client) -> None:
     (path,) = store.write("global", [Draft("Deploys on Fridays", "y", valid_from=JAN)],
                           author="run:1", message="fact")  # fmt: skip
