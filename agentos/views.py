@@ -43,7 +43,7 @@ class Screen:
         return reverse(f"console:{self.slug}")
 
 
-# The screens of DESIGN.md §8, in navigation order.
+# The console's screens, in navigation order (docs/design.md §21).
 SCREENS = [
     Screen("home", gettext_lazy("Home"), gettext_lazy("What waits for you, and health.")),
     Screen(

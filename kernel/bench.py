@@ -1,7 +1,7 @@
 """The kernel benchmark: each kernel figure next to a floor measured in the same run.
 
-Absolute numbers drift between runs on shared machines, ratios do not (see
-../shared/notes/performance.md), so every part measures its own floor:
+Absolute numbers drift between runs on shared machines, ratios do not (docs/design.md §20), so
+every part measures its own floor:
 
 1. one step: raw psycopg doing the journal's two commits vs a `chaos.noop` run of free reads
    (a read's result commits asynchronously, riding on the next intent), and the same run with

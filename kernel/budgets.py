@@ -1,4 +1,11 @@
-"""Costs of steps and the caps they are checked against."""
+"""Budgets: what a step costs (`Cost`), a ledger's totals against its caps (`Ledger`), the
+caps accepted from a contract or a form (`validate_caps`), and the global governors
+(`GlobalBudget`: a daily spend cap and a cap on runs executing at once), read and changed here.
+
+The debits are `kernel.journal`'s (one statement with the step's result, up the run tree); the
+checks against the caps are `kernel.metering.Meter`'s, and the concurrency caps are applied by
+the claim (`kernel.scheduler`). See docs/design.md §10.
+"""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ Hot path (one run's steps) is two single-statement transactions per step, each f
    counts as a turn or tool call, debit the run, its ancestors, its account and the day, all in
    that same statement.
 
-Statements go straight to psycopg with server-side binding and prepared plans (see
-../shared/notes/performance.md: the ORM doubles the cost of a step). Zero rows means the fence
+Statements go straight to psycopg with server-side binding and prepared plans (the ORM doubles
+the cost of a step: docs/design.md §20). Zero rows means the fence
 moved: `LeaseLost`, nothing written.
 """
 

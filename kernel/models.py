@@ -48,7 +48,9 @@ class StepKind(models.TextChoices):
 
 
 class Effect(models.TextChoices):
-    """What replaying a step whose result was never recorded does to the world (DESIGN.md §2)."""
+    """What replaying a step whose result was never recorded does to the world.
+
+    docs/design.md §7 says how each class is replayed."""
 
     READ = "read"
     IDEMPOTENT_WRITE = "idempotent_write"
@@ -276,7 +278,7 @@ class Wait(models.Model):
 
 
 class Trust(models.TextChoices):
-    """Who an event's content comes from, most trusted first (DESIGN.md §2)."""
+    """Who an event's content comes from, most trusted first (docs/design.md §4)."""
 
     OWNER = "owner"
     SYSTEM = "system"

@@ -1,7 +1,7 @@
 """The model catalog, prices and routing defaults that a fresh installation starts with, and the
 catalog's refresh from the providers' model-listing APIs.
 
-First version of the price table: ARCHITECTURE.fr.md §7, figures of 2026-11-10. All of it is
+First version of the price table: the figures of 2026-11-10 (named by `SOURCE`). All of it is
 editable in the admin; `seed` only adds what is missing, `refresh` only adds and updates.
 """
 
@@ -44,7 +44,7 @@ PRICES = [
 ROUTES = [
     ("planner", "anthropic", "claude-fable-5-2", "high"),
     ("executor", "anthropic", "claude-opus-5-5", "medium"),
-    ("evaluator", "openai", "gpt-6.1-sol", "medium"),  # the other provider, as DESIGN.md asks
+    ("evaluator", "openai", "gpt-6.1-sol", "medium"),  # the other provider (docs/design.md §16)
     ("memory_consolidator", "anthropic", "claude-haiku-5-5", "low"),
     ("classifier", "openai", "gpt-6-luna", "low"),
 ]

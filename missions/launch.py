@@ -82,7 +82,7 @@ def start_mission(
         "provider": route.provider,
         "model": route.model,
         "effort": route.effort,
-        # The model decides how much to think (DESIGN.md §5); effort steers the spend.
+        # The model decides how much to think (docs/design.md §12); effort steers the spend.
         "thinking": route.provider != "scripted",
         # The root run supervises: it keeps the mission's ledger (`missions.ledger`).
         # `delegate`: the mission's agent may hand tasks to sub-agents (`missions.delegation`),

@@ -1,6 +1,6 @@
 """Which model a run uses: per-role defaults, overridden per mission, fixed for the run.
 
-Rules (DESIGN.md §5): the model is fixed **per run** — changing model means delegating to a
+Rules (docs/design.md §12): the model is fixed **per run** — changing model means delegating to a
 sub-agent; effort is the first cost lever; failover to the other provider happens only at a
 sub-agent boundary (a new child run), never inside a running conversation, whose transcript is
 in one provider's native format. Without the provider's API key, the offline scripted model

@@ -14,7 +14,7 @@ class Decision(models.TextChoices):
 
 
 class PermissionRule(models.Model):
-    """deny → ask → allow: the first matching deny wins, then ask, then allow (DESIGN.md §7).
+    """deny → ask → allow: the first matching deny wins, then ask, then allow (docs/design.md §13).
 
     `pattern` is a shell-style glob over the call's subject (a path relative to the workspace,
     a command line, `remote branch` for a push...). Protected paths are refused before any rule

@@ -1,11 +1,11 @@
 """Where agents work: one repository per writing run, a host-owned staging repository per
 project, and paths inside a worktree.
 
-Everything the agent wrote is hostile to the host (DESIGN.md §7): no host process ever runs git
-on a run's worktree. The host only creates it, from data: a fresh `git init` fetched from the
+Everything the agent wrote is hostile to the host (docs/design.md §13): no host process ever runs
+git on a run's worktree. The host only creates it, from data: a fresh `git init` fetched from the
 project's staging repository, handed to the run's sandbox uid and checked out by git inside the
-sandbox. From then on every git operation on it runs in the sandbox (`tools.git`); what leaves
-it for the outside world is a bundle (data) imported into the staging repository (`import_bundle`),
+sandbox. From then on every git operation on it runs in the sandbox (`tools.git`); what leaves it
+for the outside world is a bundle (data) imported into the staging repository (`import_bundle`),
 which the host reads, shows and pushes with credentials the sandbox never sees.
 
 The staging repository (`staging`) is ours: bare, its configuration written by us (no hooks,

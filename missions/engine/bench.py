@@ -1,7 +1,7 @@
 """The engine benchmark: what an agent turn costs over the kernel's floor, and whether it is flat.
 
-The workload is the one of ../shared/notes/performance.md ("Agent loop, per turn"): one `agent` run
-on the instant scripted model, one `noop` tool call per turn, 200 turns (the last one answers).
+The workload (docs/design.md §20): one `agent` run on the instant scripted model, one `noop` tool
+call per turn, 200 turns (the last one answers).
 A turn is two journaled steps (the model call, then the tool call), so its floor is two floor
 steps of `kernel.bench`, measured in the same run, alternating with the engine over the rounds.
 

@@ -1,5 +1,5 @@
-"""How content reaches the model, by who wrote it (DESIGN.md §2: results carry their true trust
-level, and the engine renders non-owner content as data).
+"""How content reaches the model, by who wrote it (docs/design.md §12: results carry their true
+trust level, and the engine renders non-owner content as data).
 
 One mapping, `render`, from a trust level to the text the model reads: the owner's words and
 the system's own are given as they are; everything else — tool output, web content, text an

@@ -1,4 +1,4 @@
-"""Relieving the context, in tiers (DESIGN.md §3): offload big tool results to artifacts, and
+"""Relieving the context, in tiers (docs/design.md §12): offload big tool results to artifacts, and
 compact the conversation into our structured summary when it nears the model's window.
 
 Sizes come from the provider's own usage figures where we have them (the input tokens it counted
@@ -27,7 +27,7 @@ PREVIEW_CHARS = 1500
 CLEAR_AT = 0.40  # of the window: clear old tool results before compaction is needed
 KEEP_RECENT_RESULTS = 4  # the latest tool results stay in full
 CLEAR_BATCH = 4  # clear at least this many at once: each clearing rewrites the cached prefix
-COMPACT_AT = 0.55  # of the model's window: between DESIGN.md's 50 and 60 %
+COMPACT_AT = 0.55  # of the model's window (docs/design.md §12)
 DEFAULT_WINDOW = 200_000  # when the catalog does not know the model's window
 # Server-side clearing: at least this share of the window at a time (the batch's reason).
 SERVER_CLEAR_AT_LEAST = 0.05

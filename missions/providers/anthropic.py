@@ -201,8 +201,9 @@ class _Request:
             messages = [*messages[:-1], _with_breakpoint(messages[-1])]
         if options.cache_prefix:
             # Breakpoints after the last tool and after the system prompt: tools + system are
-            # frozen for the whole run (DESIGN §5), so every turn after the first reads them from
-            # the cache. The API rejects an empty text block, hence no system block without text.
+            # frozen for the whole run (docs/design.md §12), so every turn after the first reads
+            # them from the cache. The API rejects an empty text block, hence no system block
+            # without text.
             if tool_params:
                 tool_params[-1]["cache_control"] = {"type": "ephemeral"}
             if conversation.system:
@@ -213,7 +214,7 @@ class _Request:
                         "cache_control": {"type": "ephemeral"},
                     }
                 ]
-        # Adaptive thinking (DESIGN.md §5): the model decides how much to think, steered by
+        # Adaptive thinking (docs/design.md §12): the model decides how much to think, steered by
         # `effort`; the fixed-budget mode is deprecated for current models.
         thinking: ThinkingConfigParam | anthropic.Omit = (
             {"type": "adaptive"} if options.thinking else anthropic.omit

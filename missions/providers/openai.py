@@ -3,7 +3,7 @@
 Stateless means `store=False`: OpenAI keeps nothing between requests, so every request carries
 the whole thread (`Conversation.items`, sent untouched). Reasoning survives from one turn to the
 next only because we ask for `reasoning.encrypted_content` and the loop appends the response's
-output items, reasoning items included, exactly as received (DESIGN §5).
+output items, reasoning items included, exactly as received (docs/design.md §12).
 
 Usage is reported in disjoint buckets, as `kernel.budgets.Cost` sums them: OpenAI counts cached
 (and cache-written) tokens inside `input_tokens`, so they are taken out of `input_tokens` here.
