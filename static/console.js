@@ -27,7 +27,7 @@
   }
 
   function emit(type, detail) {
-    // htmx.trigger is what the brief's hx-trigger="agentos:X from:body" listens to;
+    // htmx.trigger is what the pages' hx-trigger="agentos:X from:body" listens to;
     // a plain CustomEvent is the same thing if htmx failed to load.
     const name = "agentos:" + type;
     if (window.htmx && typeof window.htmx.trigger === "function") {
