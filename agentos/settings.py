@@ -235,7 +235,7 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # Every line written goes through the scrubber (known secret values and secret shapes).
-    "filters": {"secrets": {"()": "kernel.secrets.LogFilter"}},
+    "filters": {"secrets": {"()": "agentos.scrubber.LogFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

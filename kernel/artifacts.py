@@ -16,8 +16,8 @@ from typing import BinaryIO
 
 from django.conf import settings
 
+from agentos.scrubber import scrub_value
 from kernel.models import Artifact, Run
-from kernel.secrets import scrub_value
 
 NAME_MAX = Artifact._meta.get_field("name").max_length or 200
 MEDIA_TYPE_MAX = Artifact._meta.get_field("media_type").max_length or 100

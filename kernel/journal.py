@@ -44,10 +44,10 @@ from django.utils import timezone
 from psycopg import postgres, pq
 from psycopg.types.json import Jsonb, JsonbLoader, JsonLoader
 
+from agentos.scrubber import scrub_json, scrub_value
 from kernel.budgets import Cost, Ledger
 from kernel.exceptions import KernelError, LeaseLost
 from kernel.models import Effect, Event, StepKind, Trust
-from kernel.secrets import scrub_json, scrub_value
 
 KINDS = frozenset(StepKind.values)
 EFFECTS = frozenset(Effect.values)

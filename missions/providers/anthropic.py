@@ -25,7 +25,7 @@ from anthropic.types import (
     ToolParam,
 )
 
-from kernel import secrets
+from agentos import scrubber
 from missions.providers.base import (
     AuthenticationFailed,
     BadRequest,
@@ -116,8 +116,8 @@ class AnthropicProvider:
                 model=options.model,
                 max_tokens=options.max_output_tokens,
                 # No secret the product knows (a key a tool printed) leaves in a request.
-                messages=secrets.scrub_value(request.messages, opaque=secrets.PROVIDER_OPAQUE),
-                system=secrets.scrub_value(request.system),
+                messages=scrubber.scrub_value(request.messages, opaque=scrubber.PROVIDER_OPAQUE),
+                system=scrubber.scrub_value(request.system),
                 tools=request.tools or anthropic.omit,
                 thinking=request.thinking,
                 output_config=request.output_config,
@@ -139,8 +139,8 @@ class AnthropicProvider:
             counted = self.client.messages.count_tokens(
                 model=options.model,
                 # No secret the product knows (a key a tool printed) leaves in a request.
-                messages=secrets.scrub_value(request.messages, opaque=secrets.PROVIDER_OPAQUE),
-                system=secrets.scrub_value(request.system),
+                messages=scrubber.scrub_value(request.messages, opaque=scrubber.PROVIDER_OPAQUE),
+                system=scrubber.scrub_value(request.system),
                 tools=request.tools or anthropic.omit,
                 thinking=request.thinking,
                 output_config=request.output_config,

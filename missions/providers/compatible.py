@@ -30,7 +30,7 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from kernel import secrets
+from agentos import scrubber
 from missions.providers.base import (
     BadRequest,
     Completed,
@@ -189,7 +189,7 @@ class CompatibleProvider:
         return self.client.chat.completions.create(
             model=options.model,
             # No secret the product knows (a key a tool printed) leaves in a request.
-            messages=cast(list[ChatCompletionMessageParam], secrets.scrub_value(messages)),
+            messages=cast(list[ChatCompletionMessageParam], scrubber.scrub_value(messages)),
             tools=[_tool(spec) for spec in tools] if tools else openai.omit,
             max_tokens=options.max_output_tokens,
             stream=True,

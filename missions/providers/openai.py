@@ -37,7 +37,7 @@ from openai.types.responses import (
 )
 from openai.types.shared_params import Reasoning
 
-from kernel import secrets
+from agentos import scrubber
 from missions.providers.base import (
     AuthenticationFailed,
     BadRequest,
@@ -151,12 +151,12 @@ class OpenAIProvider:
     ) -> Iterator[Event]:
         stream = self.client.responses.create(
             model=options.model,
-            instructions=secrets.scrub_value(conversation.system),
+            instructions=scrubber.scrub_value(conversation.system),
             # Native items (ours and the model's own), passed through without conversion but for
             # the secrets the product knows (a key a tool printed never leaves in a request).
             input=cast(
                 ResponseInputParam,
-                secrets.scrub_value(conversation.items, opaque=secrets.PROVIDER_OPAQUE),
+                scrubber.scrub_value(conversation.items, opaque=scrubber.PROVIDER_OPAQUE),
             ),
             tools=[_function_tool(spec) for spec in tools] if tools else openai.omit,
             max_output_tokens=options.max_output_tokens,

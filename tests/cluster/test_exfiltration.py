@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agentos import vault
+from agentos import scrubber, vault
 from cluster import egress, sandbox, tokens
 from cluster.sandbox import Limits
-from kernel import journal, secrets
+from kernel import journal
 from kernel.budgets import Cost
 from kernel.models import Event, Run, RunStatus, Step
 from missions import keys
@@ -142,7 +142,7 @@ def planted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("AGENTOS_CANARY", ENV_SECRET)
     keys.put("anthropic", PROVIDER_KEY)
-    secrets.forget()
+    scrubber.forget()
     vault_key = vault._keys()[0].decode()
     return [PROVIDER_KEY, REPO_TOKEN, ENV_SECRET, vault_key]
 
@@ -266,7 +266,7 @@ def test_it_scrubs_a_secret_planted_in_a_tool_output(
     journal.record_intent(fence, seq=1, kind="tool_call", effect="read", name="shell", request={})
     journal.record_result(fence, seq=1, result={"output": result.output}, cost=Cost())
     stored = Step.objects.get(run_id=run.pk, seq=1).result
-    assert stored == {"output": f"key = {secrets.MARK}\nother = {secrets.MARK}\n"}
+    assert stored == {"output": f"key = {scrubber.MARK}\nother = {scrubber.MARK}\n"}
 
     provider.queue(Stream(reply(text(0, "noted"))))
     thread = Conversation(
@@ -282,11 +282,11 @@ def test_it_scrubs_a_secret_planted_in_a_tool_output(
     sent = provider.received[-1].raw.decode()
     assert PROVIDER_KEY not in sent
     assert PLANTED not in sent
-    assert secrets.MARK in sent
+    assert scrubber.MARK in sent
 
     # A log line with it, as the console handler's filter writes it.
     record = logging.LogRecord(
         "agentos", logging.ERROR, __file__, 1, "got %s", (result.output,), None
     )
-    secrets.LogFilter().filter(record)
-    assert record.getMessage() == f"got key = {secrets.MARK}\nother = {secrets.MARK}\n"
+    scrubber.LogFilter().filter(record)
+    assert record.getMessage() == f"got key = {scrubber.MARK}\nother = {scrubber.MARK}\n"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kernel import secrets
+from agentos import scrubber
 
 pytestmark = pytest.mark.django_db  # the registered sources may read the database
 
@@ -26,19 +26,19 @@ def known() -> Iterator[list[str]]:
     def source() -> list[str]:
         return values
 
-    secrets.register(source)
+    scrubber.register(source)
     try:
         yield values
     finally:
-        secrets._sources.remove(source)
-        secrets.forget()
+        scrubber._sources.remove(source)
+        scrubber.forget()
 
 
 def test_it_returns_a_clean_result_as_the_same_object_and_its_json(known: list[str]) -> None:
     result = {"output": "all fine", "items": [{"n": 1, "text": "héllo"}], "ok": True}
 
-    assert secrets.scrub_value(result) is result
-    assert json.loads(secrets.scrub_json(result)) == result
+    assert scrubber.scrub_value(result) is result
+    assert json.loads(scrubber.scrub_json(result)) == result
 
 
 def test_it_finds_known_values_and_shapes_in_keys_values_and_lists(known: list[str]) -> None:
@@ -49,15 +49,15 @@ def test_it_finds_known_values_and_shapes_in_keys_values_and_lists(known: list[s
         "fine": "untouched",
     }
 
-    scrubbed = secrets.scrub_value(result)
+    scrubbed = scrubber.scrub_value(result)
 
     assert scrubbed == {
-        "output": f"token {secrets.MARK} printed",
-        "nested": [{"deep": ["x", secrets.MARK]}],
-        secrets.MARK: "a key",
+        "output": f"token {scrubber.MARK} printed",
+        "nested": [{"deep": ["x", scrubber.MARK]}],
+        scrubber.MARK: "a key",
         "fine": "untouched",
     }
-    assert json.loads(secrets.scrub_json(result)) == scrubbed
+    assert json.loads(scrubber.scrub_json(result)) == scrubbed
 
 
 @pytest.mark.parametrize("value", [QUOTED, ACCENTED])
@@ -65,20 +65,20 @@ def test_it_walks_when_a_known_value_reads_differently_in_json(
     known: list[str], value: str
 ) -> None:
     known.append(value)
-    secrets.forget()
+    scrubber.forget()
     result = {"output": [f"before {value} after"]}
 
-    assert secrets.scrub_value(result) == {"output": [f"before {secrets.MARK} after"]}
-    assert json.loads(secrets.scrub_json(result)) == {"output": [f"before {secrets.MARK} after"]}
+    assert scrubber.scrub_value(result) == {"output": [f"before {scrubber.MARK} after"]}
+    assert json.loads(scrubber.scrub_json(result)) == {"output": [f"before {scrubber.MARK} after"]}
 
 
 def test_it_keeps_opaque_values_and_what_is_not_json(known: list[str]) -> None:
     signed = {"signature": SHAPED, "text": PLAIN}
-    assert secrets.scrub_value(signed, opaque=frozenset({"signature"})) == {
+    assert scrubber.scrub_value(signed, opaque=frozenset({"signature"})) == {
         "signature": SHAPED,
-        "text": secrets.MARK,
+        "text": scrubber.MARK,
     }
     odd = {"at": datetime(2026, 1, 1, tzinfo=UTC), "text": "clean"}
-    assert secrets.scrub_value(odd) is odd
+    assert scrubber.scrub_value(odd) is odd
     with pytest.raises(TypeError):
-        secrets.scrub_json(odd)
+        scrubber.scrub_json(odd)
