@@ -22,8 +22,7 @@ from agentos import audit, tokens
 from agentos.errors import DomainError
 from agentos.models import AuditEvent
 from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
-from cluster import nodes, transport
-from cluster import tokens as run_tokens
+from cluster import nodes, run_tokens, transport
 from cluster.models import Node
 from kernel import runs
 from kernel.models import TERMINAL, Run

@@ -9,8 +9,8 @@ asyncio service on the control plane that answers as an HTTP proxy:
   (`register_bridge`) gives the upstream URL and the credential headers, read from the vault here,
   outside the sandbox; the sandbox never holds them.
 
-Every request carries the run's token (`cluster.tokens`) in `Proxy-Authorization` (Basic with any
-user name, as `http://run:<token>@127.0.0.1:3128` in `http_proxy` makes clients send it, or
+Every request carries the run's token (`cluster.run_tokens`) in `Proxy-Authorization` (Basic
+with any user name, as `http://run:<token>@127.0.0.1:3128` in `http_proxy` makes clients send it, or
 Bearer), valid for that socket's run and scope, and the run's tree must be neither stopped nor
 asked to stop (`cluster.trees`, read for every request). Every decision is an event on the run's
 journal: `egress.allowed`, `egress.bridged`, `egress.refused`. The request is parsed strictly
@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from cluster import proxy, tokens, trees
+from cluster import proxy, run_tokens, trees
 from cluster.identity import SandboxUnavailable, identity
 from kernel import journal
 from kernel.models import Run
@@ -141,7 +141,7 @@ def attach(*, run_id: int, root_id: int, scopes: list[str], seconds: int) -> Att
     answer = control({"open": run_id})
     path = Path(answer["socket"])
     _check_reachable(path)
-    token = tokens.mint(run_id=run_id, root_id=root_id, scopes=scopes, seconds=seconds)
+    token = run_tokens.mint(run_id=run_id, root_id=root_id, scopes=scopes, seconds=seconds)
     url = f"http://run:{token}@127.0.0.1:{PROXY_PORT}"
     env = {"AGENTOS_RUN_TOKEN": token}
     # Both cases: curl reads only the lowercase http_proxy, other clients the uppercase ones.
@@ -159,7 +159,7 @@ def attach_for_run(run_id: int, *, seconds: float) -> Attachment | None:
     if not scopes:
         return None
     root_id = Run.objects.filter(pk=run_id).values_list("root_id", flat=True).first()
-    lifetime = min(int(seconds) + 60, tokens.MAX_SECONDS)  # the command, then its last request
+    lifetime = min(int(seconds) + 60, run_tokens.MAX_SECONDS)  # the command, then its last request
     try:
         return attach(run_id=run_id, root_id=root_id or run_id, scopes=scopes, seconds=lifetime)
     except SandboxUnavailable as error:
@@ -411,8 +411,8 @@ class Service:
         name = request.host[: -len(BRIDGE_SUFFIX)] if bridge else ""
         scope = f"bridge:{name}" if bridge else "egress"
         try:
-            tokens.verify(proxy.token_of(request.headers), run_id=run_id, scope=scope)
-        except tokens.TokenRefused as refused:
+            run_tokens.verify(proxy.token_of(request.headers), run_id=run_id, scope=scope)
+        except run_tokens.TokenRefused as refused:
             raise proxy.Refused(refused.status, str(refused)) from None
         tree = await self._tree(run_id)
         if tree.stopped:
@@ -538,7 +538,7 @@ class Service:
 
 def _scrub(text: str) -> str:
     """A run token never reaches the journal, even one a sandbox wrote in a URL."""
-    return re.sub(rf"{tokens.PREFIX}\.[A-Za-z0-9_.=-]*", f"{tokens.PREFIX}.[token]", text)
+    return re.sub(rf"{run_tokens.PREFIX}\.[A-Za-z0-9_.=-]*", f"{run_tokens.PREFIX}.[token]", text)
 
 
 def _bridge_destination(name: str, upstream: Upstream, path: str) -> proxy.Destination:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import h11
 
-from cluster import tokens
+from cluster import run_tokens
 
 HEAD_LIMIT = 64 * 1024  # a request head's bytes, its lines included
 # Headers that speak to the proxy hop, or that a client could set to pass as someone else upstream.
@@ -254,7 +254,9 @@ def token_of(headers: list[tuple[str, str]]) -> str:
             except (binascii.Error, UnicodeDecodeError):
                 break
             return decoded.partition(":")[2]
-    raise tokens.TokenRefused("no run token: send Proxy-Authorization (the http_proxy URL has it)")
+    raise run_tokens.TokenRefused(
+        "no run token: send Proxy-Authorization (the http_proxy URL has it)"
+    )
 
 
 async def answer(

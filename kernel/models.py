@@ -288,7 +288,7 @@ class Trust(models.TextChoices):
 
 
 class Event(models.Model):
-    """Append-only log, range-partitioned by month (partitions created ahead by `kernel.events`).
+    """Append-only log, range-partitioned by month (months created ahead by `kernel.partitions`).
 
     The database primary key is (id, at), as partitioning requires; Django only ever looks
     events up by id.

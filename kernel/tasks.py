@@ -14,7 +14,7 @@ from django.db import DatabaseError
 from huey import crontab
 from huey.contrib.djhuey import HUEY, db_periodic_task
 
-from kernel import events, heartbeats
+from kernel import heartbeats, partitions
 from kernel.worker import Worker
 
 _kernel_loop: Worker | None = None
@@ -58,4 +58,4 @@ def heartbeat() -> None:
 @db_periodic_task(crontab(minute="7", hour="*"))  # type: ignore[untyped-decorator]
 def create_event_partitions() -> None:
     """Monthly partitions of the event log exist months ahead (hourly: cheap and idempotent)."""
-    events.ensure_partitions()
+    partitions.ensure_partitions()

@@ -9,7 +9,7 @@ class MissionsConfig(AppConfig):
         from agentos import scrubber
         from kernel import programs
         from missions import keys
-        from missions.start_mission import START_MISSION
+        from missions.tools import START_MISSION
         from tools import registry
 
         programs.register("agent", "missions.engine.loop:agent")

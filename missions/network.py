@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
-from cluster import egress, tokens
+from cluster import egress, run_tokens
 from kernel.models import Run
 from missions import keys
 from missions.models import Mission
@@ -122,7 +122,7 @@ def needs(run_id: int) -> list[str]:
     for item in inputs:
         named = item.get("bridges") if isinstance(item, dict) else None
         for name in named if isinstance(named, list) else []:
-            if f"bridge:{name}" in tokens.SCOPES and f"bridge:{name}" not in scopes:
+            if f"bridge:{name}" in run_tokens.SCOPES and f"bridge:{name}" not in scopes:
                 scopes.append(f"bridge:{name}")
     return scopes
 

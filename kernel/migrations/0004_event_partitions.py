@@ -2,9 +2,9 @@ from django.db import migrations
 
 
 def create_partitions(apps, schema_editor):  # type: ignore[no-untyped-def]
-    from kernel import events
+    from kernel import partitions
 
-    events.ensure_partitions(connection=schema_editor.connection)
+    partitions.ensure_partitions(connection=schema_editor.connection)
 
 
 class Migration(migrations.Migration):

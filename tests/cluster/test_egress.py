@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.conf import settings
 
-from cluster import egress, tokens
+from cluster import egress, run_tokens
 from cluster.identity import SandboxUnavailable, identity
 from kernel.models import Event, Run, RunStatus
 from missions import keys
@@ -53,7 +53,7 @@ def make_run(*, hosts: list[str], parent: Run | None = None) -> Run:
 
 
 def token_of(run: Run, *scopes: str, seconds: int = 60) -> str:
-    return tokens.mint(
+    return run_tokens.mint(
         run_id=run.pk, root_id=run.root_id or run.pk, scopes=list(scopes), seconds=seconds
     )
 
@@ -149,7 +149,7 @@ def attaches_only_what_a_run_needs() -> None:
     Run.objects.filter(pk=busy.pk).update(input={"allowed_hosts": ["x"], "bridges": ["git", "?"]})
     attached = egress.attach_for_run(busy.pk, seconds=30)
     assert attached is not None
-    claims = tokens.verify(attached.token, run_id=busy.pk, scope="bridge:git")
+    claims = run_tokens.verify(attached.token, run_id=busy.pk, scope="bridge:git")
     assert claims.scopes == ("bridge:git", "egress")
     assert claims.expires_at - time.time() == pytest.approx(90, abs=5)
 

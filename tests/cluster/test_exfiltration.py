@@ -29,7 +29,7 @@ import pytest
 from django.conf import settings
 
 from agentos import scrubber, vault
-from cluster import egress, sandbox, tokens
+from cluster import egress, run_tokens, sandbox
 from cluster.sandbox import Limits
 from kernel import journal
 from kernel.budgets import Cost
@@ -185,7 +185,7 @@ def attempt(
         bridge_url="http://anthropic.bridge/v1/messages",
         host_paths=[
             str(vault.key_file()),
-            str(tokens.key_file()),
+            str(run_tokens.key_file()),
             str(Path(settings.DATA_DIR) / "pg"),
             str(Path(settings.DATA_DIR) / "secret_key"),
         ],

@@ -18,8 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from agentos import killswitch
-from cluster import nodes, sandbox
-from cluster import tokens as run_tokens
+from cluster import nodes, run_tokens, sandbox
 from cluster.sandbox import Limits
 
 

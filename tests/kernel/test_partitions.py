@@ -5,7 +5,7 @@ from datetime import UTC, date, datetime
 import pytest
 from django.db import connection
 
-from kernel import events
+from kernel import partitions
 from kernel.models import Event
 
 pytestmark = pytest.mark.django_db
@@ -29,28 +29,28 @@ def months_from(first: date, count: int) -> list[str]:
 
 
 def test_it_creates_monthly_partitions_in_the_migration() -> None:
-    monthly = [name for name in events.partitions() if name != events.DEFAULT]
+    monthly = [name for name in partitions.partitions() if name != partitions.DEFAULT]
 
     # 0004 created this month and three ahead when the test database was built.
     assert len(monthly) >= 4
-    assert events.partitions()[-1] == events.DEFAULT
+    assert partitions.partitions()[-1] == partitions.DEFAULT
 
 
 def test_it_covers_this_month_and_three_ahead() -> None:
-    events.ensure_partitions()
+    partitions.ensure_partitions()
 
     this_month = datetime.now(tz=UTC).date().replace(day=1)
-    assert set(months_from(this_month, 4)) <= set(events.partitions())
+    assert set(months_from(this_month, 4)) <= set(partitions.partitions())
 
 
 def test_it_creates_nothing_when_called_again() -> None:
-    events.ensure_partitions()
+    partitions.ensure_partitions()
 
-    assert events.ensure_partitions() == []
+    assert partitions.ensure_partitions() == []
 
 
 def test_it_names_months_across_a_year_end() -> None:
-    created = events.ensure_partitions(today=date(2040, 11, 17), months_ahead=3)
+    created = partitions.ensure_partitions(today=date(2040, 11, 17), months_ahead=3)
 
     assert created == [
         "kernel_event_y2040m11",
@@ -58,25 +58,25 @@ def test_it_names_months_across_a_year_end() -> None:
         "kernel_event_y2041m01",
         "kernel_event_y2041m02",
     ]
-    assert events.partitions()[-5:] == [*created, events.DEFAULT]
+    assert partitions.partitions()[-5:] == [*created, partitions.DEFAULT]
 
 
 def test_it_moves_events_out_of_the_default_partition() -> None:
     inside = Event.objects.create(at=datetime(2045, 6, 30, 23, 59, tzinfo=UTC), kind="x")
     after = Event.objects.create(at=datetime(2045, 7, 1, tzinfo=UTC), kind="y")
-    assert partition_of(inside) == events.DEFAULT
+    assert partition_of(inside) == partitions.DEFAULT
 
-    assert events.ensure_partitions(today=date(2045, 6, 1), months_ahead=0) == [
+    assert partitions.ensure_partitions(today=date(2045, 6, 1), months_ahead=0) == [
         "kernel_event_y2045m06"
     ]
 
     assert partition_of(inside) == "kernel_event_y2045m06"
-    assert partition_of(after) == events.DEFAULT
+    assert partition_of(after) == partitions.DEFAULT
     assert Event.objects.get(pk=inside.pk).kind == "x"
 
 
 def test_it_routes_new_events_of_a_created_month_to_it() -> None:
-    events.ensure_partitions(today=date(2046, 3, 1), months_ahead=0)
+    partitions.ensure_partitions(today=date(2046, 3, 1), months_ahead=0)
 
     event = Event.objects.create(at=datetime(2046, 3, 1, tzinfo=UTC), kind="x", data={"a": 1})
 
