@@ -21,7 +21,7 @@ from ninja import Field, Router, Schema
 from agentos import audit, tokens
 from agentos.errors import DomainError
 from agentos.models import AuditEvent
-from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from cluster import nodes, run_tokens, transport
 from cluster.models import Node
 from kernel import runs

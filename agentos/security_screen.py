@@ -18,7 +18,8 @@ from django.views.decorators.http import require_POST
 
 from agentos import audit, push, security_settings
 from agentos.errors import DomainError
-from agentos.views import owner_required, settings_page, signed_in
+from agentos.shell import owner_required, signed_in
+from agentos.views import settings_page
 
 # The console posts a subscription as JSON; one is well under this.
 MAX_SUBSCRIPTION_BYTES = 4096

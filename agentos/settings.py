@@ -96,7 +96,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "agentos.views.console_context",
+                "agentos.shell.console_context",
             ],
         },
     },

@@ -3,11 +3,14 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import agents_screen, cluster_screen, killswitch, security_screen, tools_screen, views
+from agentos import killswitch, security_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
+from cluster import views as cluster_views
 from memory import urls as memory_urls
+from missions import agents_views
 from missions import urls as missions_urls
+from tools import views as tools_views
 
 console = (
     [
@@ -50,10 +53,10 @@ console = (
         path("settings/push/test", security_screen.test_notification, name="push-test"),
         path("offline/", views.offline, name="offline"),
         path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
-        path("agents/", agents_screen.agents_screen, name="agents"),
-        path("tools/", tools_screen.tools_screen, name="tools"),
-        path("cluster/", cluster_screen.cluster_screen, name="cluster"),
-        path("tools/rules/<int:rule_id>/delete", tools_screen.delete_rule, name="tool-rule-delete"),
+        path("agents/", agents_views.agents_screen, name="agents"),
+        path("tools/", tools_views.tools_screen, name="tools"),
+        path("cluster/", cluster_views.cluster_screen, name="cluster"),
+        path("tools/rules/<int:rule_id>/delete", tools_views.delete_rule, name="tool-rule-delete"),
         *approvals_urls.urlpatterns,
         *missions_urls.urlpatterns,
         *memory_urls.urlpatterns,

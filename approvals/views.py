@@ -17,7 +17,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 from agentos import audit
 from agentos.diffs import diff_files, diff_lines
 from agentos.errors import DomainError
-from agentos.views import SCREENS_BY_SLUG, owner_required
+from agentos.shell import SCREENS_BY_SLUG, owner_required
 from approvals import inbox, service
 from approvals.forms import AnswerForm, DecisionForm, VerdictForm
 from approvals.models import Approval, Question, Reconciliation, Status, Verdict

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 
 from agentos import audit, tokens
 from agentos.diffs import diff_lines
-from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from memory import curation, overview, search
 from memory.errors import MemoryRefused
 from memory.models import Scope

@@ -11,7 +11,7 @@ from django.urls import reverse
 from playwright.sync_api import Page, expect
 from pytest_django.fixtures import Settings
 
-from agentos import views
+from agentos import shell
 from approvals.models import Approval, Question
 from kernel.models import Run, RunStatus
 from memory import store
@@ -33,7 +33,7 @@ def console_screens(approval: Approval, question: Question, note: str) -> dict[s
     assert step is not None
     mission = run.account.mission
     # The console's navigation (built screens and placeholders alike), then the pages under them.
-    screens = {screen.slug: screen.url for screen in views.SCREENS}
+    screens = {screen.slug: screen.url for screen in shell.SCREENS}
     return {
         **screens,
         "mission-new": reverse("console:mission-new"),

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_http_methods
 
 from agentos import audit
 from agentos.models import AuditEvent
-from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from kernel.models import GlobalBudget
 from missions.models import ModelInfo, Role, RoleRoute
 from missions.providers.registry import ready

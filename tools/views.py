@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from agentos import audit
 from agentos.models import AuditEvent
-from agentos.views import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from tools import registry
 from tools.base import Risk
 from tools.models import Decision, PermissionRule
