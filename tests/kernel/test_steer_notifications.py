@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,18 +13,12 @@ from kernel import runs
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
 from tests.kernel.factories import start
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LEASE_SECONDS = 30.0  # renewals every 10 s: what the notification must beat
 SLOW_READ_SEQ = 2  # chaos.workflow's read that waits on `stopping`
-
-
-def until(what: str, condition: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -41,9 +35,10 @@ def worker() -> Iterator[Worker]:
 
 def slow_read_under_way() -> Run:
     run = start("chaos.workflow", {"n": 1, "read_seconds": 120})
-    until(
-        "the slow read to start",
+    wait_for(
         lambda: Step.objects.filter(run=run, seq=SLOW_READ_SEQ, finished_at=None).exists(),
+        timeout=20,
+        message="the slow read to start",
     )
     time.sleep(0.3)  # let the keeper settle into its wait: the next renewal is ~10 s away
     return run
@@ -54,7 +49,7 @@ def test_a_stop_reaches_the_running_step_within_a_second(worker: Worker) -> None
 
     asked = time.monotonic()
     runs.request_stop(run.pk)
-    until("the run to end", lambda: Run.objects.get(pk=run.pk).is_terminal)
+    wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, timeout=20, message="the run to end")
 
     assert time.monotonic() - asked < 1.5
     assert Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
@@ -65,9 +60,10 @@ def test_an_interrupt_reaches_the_running_step_within_a_second(worker: Worker) -
 
     asked = time.monotonic()
     runs.request_interrupt(run.pk)
-    until(
-        "the interrupted read to end",
+    wait_for(
         lambda: Step.objects.filter(run=run, seq=SLOW_READ_SEQ).exclude(finished_at=None).exists(),
+        timeout=20,
+        message="the interrupted read to end",
     )
 
     assert time.monotonic() - asked < 1.5
