@@ -223,8 +223,8 @@ def test_the_owner_walks_the_whole_journey_on_a_phone(
     expect(stopped).to_contain_text("Stopped")
     expect(stopped.get_by_role("link", name=str(asking.pk), exact=True)).to_be_visible()
     visit(page, "stopped")
-    stopped = wait_for(
+    cancelled = wait_for(
         lambda: finished(asking), timeout=30, message="the asking run to end", interval=0.2
     )
-    assert stopped.status == RunStatus.CANCELLED
+    assert cancelled.status == RunStatus.CANCELLED
     assert page.csp_violations == []  # type: ignore[attr-defined]

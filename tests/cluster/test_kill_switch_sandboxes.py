@@ -21,6 +21,7 @@ from agentos import killswitch
 from cluster import nodes, sandbox
 from cluster import tokens as run_tokens
 from cluster.sandbox import Limits
+from tests.polling import wait_for
 
 
 def runner_process() -> subprocess.Popen[bytes]:
@@ -53,10 +54,7 @@ def sleeping(process: subprocess.Popen[bytes], workdir: Path) -> str:
         json.dumps({"jsonrpc": "2.0", "id": 1, "method": "run", "params": params}).encode() + b"\n"
     )
     process.stdin.flush()
-    deadline = time.monotonic() + 30
-    while not (workdir / "started").exists():
-        assert time.monotonic() < deadline, "the sandbox never started"
-        time.sleep(0.02)
+    wait_for(lambda: (workdir / "started").exists(), timeout=30, message="the sandbox to start")
     return step
 
 

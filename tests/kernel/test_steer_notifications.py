@@ -8,8 +8,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.db import connection
 
-from kernel import runs
+from kernel import runs, scheduler
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
 from tests.kernel.factories import start
@@ -40,8 +41,19 @@ def slow_read_under_way() -> Run:
         timeout=20,
         message="the slow read to start",
     )
-    time.sleep(0.3)  # let the keeper settle into its wait: the next renewal is ~10 s away
+    # The notification must find the worker's doorbell listening (the next renewal is ~10 s away).
+    wait_for(doorbell_listening, timeout=10, message="the worker's doorbell to listen")
     return run
+
+
+def doorbell_listening() -> bool:
+    """A connection of this test's database has sent LISTEN (its last statement: it waits)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f"LISTEN {scheduler.CHANNEL}"],
+        )
+        return cursor.fetchone() is not None
 
 
 def test_a_stop_reaches_the_running_step_within_a_second(worker: Worker) -> None:
