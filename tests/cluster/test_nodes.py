@@ -452,6 +452,7 @@ def test_it_runs_a_missions_shell_steps_on_the_three_nodes(
         assert stored["node"] == attempt.node.name
 
 
+@pytest.mark.timeout(300)  # measured 5 s; it waits up to 120 s for the second step
 @pytest.mark.django_db(transaction=True)
 def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
     hosts: testhosts.TestHosts,

@@ -196,6 +196,7 @@ def seq_of(run: Run, name: str) -> int:
     return Step.objects.get(run=run, name=name).seq
 
 
+@pytest.mark.timeout(300)  # measured 24 s, over the 120 s default's third
 def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     demo_base: Path, tmp_path: Path
 ) -> None:
@@ -253,6 +254,7 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     assert run.account.runs.get().status == "done"
 
 
+@pytest.mark.timeout(300)  # measured 20 s; it waits up to 180 s for the demo's approval
 def test_make_run_shows_the_demo_waiting_for_approval_on_home(
     seeded_catalog: None, tmp_path: Path
 ) -> None:

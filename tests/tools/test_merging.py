@@ -203,6 +203,7 @@ def test_two_writers_from_the_parents_checkpoint_are_merged_one_after_the_other(
     assert in_worktree(parent, "rev-parse", "--abbrev-ref", "HEAD") == f"agentos/run-{parent.pk}"
 
 
+@pytest.mark.timeout(300)  # measured 28 s; each killed worker may take 120 s to die
 def test_killed_while_making_a_writer_and_after_a_merge_each_happens_once(
     hostile_mission: tuple[Mission, Path], tmp_path: Path
 ) -> None:

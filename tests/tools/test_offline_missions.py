@@ -165,6 +165,7 @@ def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.timeout(400)  # measured 15 s; each of its three worker lives may take 120 s
 @pytest.mark.chaos
 def test_a_worker_killed_mid_way_resumes_to_the_same_report(
     demo_base: Path, tmp_path: Path
