@@ -27,7 +27,12 @@ from tests.polling import wait_for
 from tests.providers.anthropic_wire import reply, text
 from tests.providers.wire import Stream, WireServer, wire_server
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # Measured 14 s, and 7 s to set up; it may wait DEMO_SECONDS for the demo's push.
+    pytest.mark.timeout(300),
+]
 
 KEY = "sk-ant-journey-7f3a"
 ANSWER = "Yes, a short post on the blog."
