@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from django.conf import settings
 from django.db import connection
 
 from agentos import database
+from tests.polling import wait_for
 
 BASE_DIR = Path(settings.BASE_DIR)
 READY_LINE = "agentos is up at"
@@ -57,12 +58,15 @@ class Stack:
 
     def wait_for_workers(self, timeout: float = 60) -> dict[str, Any]:
         """Poll health until a worker has beaten; workers report as soon as they start."""
-        deadline = time.monotonic() + timeout
-        while True:
-            report = self.health()
-            if report["workers"]["state"] == "up" or time.monotonic() > deadline:
-                return report
-            time.sleep(0.2)
+        try:
+            return wait_for(
+                lambda: (report := self.health())["workers"]["state"] == "up" and report,
+                timeout=timeout,
+                message="a worker to beat",
+                interval=0.2,
+            )
+        except pytest.fail.Exception as failed:  # what the stack said is why
+            pytest.fail(f"{failed}\n{self.log()}")
 
     def log(self) -> str:
         return "".join(self.output[-200:])

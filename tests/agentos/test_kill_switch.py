@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from concurrent import futures
 
 import pytest
 from django.test import Client
@@ -19,15 +19,9 @@ from kernel.worker import Worker
 from missions.models import Project, Schedule
 from tests.approvals.factories import make_approval
 from tests.kernel.factories import start
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def until(what: str, condition: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @contextlib.contextmanager
@@ -66,19 +60,23 @@ def test_it_stops_every_run_takes_the_leases_back_and_pauses_the_schedules(
     owner_client: Client,
 ) -> None:
     approval = waiting_for_approval()
-    with worker():
-        stop_everything_while_a_step_is_stuck(owner_client, approval)
+    with worker() as loop:
+        stop_everything_while_a_step_is_stuck(owner_client, approval, loop)
 
 
-def stop_everything_while_a_step_is_stuck(owner_client: Client, approval: Approval) -> None:
+def stop_everything_while_a_step_is_stuck(
+    owner_client: Client, approval: Approval, loop: Worker
+) -> None:
     stuck = start("chaos.busy", {"seconds": 3})  # a step that ignores stop requests
-    until(
-        "the stuck step to start",
+    wait_for(
         lambda: (
             Step.objects.filter(run=stuck, finished_at=None).exists()
             and Run.objects.get(pk=stuck.pk).lease_expires_at is not None
         ),
+        timeout=30,
+        message="the stuck step to start",
     )
+    stuck_execution = loop.active[stuck.pk]
     schedule = Schedule.objects.create(
         project=Project.objects.create(name="nightly"),
         name="digest",
@@ -96,11 +94,20 @@ def stop_everything_while_a_step_is_stuck(owner_client: Client, approval: Approv
     assert not Schedule.objects.get(pk=schedule.pk).enabled
     assert Approval.objects.get(pk=approval.pk).state != WaitState.OPEN
     # The stuck step's worker can write nothing more; another claim ends the run cancelled.
-    until("the stuck run to end", lambda: Run.objects.get(pk=stuck.pk).is_terminal)
+    wait_for(
+        lambda: Run.objects.get(pk=stuck.pk).is_terminal,
+        timeout=30,
+        message="the stuck run to end",
+    )
     assert Run.objects.get(pk=stuck.pk).status == RunStatus.CANCELLED
-    time.sleep(3.5)  # the stuck step wakes up and tries to record its result
+    # The stuck step wakes up and tries to record its result: wait for that execution to end.
+    assert futures.wait([stuck_execution], timeout=30).done, "the stuck step never woke up"
     assert not Step.objects.filter(run=stuck).exclude(finished_at=None).exists()
-    until("the approval's run to end", lambda: Run.objects.get(pk=approval.run_id).is_terminal)
+    wait_for(
+        lambda: Run.objects.get(pk=approval.run_id).is_terminal,
+        timeout=30,
+        message="the approval's run to end",
+    )
     event = AuditEvent.objects.filter(kind=AuditEvent.Kind.KILL_SWITCH).earliest("pk")
     assert sorted(event.detail["runs"]) == sorted([stuck.pk, approval.run_id])
     assert event.detail["schedules"] == [schedule.pk]

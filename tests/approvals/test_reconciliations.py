@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +24,11 @@ from tests.agentos.test_api import bearer, error_of
 from tests.factories import Owner
 from tests.kernel.factories import start
 from tests.live import crash_env
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PAY = 5  # chaos.workflow's non-idempotent step without a probe ("ledger.pay")
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def killed_mid_payment(tmp_path: Path) -> Run:
@@ -74,14 +66,16 @@ def payments(run: Run) -> int:
 
 def finish(run: Run) -> Run:
     """Drive the rest of the workflow: its timer, its child, and its own owner question."""
-    deadline = time.monotonic() + 60
-    while not Run.objects.get(pk=run.pk).is_terminal:
-        assert time.monotonic() < deadline, "the run did not end"
+
+    def ended() -> Run | None:
+        if (found := Run.objects.get(pk=run.pk)).is_terminal:
+            return found
         for wait in Wait.objects.filter(run=run, kind=WaitKind.HUMAN, state=WaitState.OPEN):
             runs.answer_wait(wait.pk, answer={"ok": True})
         work()
-        time.sleep(0.02)
-    return Run.objects.get(pk=run.pk)
+        return None
+
+    return wait_for(ended, timeout=60, message="the run to end")
 
 
 def the_question(run: Run) -> Reconciliation:

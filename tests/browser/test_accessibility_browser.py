@@ -17,11 +17,11 @@ from kernel.models import Run, RunStatus
 from memory import store
 from memory.store import Draft
 from tests.browser.conftest import axe_violations, screenshot
-from tests.browser.test_approvals_browser import eventually
 from tests.browser.test_console_browser import APPROVAL_TURN, QUESTION_TURN, start_agent
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -72,14 +72,24 @@ def test_no_screen_has_a_serious_or_critical_accessibility_violation(
     store.invalidate("global", ended, author="owner", reason="We stopped that.")
     asking = start_agent([APPROVAL_TURN, {"text": "Done."}])
     answering = start_agent([QUESTION_TURN, {"text": "Done."}])
-    approval = eventually(lambda: Approval.objects.filter(run=asking).first())
-    question = eventually(lambda: Question.objects.filter(run=answering).first())
+    approval = wait_for(
+        lambda: Approval.objects.filter(run=asking).first(),
+        timeout=30,
+        message="the agent to ask for approval",
+        interval=0.2,
+    )
+    question = wait_for(
+        lambda: Question.objects.filter(run=answering).first(),
+        timeout=30,
+        message="the agent to ask a question",
+        interval=0.2,
+    )
 
     def waiting() -> Run | None:
         found = Run.objects.get(pk=asking.pk)
         return found if found.status == RunStatus.WAITING else None
 
-    eventually(waiting)
+    wait_for(waiting, timeout=30, message="the asking run to wait", interval=0.2)
     found: dict[str, list[str]] = {}
 
     page.goto(stack.url + "/login/")

@@ -10,10 +10,11 @@ from approvals.models import Approval
 from kernel.models import Run, RunStatus, Wait
 from missions.models import Mission, Project
 from tests.browser.conftest import ARTIFACTS, screenshot
-from tests.browser.test_approvals_browser import ACTION, eventually, start_agent_asking
+from tests.browser.test_approvals_browser import ACTION, start_agent_asking
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -37,7 +38,12 @@ def test_the_approve_button_is_in_view_without_scrolling_on_a_phone(
     project = Project.objects.create(name="release")
     mission = Mission.objects.create(project=project, goal="Publish the 1.3 release notes")
     run = start_agent_asking(mission)
-    approval = eventually(lambda: Approval.objects.filter(run=run).first())
+    approval = wait_for(
+        lambda: Approval.objects.filter(run=run).first(),
+        timeout=30,
+        message="the agent to ask for approval",
+        interval=0.2,
+    )
     # What a big change shows: a long justification and twelve files of forty lines each.
     request = dict(approval.request)
     request["justification"] = "The notes are final; the team expects them. " * 20
@@ -83,4 +89,5 @@ def test_the_approve_button_is_in_view_without_scrolling_on_a_phone(
         run.refresh_from_db()
         return run if run.is_terminal else None
 
-    assert eventually(finished).status == RunStatus.DONE, stack.log()
+    ended = wait_for(finished, timeout=30, message="the run to end", interval=0.2)
+    assert ended.status == RunStatus.DONE, stack.log()

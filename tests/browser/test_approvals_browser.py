@@ -3,9 +3,6 @@ goes on in the real stack's worker."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -17,19 +14,11 @@ from tests.browser.conftest import screenshot
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ACTION = "Email the 1.3 release notes to the team list"
-
-
-def eventually[T](probe: Callable[[], T | None], *, timeout: float = 30) -> T:
-    deadline = time.monotonic() + timeout
-    while (found := probe()) is None:
-        if time.monotonic() > deadline:
-            pytest.fail("timed out")
-        time.sleep(0.2)
-    return found
 
 
 def start_agent_asking(mission: Mission) -> Run:
@@ -65,7 +54,12 @@ def test_it_approves_from_home_on_a_phone_and_the_run_goes_on(
     project = Project.objects.create(name="release")
     mission = Mission.objects.create(project=project, goal="Publish the 1.3 release notes")
     run = start_agent_asking(mission)
-    approval = eventually(lambda: Approval.objects.filter(run=run).first())
+    approval = wait_for(
+        lambda: Approval.objects.filter(run=run).first(),
+        timeout=30,
+        message="the agent to ask for approval",
+        interval=0.2,
+    )
 
     sign_in(page, stack, live_owner)
 
@@ -96,6 +90,7 @@ def test_it_approves_from_home_on_a_phone_and_the_run_goes_on(
         run.refresh_from_db()
         return run if run.is_terminal else None
 
-    assert eventually(finished).status == RunStatus.DONE, stack.log()
+    ended = wait_for(finished, timeout=30, message="the run to end", interval=0.2)
+    assert ended.status == RunStatus.DONE, stack.log()
     assert isinstance(run.output, dict)
     assert run.output["answer"].endswith("Sent.")

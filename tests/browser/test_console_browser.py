@@ -14,10 +14,10 @@ from kernel import runs
 from kernel.models import Run, RunStatus, Step
 from missions.models import Mission, OwnerMessage, Project
 from tests.browser.conftest import screenshot
-from tests.browser.test_approvals_browser import eventually
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -138,7 +138,7 @@ def test_it_stops_a_run_from_its_page_after_confirming(
         found = Run.objects.get(pk=run.pk)
         return found if found.status == RunStatus.WAITING else None
 
-    eventually(waiting)
+    wait_for(waiting, timeout=30, message="the run to wait", interval=0.2)
     sign_in(page, stack, live_owner)
     page.goto(f"{stack.url}/runs/{run.pk}/")
     expect(page.locator("#run-state")).to_have_text("waiting")

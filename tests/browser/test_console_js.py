@@ -6,13 +6,14 @@ deltas as text, and still turns plain doorbells into `agentos:<kind>` events."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Page, Route, WebSocketRoute, expect
+
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -53,14 +54,19 @@ class Server:
         self.sockets[-1].send(json.dumps(message))
 
 
-def until[T](page: Page, probe: Callable[[], T | None], *, timeout: float = 10) -> T:
-    """Let the page's event loop run (Playwright dispatches socket callbacks meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while (found := probe()) is None:
-        if time.monotonic() > deadline:
-            pytest.fail("timed out")
-        page.wait_for_timeout(50)
-    return found
+def in_page(page: Page) -> Callable[[float], None]:
+    """A pause that lets the page's event loop run (Playwright dispatches socket callbacks
+    meanwhile; a plain sleep would block them)."""
+    return lambda seconds: page.wait_for_timeout(seconds * 1000)
+
+
+def said_hello(page: Page, server: Server) -> None:
+    wait_for(
+        lambda: server.received,
+        timeout=10,
+        message="the page to ask where to resume",
+        pause=in_page(page),
+    )
 
 
 @pytest.fixture
@@ -98,7 +104,7 @@ def names(page: Page) -> list[str]:
 
 
 def test_it_resumes_from_now_after_hello(page: Page, server: Server) -> None:
-    until(page, lambda: server.received or None)
+    said_hello(page, server)
 
     assert server.received == [{"type": "resume", "after": "now"}]
     expect(page.locator(".live-dot")).to_have_class("live-dot is-live")
@@ -107,19 +113,24 @@ def test_it_resumes_from_now_after_hello(page: Page, server: Server) -> None:
 def test_it_dispatches_each_stream_event_once_for_its_run_and_mission(
     page: Page, server: Server
 ) -> None:
-    until(page, lambda: server.received or None)
+    said_hello(page, server)
     event = {"type": "event", "number": 5, "kind": "step.completed", "run": 7, "mission": 3}
 
     server.send(**event, seq=2, data={})
     server.send(**event, seq=2, data={})  # a repeat (number 5 again) is dropped
     server.send(type="event", number=6, kind="owner.message", run=7, mission=None, data={})
 
-    until(page, lambda: names(page).count("agentos:run-7") == 2 or None)
+    wait_for(
+        lambda: names(page).count("agentos:run-7") == 2,
+        timeout=10,
+        message="the second event of run 7",
+        pause=in_page(page),
+    )
     assert names(page) == ["agentos:run-7", "agentos:mission-3", "agentos:runs", "agentos:run-7"]
 
 
 def test_it_appends_model_deltas_as_text(page: Page, server: Server) -> None:
-    until(page, lambda: server.received or None)
+    said_hello(page, server)
 
     server.send(type="delta", run=7, seq=3, channel="text", offset=0, text="Hel")
     server.send(type="delta", run=7, seq=3, channel="text", offset=0, text="Hel")  # a repeat
@@ -131,7 +142,12 @@ def test_it_appends_model_deltas_as_text(page: Page, server: Server) -> None:
     expect(page.locator("#reasoning")).to_have_text("Thinking")
     expect(page.locator("#other-run")).to_have_text("")
     assert page.locator("#text b").count() == 0
-    until(page, lambda: names(page).count("agentos:delta-7") == 5 or None)
+    wait_for(
+        lambda: names(page).count("agentos:delta-7") == 5,
+        timeout=10,
+        message="the five delta events of run 7",
+        pause=in_page(page),
+    )
     name, detail = seen(page)[0]
     assert name == "agentos:delta-7"
     assert {key: detail[key] for key in ("text", "seq", "channel", "offset")} == {
@@ -143,7 +159,7 @@ def test_it_appends_model_deltas_as_text(page: Page, server: Server) -> None:
 
 
 def test_it_marks_a_missed_beginning(page: Page, server: Server) -> None:
-    until(page, lambda: server.received or None)
+    said_hello(page, server)
 
     server.send(type="delta", run=7, seq=3, channel="text", offset=40, text="the end")
 
@@ -151,30 +167,50 @@ def test_it_marks_a_missed_beginning(page: Page, server: Server) -> None:
 
 
 def test_it_still_turns_doorbells_into_events(page: Page, server: Server) -> None:
-    until(page, lambda: server.received or None)
+    said_hello(page, server)
 
     server.send(type="waits")
     server.send(type="doorbell", kind="health")
 
-    until(page, lambda: len(seen(page)) == 2 or None)
+    wait_for(
+        lambda: len(seen(page)) == 2,
+        timeout=10,
+        message="both doorbells' events",
+        pause=in_page(page),
+    )
     assert names(page) == ["agentos:waits", "agentos:health"]
 
 
 def test_it_resumes_after_its_last_event_when_it_reconnects(page: Page, server: Server) -> None:
-    until(page, lambda: server.received or None)
+    said_hello(page, server)
     server.send(type="event", number=41, kind="run.waiting", run=7, mission=3, data={})
-    until(page, lambda: seen(page) or None)
+    wait_for(
+        lambda: seen(page),
+        timeout=10,
+        message="the event to reach the page",
+        pause=in_page(page),
+    )
 
     server.sockets[-1].close()
 
-    until(page, lambda: (len(server.sockets) == 2 and len(server.received) == 2) or None)
+    wait_for(
+        lambda: len(server.sockets) == 2 and len(server.received) == 2,
+        timeout=10,
+        message="the page to reconnect and resume",
+        pause=in_page(page),
+    )
     assert server.received[-1] == {"type": "resume", "after": 41}
 
 
 def test_it_starts_again_from_now_when_its_cursor_is_ahead(page: Page, server: Server) -> None:
-    until(page, lambda: server.received or None)
+    said_hello(page, server)
     server.send(type="event", number=41, kind="run.waiting", run=7, mission=3, data={})
     server.send(type="error", code="cursor_ahead", message="Event 41 does not exist yet.")
 
-    until(page, lambda: len(server.received) == 2 or None)
+    wait_for(
+        lambda: len(server.received) == 2,
+        timeout=10,
+        message="the page to resume again",
+        pause=in_page(page),
+    )
     assert server.received[-1] == {"type": "resume", "after": "now"}

@@ -17,10 +17,10 @@ from kernel.models import Run
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, PlanItem, Project
 from tests.browser.conftest import assert_accessible, screenshot
-from tests.browser.test_approvals_browser import eventually
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -55,7 +55,12 @@ def ask(question: str) -> dict[str, Any]:
 
 
 def asked(run: Run) -> Question:
-    return eventually(lambda: Question.objects.filter(run=run, state="open").first())
+    return wait_for(
+        lambda: Question.objects.filter(run=run, state="open").first(),
+        timeout=30,
+        message="the agent to ask a question",
+        interval=0.2,
+    )
 
 
 def test_the_mission_shows_its_run_tree_and_its_ledger_live_on_a_phone(
@@ -78,7 +83,12 @@ def test_the_mission_shows_its_run_tree_and_its_ledger_live_on_a_phone(
         mission,
         [{"text": "Planning.", "tool_calls": [plan, fact]}, ask("Go on?"), {"text": "Done."}],
     )
-    eventually(lambda: PlanItem.objects.filter(mission=mission).count() == 2 or None)
+    wait_for(
+        lambda: PlanItem.objects.filter(mission=mission).count() == 2,
+        timeout=30,
+        message="the plan's two items",
+        interval=0.2,
+    )
     doing = {"name": "ledger_update", "arguments": {"key": "read-docs", "status": "doing"}}
     proof = {"files": ["docs/parser.md"], "tests": ["tests/test_parser.py::test_commas"]}
     done = {

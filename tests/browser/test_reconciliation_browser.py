@@ -14,11 +14,11 @@ from playwright.sync_api import Page, expect
 from approvals.models import Reconciliation
 from kernel.models import ChaosEffect, Run, Step
 from tests.browser.conftest import assert_accessible, screenshot
-from tests.browser.test_approvals_browser import eventually
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.kernel.factories import start
 from tests.live import Stack, running_stack
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -45,7 +45,12 @@ def test_it_answers_an_unknown_outcome_from_home_on_a_phone(
     page: Page, crashing_stack: tuple[Stack, Run], live_owner: Owner
 ) -> None:
     stack, run = crashing_stack
-    wait = eventually(lambda: Reconciliation.objects.filter(run=run).first(), timeout=90)
+    wait = wait_for(
+        lambda: Reconciliation.objects.filter(run=run).first(),
+        timeout=90,
+        message="the run to ask about the payment",
+        interval=0.2,
+    )
     assert ChaosEffect.objects.filter(run_id_value=run.pk, seq=PAY).count() == 1
 
     sign_in(page, stack, live_owner)
@@ -73,7 +78,7 @@ def test_it_answers_an_unknown_outcome_from_home_on_a_phone(
         step = Step.objects.get(run=run, seq=PAY)
         return step if step.finished_at is not None else None
 
-    step = eventually(settled)
+    step = wait_for(settled, timeout=30, message="the step to be settled", interval=0.2)
     assert step.result == {"output": "paid, receipt 42", "is_error": False}
     assert step.settled_by == "owner"
     assert ChaosEffect.objects.filter(run_id_value=run.pk, seq=PAY).count() == 1

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-pytestmark = pytest.mark.chaos
+# Above the 120 s its restarting process may take, so that its own failure is the one reported.
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 
 RESTART = "from agentos import database; database.crash_and_restart_embedded(); print('restarted')"
 

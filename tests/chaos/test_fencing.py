@@ -6,16 +6,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models.functions import Now
 
 from agentos import database
 from kernel.models import Event, Run, Step
 from tests.kernel.factories import start
+from tests.polling import wait_for
 from tests.processes import stop
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
@@ -43,29 +44,43 @@ def worker(tmp_path: Path, *, lease: float, log: Path | None = None) -> subproce
     )
 
 
-def wait_until(condition: object, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_it_fences_out_a_worker_paused_past_its_lease(tmp_path: Path) -> None:
     run = start("chaos.busy", {"seconds": 3})
     zombie_log = tmp_path / "zombie.log"
     paused = worker(tmp_path, lease=1, log=zombie_log)
     taker = None
     try:
-        wait_until(lambda: Step.objects.filter(run=run).exists())  # the first worker is busy
+        wait_for(
+            lambda: Step.objects.filter(run=run).exists(),
+            timeout=30,
+            message="the first worker to start the step",
+        )
         paused.send_signal(signal.SIGSTOP)
-        wait_until(lambda: Run.objects.get(pk=run.pk).lease_expires_at is not None)
-        time.sleep(1.2)  # let the lease run out: this is what the test is about
+        # The lease runs out (by the database's clock, which judges it): what the test is about.
+        wait_for(
+            lambda: Run.objects.filter(pk=run.pk, lease_expires_at__lt=Now()).exists(),
+            timeout=30,
+            message="the paused worker's lease to run out",
+        )
 
         taker = worker(tmp_path, lease=30)
-        wait_until(lambda: Run.objects.get(pk=run.pk).fence == 2)  # taken over
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).fence == 2,
+            timeout=30,
+            message="the second worker to take the run over",
+        )
         paused.send_signal(signal.SIGCONT)  # it finishes its sleep and tries to write
-        wait_until(lambda: Run.objects.get(pk=run.pk).status == "done")
-        time.sleep(1.0)  # give the zombie every chance to write after the run ended
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).status == "done",
+            timeout=30,
+            message="the run to end",
+        )
+        # The zombie's write is refused after the run ended: wait for its attempt, then look.
+        wait_for(
+            lambda: f"run {run.pk}: lease lost" in zombie_log.read_text(),
+            timeout=30,
+            message="the zombie to try to write its result",
+        )
     finally:
         for process in (paused, taker):
             if process is not None:

@@ -24,6 +24,7 @@ from kernel.models import Event, Run, RunStatus
 from missions import keys
 from missions.models import Mission, Project
 from tests.cluster.egress_fixtures import Upstream
+from tests.polling import wait_for
 from tests.providers.wire import WireServer
 from tools import remotes
 from tools.models import Decision, PermissionRule
@@ -193,15 +194,15 @@ def test_it_refuses_a_stopped_tree_then_closes_the_socket(
     url = f"http://127.0.0.1:{upstream.port}/child"
     assert get(attached.socket, url, attached.token)[0] == 200  # the root's task allows it
     Run.objects.filter(pk=root.pk).update(status=RunStatus.CANCELLED)
-    deadline = time.monotonic() + 5
-    status, body = 200, b""
-    while time.monotonic() < deadline and attached.socket.exists():
-        with contextlib.suppress(OSError):
+
+    def closed() -> bool:
+        with contextlib.suppress(OSError):  # refused as stopped until the reaper closes it
             status, body = get(attached.socket, url, attached.token)
-        if status == 403:
-            assert b"run tree has stopped (cancelled)" in body
-        time.sleep(0.05)
-    assert not attached.socket.exists(), "the reaper closes a stopped tree's socket"
+            if status == 403:
+                assert b"run tree has stopped (cancelled)" in body
+        return not attached.socket.exists()
+
+    wait_for(closed, timeout=5, message="the reaper to close a stopped tree's socket")
     with pytest.raises(SandboxUnavailable, match="run tree has stopped"):
         egress.attach(run_id=child.pk, root_id=root.pk, scopes=["egress"], seconds=60)
     kill_switch_revokes_every_token(upstream)
@@ -280,10 +281,11 @@ def kill_switch_revokes_every_token(upstream: Upstream) -> None:
     assert get(attached.socket, url, attached.token)[0] == 200
     killswitch.engage(by="owner")
     # The switch asked the run's tree to stop: its socket closes at once (test_egress_stop).
-    deadline = time.monotonic() + 1
-    while attached.socket.exists():
-        assert time.monotonic() < deadline, "the kill switch left the run's socket open"
-        time.sleep(0.02)
+    wait_for(
+        lambda: not attached.socket.exists(),
+        timeout=1,
+        message="the kill switch to close the run's socket",
+    )
     # The token itself is dead: on the socket of a run started after the switch, the token is
     # judged first, and what answers is the revocation.
     later = make_run(hosts=["127.0.0.1"])
@@ -309,10 +311,11 @@ def test_it_binds_the_sockets_again_after_a_kill(egress_dir: Path, upstream: Ups
                 asyncio.run(egress.Service(root).serve())
             finally:
                 os._exit(0)
-        deadline = time.monotonic() + 10
-        while not (root / egress.CONTROL).exists():
-            assert time.monotonic() < deadline, "the egress service did not start"
-            time.sleep(0.02)
+        wait_for(
+            lambda: (root / egress.CONTROL).exists(),
+            timeout=10,
+            message="the egress service to start",
+        )
         return pid
 
     first = start()

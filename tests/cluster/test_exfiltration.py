@@ -20,7 +20,6 @@ import re
 import shlex
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from missions.providers.anthropic import AnthropicProvider
 from missions.providers.base import Conversation, Options
 from tests.cluster.egress_fixtures import Upstream
 from tests.cluster.test_egress import make_run
+from tests.polling import wait_for
 from tests.providers.anthropic_wire import reply, text
 from tests.providers.wire import Json, Stream, WireServer
 from tests.tools.test_protected_shell import step_env
@@ -192,21 +192,25 @@ def attempt(
         hold_url=f"http://127.0.0.1:{upstream.port}/hold",
     )
     provider.queue(Json({"bridged": True}))
-    upstream.on_hold = lambda: _stop_tree(run.pk)
+    upstream.on_hold = lambda: _stop_tree(run.pk, attached.socket)
     try:
         yield Attempt(run, workdir, attached, probe)
     finally:
         upstream.on_hold = None
 
 
-def _stop_tree(run_id: int) -> None:
+def _stop_tree(run_id: int, socket: Path) -> None:
     """Stop the run's tree and let the egress service see it: its reaper's next round, with no
-    doorbell (the status changed by hand)."""
+    doorbell (the status changed by hand), removes the run's socket."""
     from django.db import connection
 
     try:
         Run.objects.filter(pk=run_id).update(status=RunStatus.CANCELLED)
-        time.sleep(egress.REAP_SECONDS + 0.1)
+        wait_for(
+            lambda: not socket.exists(),
+            timeout=egress.REAP_SECONDS + 10,
+            message="the egress reaper to close the stopped tree's socket",
+        )
     finally:
         connection.close()  # the upstream's request thread
 

@@ -20,6 +20,7 @@ from django.core.management.base import CommandError
 from agentos import killswitch
 from cluster import nodes, run_tokens, sandbox
 from cluster.sandbox import Limits
+from tests.polling import wait_for
 
 
 def runner_process() -> subprocess.Popen[bytes]:
@@ -52,10 +53,7 @@ def sleeping(process: subprocess.Popen[bytes], workdir: Path) -> str:
         json.dumps({"jsonrpc": "2.0", "id": 1, "method": "run", "params": params}).encode() + b"\n"
     )
     process.stdin.flush()
-    deadline = time.monotonic() + 30
-    while not (workdir / "started").exists():
-        assert time.monotonic() < deadline, "the sandbox never started"
-        time.sleep(0.02)
+    wait_for(lambda: (workdir / "started").exists(), timeout=30, message="the sandbox to start")
     return step
 
 

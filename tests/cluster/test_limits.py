@@ -8,7 +8,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from cluster.runner.cgroups import NEEDED
 from cluster.runner.supervisor import allocated_bytes
 from cluster.sandbox import Limits
 from tests.cluster.helpers import marker, processes_with, python, run, sh
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="level 1 is Linux bubblewrap")
 
@@ -113,10 +113,11 @@ def test_it_puts_the_sandbox_in_its_cgroup_before_the_command_starts(workdir: Pa
     )
     sleeper.start()
     try:
-        deadline = time.monotonic() + 10
-        while len(found := processes_with(tag)) < 3:  # bwrap, its pid 1, sh, sleep
-            assert time.monotonic() < deadline, "the sandbox never started"
-            time.sleep(0.02)
+        found = wait_for(  # bwrap, its pid 1, sh, sleep
+            lambda: found if len(found := processes_with(tag)) >= 3 else None,
+            timeout=10,
+            message="the sandbox to start",
+        )
         host_views = [Path(f"/proc/{line.split(':')[0]}/cgroup").read_text() for line in found]
     finally:
         stopping.set()
@@ -157,10 +158,12 @@ def test_it_starts_other_sandboxes_while_one_fork_bombs(
     )
     bomb.start()
     try:
-        deadline = time.monotonic() + 20
-        while not (bomb_dir / "full").exists():
-            assert time.monotonic() < deadline, "the bomb never filled its sandbox"
-            time.sleep(0.05)
+        wait_for(
+            lambda: (bomb_dir / "full").exists(),
+            timeout=20,
+            message="the bomb to fill its sandbox",
+            interval=0.05,
+        )
         held = len(processes_with(tag))
 
         # The same limits as the bomb's: each run gets the node's defaults.
@@ -320,11 +323,15 @@ def test_it_removes_the_cgroups_a_killed_worker_left(workdir: Path) -> None:
         cwd=Path(__file__).resolve().parents[2],
     )
     try:
-        deadline = time.monotonic() + 30
         # One directory per hierarchy, made one after the other: wait for all of them.
-        while len(left := leftovers(worker.pid)) < len(cgroups.directories()):
-            assert time.monotonic() < deadline, "the worker's sandbox never started"
-            time.sleep(0.05)
+        left = wait_for(
+            lambda: (
+                left if len(left := leftovers(worker.pid)) >= len(cgroups.directories()) else None
+            ),
+            timeout=30,
+            message="the worker's sandbox to start",
+            interval=0.05,
+        )
     finally:
         worker.kill()
         worker.wait(10)

@@ -43,6 +43,7 @@ from missions import environments as project_environments
 from missions.models import Mission
 from tests.cluster.egress_fixtures import Upstream
 from tests.cluster.test_egress import make_run
+from tests.polling import wait_for
 from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_mission, outputs
 
 # The tools' fixtures of a mission on the demo repository, for the mission test below.
@@ -197,10 +198,7 @@ def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
     killed: list[str] = []
 
     def kill_when_started() -> None:
-        deadline = time.monotonic() + 30
-        while not (workdir / "starts").exists():
-            assert time.monotonic() < deadline, "the step never started"
-            time.sleep(0.02)
+        wait_for(lambda: (workdir / "starts").exists(), timeout=30, message="the step to start")
         (running,) = [
             h for h in hosts.nodes if (h.state / "active" / f"{ref.step_id}.json").exists()
         ]
@@ -295,10 +293,7 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
     )
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not (workdir / "started").exists():
-            assert time.monotonic() < deadline, "the step never started"
-            time.sleep(0.02)
+        wait_for(lambda: (workdir / "started").exists(), timeout=30, message="the step to start")
         # A tree of its own, so that the version is new whatever the checkout holds.
         tree = {
             **deploy.runner_tree(),
@@ -457,6 +452,7 @@ def test_it_runs_a_missions_shell_steps_on_the_three_nodes(
         assert stored["node"] == attempt.node.name
 
 
+@pytest.mark.timeout(300)  # measured 5 s; it waits up to 120 s for the second step
 @pytest.mark.django_db(transaction=True)
 def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
     hosts: testhosts.TestHosts,
@@ -485,14 +481,20 @@ def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
 
     def swap_during_the_second_step() -> None:
         try:
-            deadline = time.monotonic() + 120
-            while not swapped:
-                assert time.monotonic() < deadline, "the second step never started"
+
+            def swap_once_started() -> bool:
                 run = Run.objects.filter(account=mission).exclude(workspace="").first()
                 if run and (Path(run.workspace) / "started").exists():
                     swapped.update(deploy.deploy_all(tree=tree))
                     (Path(run.workspace) / "go").touch()
-                time.sleep(0.05)
+                return bool(swapped)
+
+            wait_for(
+                swap_once_started,
+                timeout=120,
+                message="the second step to start",
+                interval=0.05,
+            )
         finally:
             connection.close()
 
@@ -698,10 +700,7 @@ def test_it_sends_a_stop_to_the_node_running_the_step(
     stopping = threading.Event()
 
     def stop_when_started() -> None:
-        deadline = time.monotonic() + 30
-        while not (workdir / "started").exists():
-            assert time.monotonic() < deadline, "the step never started"
-            time.sleep(0.02)
+        wait_for(lambda: (workdir / "started").exists(), timeout=30, message="the step to start")
         stopping.set()
 
     stopper = threading.Thread(target=stop_when_started)

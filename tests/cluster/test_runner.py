@@ -29,6 +29,7 @@ from cluster.runner import deploy
 from cluster.runner.handler import DIE_AFTER_RESULT_ENV, Handler
 from cluster.sandbox import Limits
 from tests.cluster.helpers import marker, processes_with
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="level 1 is Linux bubblewrap")
 
@@ -207,10 +208,9 @@ def test_it_stops_a_sandbox_of_another_runner_process(
     request = step(profile(f"sleep {sleep}", workdir), sid=f"stop-{secrets.token_hex(4)}")
 
     owner.send("run", request)
-    deadline = time.monotonic() + 20
-    while not processes_with(sleep):
-        assert time.monotonic() < deadline, "the sandbox never started"
-        time.sleep(0.05)
+    wait_for(
+        lambda: processes_with(sleep), timeout=20, message="the sandbox to start", interval=0.05
+    )
     listed = other.call("sandboxes", {})
     began = time.monotonic()
     stopped = other.call("stop_all", {})
@@ -231,10 +231,9 @@ def test_it_kills_the_sandbox_when_its_caller_hangs_up(
     sleep = marker()
     runner = start(runners, state)
     runner.send("run", step(profile(f"sleep {sleep}", workdir)))
-    deadline = time.monotonic() + 20
-    while not processes_with(sleep):
-        assert time.monotonic() < deadline, "the sandbox never started"
-        time.sleep(0.05)
+    wait_for(
+        lambda: processes_with(sleep), timeout=20, message="the sandbox to start", interval=0.05
+    )
 
     assert runner.process.stdin is not None
     runner.process.stdin.close()  # the SSH connection is gone
@@ -249,10 +248,12 @@ def test_it_cancels_one_step_in_process(state: Path, workdir: Path) -> None:
     answers: list[Any] = []
     thread = threading.Thread(target=lambda: answers.append(node.call("run", request)))
     thread.start()
-    deadline = time.monotonic() + 20
-    while not node.call("sandboxes", {}):
-        assert time.monotonic() < deadline, "the sandbox never started"
-        time.sleep(0.05)
+    wait_for(
+        lambda: node.call("sandboxes", {}),
+        timeout=20,
+        message="the sandbox to start",
+        interval=0.05,
+    )
 
     cancelled = node.call("cancel", {"step_id": request["step_id"]})
     thread.join(10)

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 from cluster import sandbox
 from cluster.sandbox import Limits, Result
 from tests.cluster.helpers import QUICK, marker, processes_with, python, run, sh
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="level 1 is Linux bubblewrap")
 
@@ -501,10 +501,9 @@ def test_it_keeps_a_run_from_signalling_another_runs_processes(workdir: Path) ->
         target=lambda: run(["sleep", tag], workdir, Limits(wall_seconds=5), run_id=11)
     )
     victim.start()
-    deadline = time.monotonic() + 10
-    while not (found := processes_with(f"sleep\0{tag}")):
-        assert time.monotonic() < deadline, "the victim never started"
-        time.sleep(0.02)
+    found = wait_for(
+        lambda: processes_with(f"sleep\0{tag}"), timeout=10, message="the victim to start"
+    )
     pid = found[0].split(":")[0]
 
     def kill_as(run_id: int) -> str:

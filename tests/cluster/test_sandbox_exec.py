@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="level 1 is Linux bubblewrap")
 
@@ -86,9 +87,7 @@ def test_it_works_from_manage_py_and_stops_on_ctrl_c(workdir: Path) -> None:
     interrupted = manage(
         "sandbox_exec", "--workdir", str(workdir), "--", "sh", "-c", "touch started; sleep 30"
     )
-    deadline = time.monotonic() + 30
-    while not (workdir / "started").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: (workdir / "started").exists(), timeout=30, message="the command to start")
     interrupted.send_signal(signal.SIGINT)  # Ctrl-C
     ok_out, ok_err = ok.communicate(timeout=60)
     _, bad_err = bad.communicate(timeout=60)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from kernel import holders, scheduler
 from kernel.models import Event, Run
 from tests.kernel.factories import make_mission, start
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.skipif(holders.this_process() is None, reason="needs Linux /proc")
 
@@ -34,10 +34,12 @@ def holder_of(process: subprocess.Popen[bytes]) -> holders.Holder:
 
 
 def wait_for_state(pid: int, state: str) -> None:
-    deadline = time.monotonic() + 10
-    while (found := holders._stat(pid)) is None or found[0] != state:
-        assert time.monotonic() < deadline, f"process {pid} never reached state {state}"
-        time.sleep(0.01)
+    wait_for(
+        lambda: (found := holders._stat(pid)) is not None and found[0] == state,
+        timeout=10,
+        message=f"process {pid} to reach state {state}",
+        interval=0.01,
+    )
 
 
 def test_it_names_a_holder_it_can_parse_back() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -19,6 +18,7 @@ from kernel.programs import Outcome, register
 from kernel.worker import Worker
 from tests.kernel.factories import make_mission, start
 from tests.kernel.test_journal import counting  # also registers the "test.counting" program
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -194,8 +194,12 @@ def test_it_interrupts_the_executing_step() -> None:
     assert claim is not None
     with ThreadPoolExecutor(1) as pool:
         outcome = pool.submit(execution.execute, claim)
-        while not Step.objects.filter(run=run).exists():  # the step has started
-            time.sleep(0.01)
+        wait_for(
+            lambda: Step.objects.filter(run=run).exists(),
+            timeout=10,
+            message="the step to start",
+            interval=0.01,
+        )
         runs.request_stop(run.pk)
 
         assert outcome.result(timeout=10) == "cancelled"
@@ -349,8 +353,12 @@ def test_it_interrupts_the_running_step_and_goes_on() -> None:
     assert claim is not None
     with ThreadPoolExecutor(1) as pool:
         outcome = pool.submit(execution.execute, claim)
-        while not Step.objects.filter(run=run).exists():
-            time.sleep(0.01)
+        wait_for(
+            lambda: Step.objects.filter(run=run).exists(),
+            timeout=10,
+            message="the step to start",
+            interval=0.01,
+        )
         runs.request_interrupt(run.pk)
 
         assert outcome.result(timeout=10) == "done"

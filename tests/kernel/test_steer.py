@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from kernel.exceptions import KernelError
 from kernel.models import Run, Step
 from kernel.worker import Worker
 from tests.kernel.factories import make_mission
+from tests.polling import wait_for
 from tests.providers.anthropic_wire import reply, text, tool_use
 from tests.providers.wire import Stream, wire_server
 
@@ -96,13 +96,14 @@ def test_pausing_a_running_run_parks_it_after_the_step_under_way(seeded_catalog:
     # A lease renewal (every 0.2 s) reads the pause with the lease it extends, then relays it to
     # the executing run before its next renewal: two renewals after the pause, and it is relayed.
     leases = [Run.objects.get(pk=run.pk).lease_expires_at]
-    deadline = time.monotonic() + 10
-    while len(leases) < 3:
-        assert time.monotonic() < deadline, "the lease was not renewed after the pause"
+
+    def renewed_twice() -> bool:
         lease = Run.objects.get(pk=run.pk).lease_expires_at
         if lease != leases[-1]:
             leases.append(lease)
-        time.sleep(0.01)
+        return len(leases) >= 3
+
+    wait_for(renewed_twice, timeout=10, message="two lease renewals after the pause", interval=0.01)
     release.set()
     worker.join(10)
 

@@ -5,26 +5,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from django.db import connection
 
-from kernel import runs
+from kernel import runs, scheduler
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
 from tests.kernel.factories import start
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LEASE_SECONDS = 30.0  # renewals every 10 s: what the notification must beat
 SLOW_READ_SEQ = 2  # chaos.workflow's read that waits on `stopping`
-
-
-def until(what: str, condition: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -41,12 +36,24 @@ def worker() -> Iterator[Worker]:
 
 def slow_read_under_way() -> Run:
     run = start("chaos.workflow", {"n": 1, "read_seconds": 120})
-    until(
-        "the slow read to start",
+    wait_for(
         lambda: Step.objects.filter(run=run, seq=SLOW_READ_SEQ, finished_at=None).exists(),
+        timeout=20,
+        message="the slow read to start",
     )
-    time.sleep(0.3)  # let the keeper settle into its wait: the next renewal is ~10 s away
+    # The notification must find the worker's doorbell listening (the next renewal is ~10 s away).
+    wait_for(doorbell_listening, timeout=10, message="the worker's doorbell to listen")
     return run
+
+
+def doorbell_listening() -> bool:
+    """A connection of this test's database has sent LISTEN (its last statement: it waits)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f"LISTEN {scheduler.CHANNEL}"],
+        )
+        return cursor.fetchone() is not None
 
 
 def test_a_stop_reaches_the_running_step_within_a_second(worker: Worker) -> None:
@@ -54,7 +61,7 @@ def test_a_stop_reaches_the_running_step_within_a_second(worker: Worker) -> None
 
     asked = time.monotonic()
     runs.request_stop(run.pk)
-    until("the run to end", lambda: Run.objects.get(pk=run.pk).is_terminal)
+    wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, timeout=20, message="the run to end")
 
     assert time.monotonic() - asked < 1.5
     assert Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
@@ -65,9 +72,10 @@ def test_an_interrupt_reaches_the_running_step_within_a_second(worker: Worker) -
 
     asked = time.monotonic()
     runs.request_interrupt(run.pk)
-    until(
-        "the interrupted read to end",
+    wait_for(
         lambda: Step.objects.filter(run=run, seq=SLOW_READ_SEQ).exclude(finished_at=None).exists(),
+        timeout=20,
+        message="the interrupted read to end",
     )
 
     assert time.monotonic() - asked < 1.5

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,9 @@ from kernel import runs
 from kernel.models import Run, Wait, WaitKind
 from tests.kernel.factories import start
 from tests.live import running_stack
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(condition: object, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_it_runs_a_workflow_on_the_huey_pool_and_resumes_it_when_the_owner_answers(
@@ -29,9 +22,19 @@ def test_it_runs_a_workflow_on_the_huey_pool_and_resumes_it_when_the_owner_answe
         stack.wait_for_workers()
         run = start("chaos.workflow", {"n": 2, "timer_seconds": 0.2})
 
-        wait_for(lambda: Wait.objects.filter(run=run, kind=WaitKind.HUMAN).exists())
+        wait_for(
+            lambda: Wait.objects.filter(run=run, kind=WaitKind.HUMAN).exists(),
+            timeout=60,
+            message="the run to ask the owner",
+            interval=0.05,
+        )
         runs.answer_wait(Wait.objects.get(run=run, kind=WaitKind.HUMAN).pk, answer="go")
-        wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal)
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).is_terminal,
+            timeout=60,
+            message="the run to end",
+            interval=0.05,
+        )
 
     run.refresh_from_db()
     assert run.status == "done", (run.error, stack.log())

@@ -345,6 +345,7 @@ def test_its_evidence_holds_each_answer() -> None:
 # --- the real search ---------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(300)  # measured 21 s, over the 120 s default's third
 @pytest.mark.django_db
 def test_it_evaluates_the_development_set_on_the_real_search() -> None:
     out = io.StringIO()

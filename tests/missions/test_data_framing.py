@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from missions.providers import scripted
 from tests.kernel.factories import make_mission
 from tests.live import crash_env
 from tests.missions.test_resume import without_breakpoints, worker
+from tests.polling import wait_for
 from tests.processes import stop
 from tests.providers import anthropic_wire as anthropic
 from tests.providers.openai_wire import Responses
@@ -385,10 +385,12 @@ def test_a_resumed_run_sends_the_same_framed_bytes(tmp_path: Path) -> None:
         assert len(server.received) == 3
         second = worker(env)
         try:
-            deadline = time.monotonic() + 60
-            while not Run.objects.get(pk=run.pk).is_terminal:
-                assert time.monotonic() < deadline, "the run did not finish"
-                time.sleep(0.05)
+            wait_for(
+                lambda: Run.objects.get(pk=run.pk).is_terminal,
+                timeout=60,
+                message="the run to finish",
+                interval=0.05,
+            )
         finally:
             stop(second)
 

@@ -7,7 +7,6 @@ import itertools
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from kernel import runs
 from kernel.models import Run, Step
 from tests.kernel.factories import make_mission
 from tests.live import crash_env
+from tests.polling import wait_for
 from tests.processes import stop
 from tests.providers.anthropic_wire import reply, text, tool_use
 from tests.providers.wire import Failure, Stream, wire_server
@@ -88,10 +88,12 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
         assert len(server.received) == 3
         second = worker(env)
         try:
-            deadline = time.monotonic() + 60
-            while not Run.objects.get(pk=run.pk).is_terminal:
-                assert time.monotonic() < deadline, "the run did not finish"
-                time.sleep(0.05)
+            wait_for(
+                lambda: Run.objects.get(pk=run.pk).is_terminal,
+                timeout=60,
+                message="the run to finish",
+                interval=0.05,
+            )
         finally:
             stop(second)
 

@@ -10,6 +10,7 @@ import pytest
 from kernel import execution, runs, scheduler
 from kernel.models import Run
 from tests.kernel.factories import make_mission
+from tests.polling import wait_for
 from tests.providers.anthropic_wire import error_body, reply, text
 from tests.providers.wire import Failure, Stream, WireServer, wire_server
 
@@ -17,13 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 LEASE = 3.0  # the lease keeper relays a stop request every third of it
 RETRY_AFTER = 20  # what the provider asks; the wait must not last that long
-
-
-def until(condition: object, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def start_overloaded(
@@ -47,7 +41,9 @@ def start_overloaded(
     outcome: list[str] = []
     worker = threading.Thread(target=lambda: outcome.append(execution.execute(claim)))
     worker.start()
-    until(lambda: len(server.received) == 1)  # refused: the step now waits to retry
+    wait_for(
+        lambda: len(server.received) == 1, timeout=30, message="the provider to refuse the call"
+    )  # refused: the step now waits to retry
     return run, worker, outcome
 
 

@@ -32,6 +32,7 @@ from missions.models import Mission
 from tests.api.conftest import Api
 from tests.factories import Owner
 from tests.kernel.factories import make_mission
+from tests.polling import wait_for
 from tests.providers import anthropic_wire, compatible_wire, openai_wire
 from tests.providers.wire import Stream, WireServer, wire_server
 
@@ -123,13 +124,6 @@ PROVIDERS = {
 }
 
 
-def until(what: str, condition: Callable[[], Any], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def api(client: Client, owner: Owner) -> Api:
     return Api(client, tokens.create_token(owner=owner.user, name="tests").secret)
@@ -173,17 +167,29 @@ class Streaming:
             },
             caps=caps,
         )
-        until("the model to stream", self.server.trickling.is_set)
+        wait_for(
+            self.server.trickling.is_set, timeout=30, message="the model to stream", interval=0.01
+        )
         return run
 
     def closed_within(self, asked: float) -> float:
         """How long after `asked` the server saw the client close the stream."""
-        until("the stream to be closed", lambda: self.server.disconnects, timeout=10)
+        wait_for(
+            lambda: self.server.disconnects,
+            timeout=10,
+            message="the stream to be closed",
+            interval=0.01,
+        )
         return self.server.disconnects[0] - asked
 
 
 def final_within(run: Run, asked: float, status: str) -> float:
-    until(f"run {run.pk} to end", lambda: Run.objects.get(pk=run.pk).is_terminal)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).is_terminal,
+        timeout=30,
+        message=f"run {run.pk} to end",
+        interval=0.01,
+    )
     took = time.monotonic() - asked
     assert Run.objects.get(pk=run.pk).status == status
     return took
@@ -267,12 +273,22 @@ def test_a_budget_cap_crossed_elsewhere_closes_the_stream_and_ends_the_run_withi
     spender = runs.start_run(account=mission, program="test.spender", input={"calls": 5})
     # The stop is timed from the moment its commit is seen (polled every 10 ms): the event's
     # own time is its transaction's start, which a loaded machine may hold well before it.
-    until("the cap to stop the run", lambda: Run.objects.get(pk=run.pk).cancel_requested)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).cancel_requested,
+        timeout=30,
+        message="the cap to stop the run",
+        interval=0.01,
+    )
     asked = time.monotonic()
 
     assert slow.closed_within(asked) < TARGET_SECONDS + SLACK_SECONDS
     assert final_within(run, asked, RunStatus.BUDGET_EXHAUSTED) < TARGET_SECONDS + SLACK_SECONDS
-    until("the spender to end", lambda: Run.objects.get(pk=spender.pk).is_terminal)
+    wait_for(
+        lambda: Run.objects.get(pk=spender.pk).is_terminal,
+        timeout=30,
+        message="the spender to end",
+        interval=0.01,
+    )
     assert Run.objects.get(pk=spender.pk).status == RunStatus.BUDGET_EXHAUSTED
     no_answer_journaled(run)
 
@@ -287,7 +303,12 @@ def test_an_interrupt_closes_the_stream_and_hands_the_turn_to_the_owner(
 
     assert response.status_code == 200
     assert slow.closed_within(asked) < TARGET_SECONDS + SLACK_SECONDS
-    until("the run to wait for the owner", lambda: Run.objects.get(pk=run.pk).status == "waiting")
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).status == "waiting",
+        timeout=30,
+        message="the run to wait for the owner",
+        interval=0.01,
+    )
     assert time.monotonic() - asked < TARGET_SECONDS + SLACK_SECONDS
     # The cut step is journaled as cut: a resume goes past it without asking the model again.
     cut, waiting = Step.objects.filter(run=run, kind=StepKind.MODEL_CALL).order_by("seq")
@@ -300,7 +321,12 @@ def test_an_interrupt_closes_the_stream_and_hands_the_turn_to_the_owner(
     # The owner's message gives the turn back to the model, with the message.
     slow.server.queue(slow.spec.quick("Short answer."))
     steering.send_message(run_id=run.pk, text="Keep it short.")
-    until("the run to end", lambda: Run.objects.get(pk=run.pk).is_terminal)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).is_terminal,
+        timeout=30,
+        message="the run to end",
+        interval=0.01,
+    )
 
     ended = Run.objects.get(pk=run.pk)
     assert ended.status == RunStatus.DONE
@@ -321,7 +347,12 @@ def test_a_message_that_interrupts_is_answered_at_once_without_the_cut_answer(
 
     assert response.status_code == 201
     assert slow.closed_within(asked) < TARGET_SECONDS + SLACK_SECONDS
-    until("the run to end", lambda: Run.objects.get(pk=run.pk).is_terminal)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).is_terminal,
+        timeout=30,
+        message="the run to end",
+        interval=0.01,
+    )
     ended = Run.objects.get(pk=run.pk)
     assert ended.status == RunStatus.DONE
     assert ended.output is not None

@@ -27,8 +27,9 @@ from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
 from tests.factories import Owner
 from tests.live import crash_env
+from tests.polling import wait_for
 from tests.processes import stop
-from tests.tools.test_demo_mission import start_worker, wait_for
+from tests.tools.test_demo_mission import start_worker
 from tools import workspace
 
 # Runs execute on a real worker (its own connections): those tests commit.
@@ -464,7 +465,12 @@ def test_a_kill_between_oracles_does_not_run_a_recorded_oracle_again(
     assert Step.objects.get(run=run, seq=5).result is None
     worker = start_worker(env)
     try:
-        wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, "the run to end")
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).is_terminal,
+            timeout=90,
+            message="the run to end",
+            interval=0.05,
+        )
     finally:
         stop(worker)
 

@@ -4,7 +4,6 @@ speaks Chat Completions as llama.cpp, vLLM and Ollama do (bare `data:` chunks, `
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Generator
 from typing import Any
 
@@ -32,6 +31,7 @@ from missions.providers.base import (
     Usage,
 )
 from missions.providers.compatible import CompatibleProvider
+from tests.polling import wait_for
 from tests.providers.compatible_wire import MODEL, Chat
 from tests.providers.wire import Failure, Received, Stream, WireServer
 
@@ -391,9 +391,7 @@ def test_it_hangs_up_on_the_server_when_the_caller_stops_reading(
     assert next(events) == TextDelta("One")
     events.close()  # what the loop does when its run is cancelled mid-answer
 
-    deadline = time.monotonic() + 3
-    while server.hangups == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: server.hangups, timeout=3, message="the server to see the hang-up")
     assert server.hangups == 1
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from kernel.worker import Worker
 from tests.factories import make_owner, verified_client
 from tests.kernel.factories import make_mission
 from tests.live import running_stack
+from tests.polling import wait_for
 from tests.stream import programs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -170,7 +170,9 @@ async def test_it_starts_at_the_head_when_asked_for_now() -> None:
 
     socket = await open_socket(client)
     await socket.send_json_to({"type": "resume", "after": "now"})
-    await asyncio.sleep(0.3)  # a poll goes by: nothing old arrives
+    # The server answers in order: its answer to a bad message says the resume was handled.
+    await socket.send_json_to({"type": "ping"})
+    assert (await socket.receive_json_from(timeout=20))["code"] == "invalid_message"
     await sync_to_async(append)(1)
     event = await next_event(socket)
     await socket.disconnect()
@@ -259,12 +261,13 @@ def test_a_script_streams_with_its_token_from_the_real_stack(tmp_path: Path) -> 
     append(3)
 
     with running_stack(tmp_path, workers=2) as running:
-        report = running.wait_for_workers()
-        deadline = time.monotonic() + 60
-        while report["workers"]["detail"] != "2 of 2 workers live":
-            assert time.monotonic() < deadline, report
-            time.sleep(0.2)
-            report = running.health()
+        running.wait_for_workers()
+        wait_for(
+            lambda: running.health()["workers"]["detail"] == "2 of 2 workers live",
+            timeout=60,
+            message="both workers to beat",
+            interval=0.2,
+        )
         url = running.url.replace("http://", "ws://") + "/ws/events"
 
         async def stream() -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from kernel import runs
 from kernel.models import Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
+from tests.polling import wait_for
 from tests.tools.conftest import FINISH, calls
 from tools.builtin import CODING_TOOLS
 
@@ -47,10 +48,12 @@ def test_stopping_a_run_kills_its_running_command_and_children(
     )
     worker = threading.Thread(target=Worker(lease_seconds=2).run_until_idle)
     worker.start()
-    deadline = time.monotonic() + 30
-    while not any("sleep 301" in line for line in sandbox_processes(run.pk)):
-        assert time.monotonic() < deadline, "the command never started"
-        time.sleep(0.05)
+    wait_for(
+        lambda: any("sleep 301" in line for line in sandbox_processes(run.pk)),
+        timeout=30,
+        message="the command to start",
+        interval=0.05,
+    )
     asked = time.monotonic()
     runs.request_stop(run.pk)
     worker.join(timeout=30)
@@ -85,19 +88,25 @@ def test_a_stop_kills_the_sandbox_within_a_second_of_the_request(
     loop = threading.Thread(target=worker.run_forever, daemon=True)
     loop.start()
     try:
-        deadline = time.monotonic() + 30
-        while not any("sleep 302" in line for line in sandbox_processes(run.pk)):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        wait_for(
+            lambda: any("sleep 302" in line for line in sandbox_processes(run.pk)),
+            timeout=30,
+            message="the command to start",
+            interval=0.05,
+        )
         runs.request_stop(run.pk)
         asked = time.monotonic()
-        while [line for line in sandbox_processes(run.pk) if "sleep 302" in line]:
-            # A second, and a quarter for a loaded two-core machine (pgrep itself takes time).
-            assert time.monotonic() - asked < 1.25, "the sandbox outlived the stop by a second"
-            time.sleep(0.02)
-        while not Run.objects.get(pk=run.pk).is_terminal:
-            assert time.monotonic() - asked < 1.25, "the run was not ended within a second"
-            time.sleep(0.02)
+        # A second, and a quarter for a loaded two-core machine (pgrep itself takes time).
+        wait_for(
+            lambda: not [line for line in sandbox_processes(run.pk) if "sleep 302" in line],
+            timeout=1.25,
+            message="the sandbox to go within a second of the stop",
+        )
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).is_terminal,
+            timeout=asked + 1.25 - time.monotonic(),
+            message="the run to end within a second of the stop",
+        )
     finally:
         worker.stopping.set()
         loop.join(timeout=30)

@@ -14,9 +14,10 @@ from kernel.models import Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.live import crash_env
+from tests.polling import wait_for
 from tests.processes import stop
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
-from tests.tools.test_demo_mission import in_worktree, start_worker, wait_for
+from tests.tools.test_demo_mission import in_worktree, start_worker
 from tools import checkpoints, workspace
 from tools.builtin import CODING_TOOLS
 
@@ -54,7 +55,12 @@ def test_a_shell_append_killed_before_its_result_applies_once(
     assert Step.objects.get(run=run, name="shell").result is None
     worker = start_worker(env)
     try:
-        wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, "the run to end")
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).is_terminal,
+            timeout=90,
+            message="the run to end",
+            interval=0.05,
+        )
     finally:
         stop(worker)
 

@@ -27,6 +27,7 @@ from missions import demo
 from missions.models import Project
 from tests.factories import Owner, make_owner, verified_client
 from tests.live import crash_env, running_stack
+from tests.polling import wait_for
 from tests.processes import stop
 from tools import workspace
 
@@ -191,17 +192,11 @@ def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
-def wait_for(condition: object, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def seq_of(run: Run, name: str) -> int:
     return Step.objects.get(run=run, name=name).seq
 
 
+@pytest.mark.timeout(300)  # measured 24 s, over the 120 s default's third
 def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     demo_base: Path, tmp_path: Path
 ) -> None:
@@ -225,12 +220,27 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     assert killed.wait(timeout=90) == -9
     worker = start_worker(env)
     try:
-        wait_for(lambda: Approval.objects.filter(run=run).exists(), "the approval")
-        wait_for(lambda: Run.objects.get(pk=run.pk).status == "waiting", "the run to wait")
+        wait_for(
+            lambda: Approval.objects.filter(run=run).exists(),
+            timeout=90,
+            message="the approval",
+            interval=0.05,
+        )
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).status == "waiting",
+            timeout=90,
+            message="the run to wait",
+            interval=0.05,
+        )
         approve_through_the_api(Approval.objects.get(run=run))
         assert worker.wait(timeout=90) == -9  # pushed, killed before recording it
         worker = start_worker(env)
-        wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, "the run to end")
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).is_terminal,
+            timeout=90,
+            message="the run to end",
+            interval=0.05,
+        )
     finally:
         stop(worker)
 
@@ -244,6 +254,7 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
     assert run.account.runs.get().status == "done"
 
 
+@pytest.mark.timeout(300)  # measured 20 s; it waits up to 180 s for the demo's approval
 def test_make_run_shows_the_demo_waiting_for_approval_on_home(
     seeded_catalog: None, tmp_path: Path
 ) -> None:
@@ -251,7 +262,12 @@ def test_make_run_shows_the_demo_waiting_for_approval_on_home(
     and its push waits for the owner on Home — within the three minutes the issue allows."""
     started = time.monotonic()
     with running_stack(tmp_path, demo=True) as stack:
-        wait_for(lambda: Approval.objects.filter(state="open").exists(), "the demo's approval", 180)
+        wait_for(
+            lambda: Approval.objects.filter(state="open").exists(),
+            timeout=180,
+            message="the demo's approval",
+            interval=0.05,
+        )
         assert "Demo mission started, played by the offline scripted model" in stack.log()
         owner = User.objects.get()
         page = verified_client(Owner(user=owner, credentials=None)).get("/")  # type: ignore[arg-type]

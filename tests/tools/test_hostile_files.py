@@ -20,6 +20,7 @@ from kernel.journal import Fence
 from kernel.models import Run
 from kernel.worker import Worker
 from missions.models import Mission
+from tests.polling import wait_for
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.worktrees import DEADLINE, commit, within
 from tools import files
@@ -91,11 +92,12 @@ def test_a_search_blocked_on_a_fifo_is_stopped_within_seconds(
     )
     worker = threading.Thread(target=Worker(lease_seconds=2).run_until_idle, daemon=True)
     worker.start()
-    deadline = time.monotonic() + 60
-    while not _rg_running(run.pk):
-        assert time.monotonic() < deadline, "the search never started"
+
+    def searching() -> bool:
         assert worker.is_alive(), "the run ended without searching"
-        time.sleep(0.05)
+        return _rg_running(run.pk)
+
+    wait_for(searching, timeout=60, message="the search to start", interval=0.05)
     time.sleep(0.5)  # blocked on the FIFO by now
     asked = time.monotonic()
     runs.request_stop(run.pk)

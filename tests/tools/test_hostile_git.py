@@ -21,6 +21,7 @@ from kernel import artifacts, runs
 from kernel.models import Artifact, Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
+from tests.polling import wait_for
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
 from tests.tools.git_http import GitServer, bare_remote, git_http_server
 from tools import remotes, workspace
@@ -236,18 +237,23 @@ def test_a_remote_that_hangs_does_not_hold_a_cancelled_run(
         )
         worker = threading.Thread(target=Worker(lease_seconds=2).run_until_idle)
         worker.start()
-        deadline = time.monotonic() + 30
-        while not Step.objects.filter(run=run, name="approval-request:git_push").exists():
-            assert time.monotonic() < deadline, "the push was never prepared"
-            time.sleep(0.05)
+        wait_for(
+            lambda: Step.objects.filter(run=run, name="approval-request:git_push").exists(),
+            timeout=30,
+            message="the push to be prepared",
+            interval=0.05,
+        )
         connected, _ = silent.accept()  # git waits for an answer that never comes
         asked = time.monotonic()
         runs.request_stop(run.pk)
         worker.join(timeout=30)
         assert not worker.is_alive()
-        while git_processes(url):  # the worker may return before its tool thread does
-            assert time.monotonic() - asked < 5, git_processes(url)
-            time.sleep(0.05)
+        wait_for(  # the worker may return before its tool thread does
+            lambda: not git_processes(url),
+            timeout=asked + 5 - time.monotonic(),
+            message="git to be gone within 5 s of the stop",
+            interval=0.05,
+        )
         connected.close()
     assert Run.objects.get(pk=run.pk).status == "cancelled"
 

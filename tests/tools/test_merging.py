@@ -28,9 +28,10 @@ from kernel.models import Effect, Run, Step, StepKind
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.live import crash_env
+from tests.polling import wait_for
 from tests.processes import stop
 from tests.tools.conftest import FINISH, calls, outputs
-from tests.tools.test_demo_mission import in_worktree, start_worker, wait_for
+from tests.tools.test_demo_mission import in_worktree, start_worker
 from tools import checkpoints, registry, workspace
 from tools.base import Risk, Tool, ToolEnv, ToolError, Workbench, text_of
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
@@ -202,6 +203,7 @@ def test_two_writers_from_the_parents_checkpoint_are_merged_one_after_the_other(
     assert in_worktree(parent, "rev-parse", "--abbrev-ref", "HEAD") == f"agentos/run-{parent.pk}"
 
 
+@pytest.mark.timeout(300)  # measured 28 s; each killed worker may take 120 s to die
 def test_killed_while_making_a_writer_and_after_a_merge_each_happens_once(
     hostile_mission: tuple[Mission, Path], tmp_path: Path
 ) -> None:
@@ -252,11 +254,21 @@ def test_killed_while_making_a_writer_and_after_a_merge_each_happens_once(
     assert killed.wait(timeout=120) == -9
     worker = start_worker(env)
     try:
-        wait_for(lambda: all(Run.objects.get(pk=pk).is_terminal for pk in (a, b)), "the writers")
+        wait_for(
+            lambda: all(Run.objects.get(pk=pk).is_terminal for pk in (a, b)),
+            timeout=90,
+            message="the writers",
+            interval=0.05,
+        )
         service.answer(Question.objects.get(run=parent).pk, text="They are.")
         assert worker.wait(timeout=120) == -9  # merged a, killed before its result
         worker = start_worker(env)
-        wait_for(lambda: Run.objects.get(pk=parent.pk).is_terminal, "the parent to end")
+        wait_for(
+            lambda: Run.objects.get(pk=parent.pk).is_terminal,
+            timeout=90,
+            message="the parent to end",
+            interval=0.05,
+        )
     finally:
         stop(worker)
 

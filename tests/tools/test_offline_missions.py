@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from missions.launch import create_mission
 from missions.models import Project
 from missions.providers.scripted import LABEL
 from tests.live import crash_env
+from tests.polling import wait_for
 from tests.processes import stop
 from tools import workspace
 
@@ -165,6 +165,7 @@ def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.timeout(400)  # measured 15 s; each of its three worker lives may take 120 s
 @pytest.mark.chaos
 def test_a_worker_killed_mid_way_resumes_to_the_same_report(
     demo_base: Path, tmp_path: Path
@@ -182,10 +183,12 @@ def test_a_worker_killed_mid_way_resumes_to_the_same_report(
     assert start_worker(env).wait(timeout=120) == -9  # wrote the report, killed before recording
     worker = start_worker(env)
     try:
-        deadline = time.monotonic() + 120
-        while not Run.objects.get(pk=run.pk).is_terminal:
-            assert time.monotonic() < deadline, "timed out waiting for the run to end"
-            time.sleep(0.05)
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).is_terminal,
+            timeout=120,
+            message="the run to end",
+            interval=0.05,
+        )
     finally:
         stop(worker)
 
