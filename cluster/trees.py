@@ -9,12 +9,8 @@ rings it at its commit) and every `cluster.egress.REAP_SECONDS` besides.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-
-import psycopg
-from django.db import connection
 
 from kernel import scheduler
 from kernel.models import TERMINAL, Run
@@ -70,33 +66,13 @@ def _why(status: str, stopping: bool, reason: str, *, whose: str) -> str:
     return ""
 
 
-class Doorbell(threading.Thread):
-    """LISTENs on the kernel's channel on a connection of its own and calls `ring` at every
-    notification: a stop requested rings it at its commit (`kernel.scheduler.wake`, and the
-    database's `steer:<run>` for a run a worker holds). A notification only says "look again";
-    one lost costs the reaper's next poll."""
+class Doorbell(scheduler.Listener):
+    """Calls `ring` at every notification on the kernel's channel, and at each (re)connection: a
+    stop requested rings it at its commit (`kernel.scheduler.wake`, and the database's
+    `steer:<run>` for a run a worker holds). One lost costs the reaper's next poll."""
 
     def __init__(self, ring: Callable[[], object]) -> None:
-        super().__init__(name="egress-doorbell", daemon=True)
-        self.ring = ring
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        while not self.stopping.is_set():
-            try:
-                with psycopg.connect(**params, autocommit=True) as listener:
-                    listener.execute(f"LISTEN {scheduler.CHANNEL}")
-                    self.ring()  # a stop committed while not listening is read now
-                    while not self.stopping.is_set():
-                        for _ in listener.notifies(timeout=0.25, stop_after=1):
-                            self.ring()
-            except psycopg.Error as error:
-                logger.warning("egress doorbell: %s; polling until it is back", error)
-                self.stopping.wait(1.0)
-        connection.close()
+        super().__init__("egress-doorbell", lambda _payload: ring(), timeout=0.25)
 
     def stop(self) -> None:
         self.stopping.set()

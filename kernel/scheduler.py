@@ -10,10 +10,14 @@ doorbell only: workers also poll slowly.
 from __future__ import annotations
 
 import json
+import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -235,3 +239,38 @@ def ring() -> None:
     """NOTIFY the workers; inside a transaction it is delivered at commit."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+
+
+logger = logging.getLogger(__name__)
+
+
+class Listener(threading.Thread):
+    """LISTENs on `CHANNEL` on a connection of its own and calls `heard(payload)` for each
+    notification, and `heard(None)` each time it (re)connects: what was committed while it was
+    not listening is to be read then. A notification only says "look again"; a lost connection
+    is retried every second."""
+
+    def __init__(
+        self, name: str, heard: Callable[[str | None], object], *, timeout: float = 1.0
+    ) -> None:
+        super().__init__(name=name, daemon=True)
+        self.heard = heard
+        self.timeout = timeout
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as listener:
+                    listener.execute(f"LISTEN {CHANNEL}")
+                    self.heard(None)
+                    while not self.stopping.is_set():
+                        for notify in listener.notifies(timeout=self.timeout, stop_after=1):
+                            self.heard(notify.payload)
+            except psycopg.Error as error:
+                logger.warning("%s: %s; polling until it is back", self.name, error)
+                self.stopping.wait(1.0)
+        connection.close()

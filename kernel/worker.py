@@ -16,7 +16,6 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import psycopg
 from django.conf import settings
 from django.db import connection
 
@@ -30,34 +29,21 @@ WATCH_SECONDS = 0.25
 STEER_PREFIX = "steer:"
 
 
-class Doorbell(threading.Thread):
-    """LISTENs on its own connection: a plain NOTIFY (work may be claimable) sets an event; a
-    steer notification (`steer:<run id>`, sent by the database when the owner stops, interrupts
-    or pauses an executing run) pokes that run's lease keeper if it executes here."""
+class Doorbell(scheduler.Listener):
+    """A plain NOTIFY (work may be claimable) sets an event; a steer notification
+    (`steer:<run id>`, sent by the database when the owner stops, interrupts or pauses an
+    executing run) pokes that run's lease keeper if it executes here."""
 
     def __init__(self) -> None:
-        super().__init__(name="kernel-doorbell", daemon=True)
+        super().__init__("kernel-doorbell", self._heard)
         self.rung = threading.Event()
-        self.stopping = threading.Event()
 
-    def run(self) -> None:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        while not self.stopping.is_set():
-            try:
-                with psycopg.connect(**params, autocommit=True) as listener:
-                    listener.execute(f"LISTEN {scheduler.CHANNEL}")
-                    while not self.stopping.is_set():
-                        for notify in listener.notifies(timeout=1.0, stop_after=1):
-                            steered = notify.payload.removeprefix(STEER_PREFIX)
-                            if steered != notify.payload and steered.isdigit():
-                                execution.poke(int(steered))
-                            else:
-                                self.rung.set()
-            except psycopg.Error:
-                logger.warning("doorbell connection lost; polling until it is back")
-                self.stopping.wait(1.0)
+    def _heard(self, payload: str | None) -> None:
+        steered = (payload or "").removeprefix(STEER_PREFIX)
+        if payload is not None and steered != payload and steered.isdigit():
+            execution.poke(int(steered))
+        elif payload is not None:
+            self.rung.set()
 
     def wait(self, timeout: float) -> None:
         self.rung.wait(timeout)
