@@ -456,6 +456,7 @@ def revoke_token(request: HttpRequest, token_id: int) -> ApiToken:
 api.add_router("/", account)
 api.add_router("/", "approvals.api.router")
 api.add_router("/", "missions.api.router")
+api.add_router("/", "missions.api_projects.router")
 api.add_router("/", "missions.api_runs.router")
 api.add_router("/", "memory.api.router")
 api.add_router("/events", "agentos.events.router")

@@ -1,4 +1,5 @@
-"""Projects, missions, schedules and settings over /api/v1 (runs and steering: `api_runs`).
+"""Missions, schedules and settings over /api/v1 (projects: `api_projects`; runs and steering:
+`api_runs`).
 
 Missions start through `missions.launch.create_mission`, as from the console, a schedule or
 another agent; provider keys, global caps and schedules change through their services. Their
@@ -23,8 +24,7 @@ from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 from agentos import audit
 from agentos.schemas import Text
 from kernel import budgets
-from missions import endpoints, keys, launch, projects, schedules
-from missions import environments as project_environments
+from missions import endpoints, keys, launch, schedules
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
 from tools import levels
@@ -44,138 +44,6 @@ def project_or_404(project_id: int) -> Project:
     if project is None:
         raise not_found("project", project_id)
     return project
-
-
-# --- Projects -----------------------------------------------------------------------------------
-
-
-class CredentialIn(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["token", "ssh_key"]
-    secret: str = Field(min_length=1, max_length=20_000)
-    username: Text = Field("", max_length=200, description="For a token; x-access-token if empty")
-
-
-class ProjectIn(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    name: Text = Field(max_length=120)
-    description: Text = Field("", max_length=20_000)
-    repository: Text = Field("", max_length=500, description="Absolute path of a git repository")
-    clone_url: Text = Field(
-        "",
-        max_length=500,
-        description="Or a remote to clone: https://host/path, ssh://user@host/path, user@host:path",
-    )
-    credential: CredentialIn | None = Field(
-        None, description="What the remote asks for; kept encrypted, never shown again"
-    )
-
-
-class ProjectOut(Schema):
-    id: int
-    name: str
-    description: str
-    repository: str
-    clone_url: str
-    created_at: datetime
-
-
-@router.get("/projects", response=list[ProjectOut], tags=["projects"], summary="Projects by name")
-def list_projects(request: HttpRequest) -> list[Project]:
-    return list(Project.objects.all())
-
-
-@router.post(
-    "/projects",
-    response={201: ProjectOut},
-    tags=["projects"],
-    summary="Create a project from a local git repository or a clone URL",
-)
-def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
-    credential = payload.credential
-    project = projects.create_project(
-        name=payload.name,
-        description=payload.description,
-        repository=payload.repository,
-        clone_url=payload.clone_url,
-        credential=projects.Credential(**credential.dict()) if credential else None,
-    )
-    return Status(201, project)
-
-
-@router.post(
-    "/projects/{project_id}/refresh",
-    response=ProjectOut,
-    tags=["projects"],
-    summary="Update a cloned project's repository from its remote",
-)
-def refresh_project(request: HttpRequest, project_id: int) -> Project:
-    project = project_or_404(project_id)
-    projects.refresh(project)
-    return project
-
-
-@router.get("/projects/{project_id}", response=ProjectOut, tags=["projects"], summary="A project")
-def get_project(request: HttpRequest, project_id: int) -> Project:
-    return project_or_404(project_id)
-
-
-class EnvironmentIn(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    setup: str = Field(
-        max_length=project_environments.MAX_SETUP,
-        description="Shell commands that fill /env; empty removes the environment",
-    )
-
-
-class EnvironmentOut(Schema):
-    setup: str = Field(alias="environment_setup")
-    commit: str = Field(alias="environment_commit", description="What the setup runs on")
-    version: str = Field(alias="environment_version", description="Of (setup, commit)")
-    status: str = Field(alias="environment_status")
-    log: str = Field(alias="environment_log")
-    changed_at: datetime | None = Field(alias="environment_changed_at")
-
-
-@router.get(
-    "/projects/{project_id}/environment",
-    response=EnvironmentOut,
-    tags=["projects"],
-    summary="A project's environment: setup commands, pinned commit, version and last build",
-)
-def get_environment(request: HttpRequest, project_id: int) -> Project:
-    return project_or_404(project_id)
-
-
-@router.put(
-    "/projects/{project_id}/environment",
-    response={202: EnvironmentOut},
-    tags=["projects"],
-    summary="Set a project's environment setup commands; pins the default branch head, builds",
-)
-def put_environment(
-    request: HttpRequest, project_id: int, payload: EnvironmentIn
-) -> Status[Project]:
-    project = project_environments.configure(
-        project_or_404(project_id), setup=payload.setup, who=project_environments.Who.of(request)
-    )
-    return Status(202, project)
-
-
-@router.post(
-    "/projects/{project_id}/environment/rebuild",
-    response={202: EnvironmentOut},
-    tags=["projects"],
-    summary="Rebuild a project's environment on its default branch head, as it is now",
-)
-def rebuild_environment(request: HttpRequest, project_id: int) -> Status[Project]:
-    project = project_environments.rebuild(
-        project_or_404(project_id), who=project_environments.Who.of(request)
-    )
-    return Status(202, project)
 
 
 # --- Missions -----------------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""Projects and their frozen environments over /api/v1: added from a path or a clone URL
+(`missions.projects`), updated from their remote, and their environment set, shown and rebuilt
+(`missions.environments`). Refusals are `MissionError`s, mapped to the API's error shape in
+`agentos.api`; nothing is written when one is raised."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from django.http import HttpRequest
+from ninja import Field, Router, Schema, Status
+from pydantic import ConfigDict
+
+from agentos.schemas import Text
+from missions import environments as project_environments
+from missions import projects
+from missions.api import project_or_404
+from missions.models import Project
+
+router = Router()
+
+
+class CredentialIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["token", "ssh_key"]
+    secret: str = Field(min_length=1, max_length=20_000)
+    username: Text = Field("", max_length=200, description="For a token; x-access-token if empty")
+
+
+class ProjectIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Text = Field(max_length=120)
+    description: Text = Field("", max_length=20_000)
+    repository: Text = Field("", max_length=500, description="Absolute path of a git repository")
+    clone_url: Text = Field(
+        "",
+        max_length=500,
+        description="Or a remote to clone: https://host/path, ssh://user@host/path, user@host:path",
+    )
+    credential: CredentialIn | None = Field(
+        None, description="What the remote asks for; kept encrypted, never shown again"
+    )
+
+
+class ProjectOut(Schema):
+    id: int
+    name: str
+    description: str
+    repository: str
+    clone_url: str
+    created_at: datetime
+
+
+@router.get("/projects", response=list[ProjectOut], tags=["projects"], summary="Projects by name")
+def list_projects(request: HttpRequest) -> list[Project]:
+    return list(Project.objects.all())
+
+
+@router.post(
+    "/projects",
+    response={201: ProjectOut},
+    tags=["projects"],
+    summary="Create a project from a local git repository or a clone URL",
+)
+def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
+    credential = payload.credential
+    project = projects.create_project(
+        name=payload.name,
+        description=payload.description,
+        repository=payload.repository,
+        clone_url=payload.clone_url,
+        credential=projects.Credential(**credential.dict()) if credential else None,
+    )
+    return Status(201, project)
+
+
+@router.post(
+    "/projects/{project_id}/refresh",
+    response=ProjectOut,
+    tags=["projects"],
+    summary="Update a cloned project's repository from its remote",
+)
+def refresh_project(request: HttpRequest, project_id: int) -> Project:
+    project = project_or_404(project_id)
+    projects.refresh(project)
+    return project
+
+
+@router.get("/projects/{project_id}", response=ProjectOut, tags=["projects"], summary="A project")
+def get_project(request: HttpRequest, project_id: int) -> Project:
+    return project_or_404(project_id)
+
+
+class EnvironmentIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    setup: str = Field(
+        max_length=project_environments.MAX_SETUP,
+        description="Shell commands that fill /env; empty removes the environment",
+    )
+
+
+class EnvironmentOut(Schema):
+    setup: str = Field(alias="environment_setup")
+    commit: str = Field(alias="environment_commit", description="What the setup runs on")
+    version: str = Field(alias="environment_version", description="Of (setup, commit)")
+    status: str = Field(alias="environment_status")
+    log: str = Field(alias="environment_log")
+    changed_at: datetime | None = Field(alias="environment_changed_at")
+
+
+@router.get(
+    "/projects/{project_id}/environment",
+    response=EnvironmentOut,
+    tags=["projects"],
+    summary="A project's environment: setup commands, pinned commit, version and last build",
+)
+def get_environment(request: HttpRequest, project_id: int) -> Project:
+    return project_or_404(project_id)
+
+
+@router.put(
+    "/projects/{project_id}/environment",
+    response={202: EnvironmentOut},
+    tags=["projects"],
+    summary="Set a project's environment setup commands; pins the default branch head, builds",
+)
+def put_environment(
+    request: HttpRequest, project_id: int, payload: EnvironmentIn
+) -> Status[Project]:
+    project = project_environments.configure(
+        project_or_404(project_id), setup=payload.setup, who=project_environments.Who.of(request)
+    )
+    return Status(202, project)
+
+
+@router.post(
+    "/projects/{project_id}/environment/rebuild",
+    response={202: EnvironmentOut},
+    tags=["projects"],
+    summary="Rebuild a project's environment on its default branch head, as it is now",
+)
+def rebuild_environment(request: HttpRequest, project_id: int) -> Status[Project]:
+    project = project_environments.rebuild(
+        project_or_404(project_id), who=project_environments.Who.of(request)
+    )
+    return Status(202, project)
