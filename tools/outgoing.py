@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools import workspace
+from tools import bounded_git, workspace
 from tools.base import ToolError
 
 IDENTITY = {
@@ -83,7 +83,7 @@ def make(stage: Path, *, run_id: int, head: str) -> Outgoing:
     tree = _field(header, b"tree")
     message = _without_mark(_text(body))
     date = _date(header)
-    made = workspace.host_git_bounded(
+    made = bounded_git.run(
         stage,
         "commit-tree",
         tree,
@@ -102,7 +102,7 @@ def make(stage: Path, *, run_id: int, head: str) -> Outgoing:
 
 
 def _read_commit(stage: Path, sha: str) -> tuple[bytes, bytes]:
-    read = workspace.host_git_bounded(stage, "cat-file", "commit", sha, limit=MAX_COMMIT_BYTES)
+    read = bounded_git.run(stage, "cat-file", "commit", sha, limit=MAX_COMMIT_BYTES)
     if read.cut:
         raise ToolError(
             f"The commit to push is over {MAX_COMMIT_BYTES >> 20} MB (headers and message):"
@@ -199,7 +199,7 @@ class Change:
 
 def changed_files(stage: Path, since: str, commit: str) -> list[Change]:
     """Every path the push changes, with its status, type and sizes (read, not loaded)."""
-    listed = workspace.host_git_bounded(
+    listed = bounded_git.run(
         stage,
         "diff-tree",
         "-r",
@@ -246,7 +246,7 @@ def changed_files(stage: Path, since: str, commit: str) -> list[Change]:
 def _sizes(stage: Path, shas: set[str]) -> dict[str, int]:
     if not shas:
         return {}
-    checked = workspace.host_git_bounded(
+    checked = bounded_git.run(
         stage,
         "cat-file",
         "--batch-check=%(objectname) %(objectsize)",
@@ -263,7 +263,7 @@ def _sizes(stage: Path, shas: set[str]) -> dict[str, int]:
     return sizes
 
 
-def diff(stage: Path, since: str, commit: str, changes: list[Change]) -> workspace.Bounded:
+def diff(stage: Path, since: str, commit: str, changes: list[Change]) -> bounded_git.Bounded:
     """The diff from `since` to `commit` as plain text whatever the commit's attributes say
     (`--text --no-textconv --no-ext-diff`, no attributes file), files not shown left out of
     both sides, read up to `FULL_DIFF_BYTES`."""
@@ -273,7 +273,7 @@ def diff(stage: Path, since: str, commit: str, changes: list[Change]) -> workspa
         if hidden:
             left = _tree_without(stage, since, hidden, Path(folder) / "left.index")
             right = _tree_without(stage, commit, hidden, Path(folder) / "right.index")
-        done = workspace.host_git_bounded(
+        done = bounded_git.run(
             stage,
             "diff",
             "--text",
@@ -296,7 +296,7 @@ def _tree_without(stage: Path, treeish: str, paths: list[bytes], index: Path) ->
     env = {"GIT_INDEX_FILE": str(index)}
     workspace.host_git(stage, "read-tree", treeish, env=env)
     removal = b"".join(b"0 " + ZERO.encode() + b"\t" + path + b"\0" for path in paths)
-    removed = workspace.host_git_bounded(
+    removed = bounded_git.run(
         stage, "update-index", "-z", "--index-info", stdin=removal, env=env, limit=1 << 16
     )
     if removed.returncode != 0:

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import posixpath
-import selectors
 import shutil
 import signal
 import subprocess
@@ -31,7 +30,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -119,9 +117,9 @@ def host_git(
     argv shows them to other users of the machine). `stopping` (the step's) kills it within
     `STOP_POLL_SECONDS`; so does the deadline.
     """
-    full_env = _environment(env)
+    full_env = git_environment(env)
     argv = ["git", *HARDENED, *args]
-    command = _subcommand(args)
+    command = subcommand(args)
     process = subprocess.Popen(  # noqa: S603  # an argv list, no shell
         argv,
         cwd=cwd,
@@ -158,94 +156,7 @@ def host_git(
     return done
 
 
-@dataclass(frozen=True)
-class Bounded:
-    """What `host_git_bounded` read: at most `limit` bytes of stdout, whether git had more."""
-
-    out: bytes
-    cut: bool
-    returncode: int | None  # None when git was stopped because it had more to say
-    stderr: str
-
-
-STDERR_KEPT = 64 << 10
-
-
-def host_git_bounded(
-    cwd: Path,
-    *args: str,
-    limit: int,
-    env: Mapping[str, str] | None = None,
-    stdin: bytes | None = None,
-    stopping: threading.Event | None = None,
-) -> Bounded:
-    """`host_git` whose stdout is read from the pipe as it comes, at most `limit` bytes: past
-    that git is killed and what was read is returned, marked cut. Bytes in and out (paths and
-    messages are not always UTF-8). What the repository holds decides how much git would write
-    (a diff of a 300 MB file); this bounds what the worker holds whatever it is."""
-    argv = ["git", *HARDENED, *args]
-    process = subprocess.Popen(  # noqa: S603  # an argv list, no shell
-        argv,
-        cwd=cwd,
-        env=_environment(env),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert process.stdout is not None  # noqa: S101  # PIPE above
-    assert process.stderr is not None  # noqa: S101
-    if stdin is not None:
-        threading.Thread(target=_feed, args=(process, stdin), daemon=True).start()
-    out, err = bytearray(), bytearray()
-    cut = False
-    deadline = time.monotonic() + GIT_TIMEOUT
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ, out)
-        selector.register(process.stderr, selectors.EVENT_READ, err)
-        try:
-            while selector.get_map() and not cut:
-                if stopping is not None and stopping.is_set():
-                    raise ToolError(f"git {_subcommand(args)}: cancelled.")
-                if time.monotonic() > deadline:
-                    raise ToolError(f"git {_subcommand(args)}: took longer than {GIT_TIMEOUT} s.")
-                for key, _ in selector.select(STOP_POLL_SECONDS):
-                    chunk = os.read(key.fd, 1 << 16)
-                    if not chunk:
-                        selector.unregister(key.fileobj)
-                    elif key.data is out:
-                        out += chunk[: limit - len(out) + 1]
-                        if len(out) > limit:
-                            del out[limit:]
-                            cut = True
-                    elif len(err) < STDERR_KEPT:
-                        err += chunk
-        finally:
-            if selector.get_map():  # cut, cancelled or late: git still has more to say
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-            process.stdout.close()
-            process.stderr.close()
-            process.wait()
-    return Bounded(
-        bytes(out),
-        cut,
-        None if cut else process.returncode,
-        err[:STDERR_KEPT].decode(errors="replace"),
-    )
-
-
-def _feed(process: subprocess.Popen[bytes], data: bytes) -> None:
-    """Write `data` to the process's stdin and close it (in a thread, so a process that writes
-    before it has read everything never deadlocks with us)."""
-    assert process.stdin is not None  # noqa: S101  # PIPE in the caller
-    with contextlib.suppress(OSError):  # git stopped reading: it was killed or failed
-        process.stdin.write(data)
-    with contextlib.suppress(OSError):
-        process.stdin.close()
-
-
-def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
+def git_environment(env: Mapping[str, str] | None) -> dict[str, str]:
     """The minimal environment of a host git, plus `env`."""
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -261,7 +172,7 @@ def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
     }
 
 
-def _subcommand(args: tuple[str, ...]) -> str:
+def subcommand(args: tuple[str, ...]) -> str:
     """The git command among `args` (after any `-c name=value`)."""
     words = iter(args)
     for word in words:

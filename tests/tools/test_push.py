@@ -15,7 +15,7 @@ from kernel.models import Run
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.tools.conftest import FINISH, AgentRun, calls, outputs
-from tools import workspace
+from tools import bounded_git, workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -179,9 +179,7 @@ def test_the_message_pushed_is_the_text_shown_byte_for_byte(tmp_path: Path) -> N
     workspace.host_git(tmp_path, "init", "--quiet", "--bare", str(stage))
     tree = git(stage, "mktree", check=True).stdout.strip()
     base = (
-        workspace.host_git_bounded(stage, "commit-tree", tree, stdin=b"base\n", limit=100)
-        .out.decode()
-        .strip()
+        bounded_git.run(stage, "commit-tree", tree, stdin=b"base\n", limit=100).out.decode().strip()
     )
     git(stage, "update-ref", "refs/agentos/run-7/base", base)
     # What a hostile run can write with `git hash-object`: Latin-1, a NUL, our own trailer.
@@ -190,7 +188,7 @@ def test_the_message_pushed_is_the_text_shown_byte_for_byte(tmp_path: Path) -> N
         "author a <a@x> 1700000000 +0200\ncommitter c <c@x> 1700000100 +0200\n\n"
     ).encode() + b"Caf\xe9 \x00 done\n\nCo-authored-by: x <x@x>\nAgentos-Step: 7:12\n"
     head = (
-        workspace.host_git_bounded(
+        bounded_git.run(
             stage,
             "hash-object",
             "--literally",
@@ -209,7 +207,7 @@ def test_the_message_pushed_is_the_text_shown_byte_for_byte(tmp_path: Path) -> N
 
     assert made.message == "Caf\ufffd \u2400 done\n\nCo-authored-by: x <x@x>\n"
     assert made.parent == base
-    pushed = workspace.host_git_bounded(stage, "cat-file", "commit", made.commit, limit=4096).out
+    pushed = bounded_git.run(stage, "cat-file", "commit", made.commit, limit=4096).out
     header, _, message = pushed.partition(b"\n\n")
     assert message == made.message.encode()
     assert b"author agentos <agent@agentos.invalid> 1700000100 +0200" in header
