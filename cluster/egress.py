@@ -522,23 +522,18 @@ class Service:
             return None
 
     async def _event(self, run_id: int, kind: str, *, request: object, reason: str) -> None:
-        data: dict[str, object] = {"reason": _scrub(reason)}
+        data: dict[str, object] = {"reason": run_tokens.scrub(reason)}
         if isinstance(request, proxy.Request):
             data.update(method=request.method, host=request.host, port=request.port)
         elif isinstance(request, bytes):
             # The request line only (the headers may carry the token), as far as it was read.
             line = re.split("[\r\n]", request[:200].decode("latin-1"), maxsplit=1)[0]
-            data["request"] = _scrub(line)
+            data["request"] = run_tokens.scrub(line)
         account = self._accounts.get(run_id)
         try:
             await asyncio.to_thread(_in_thread, _append, kind, run_id, account, data)
         except Exception:
             logger.exception("egress: cannot journal %s of run %s", kind, run_id)
-
-
-def _scrub(text: str) -> str:
-    """A run token never reaches the journal, even one a sandbox wrote in a URL."""
-    return re.sub(rf"{run_tokens.PREFIX}\.[A-Za-z0-9_.=-]*", f"{run_tokens.PREFIX}.[token]", text)
 
 
 def _bridge_destination(name: str, upstream: Upstream, path: str) -> proxy.Destination:

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import threading
 import time
@@ -29,6 +30,7 @@ from agentos import private, vault
 logger = logging.getLogger(__name__)
 
 PREFIX = "aosr1"
+_TOKEN = re.compile(rf"{PREFIX}\.[A-Za-z0-9_.=-]*")
 FILE_NAME = "run-tokens.key"
 MAX_SECONDS = 24 * 3600
 SCOPES = frozenset({"egress", "bridge:anthropic", "bridge:openai", "bridge:git"})
@@ -185,3 +187,8 @@ def _unb64(text: str) -> bytes:
 
 
 _ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def scrub(text: str) -> str:
+    """`text` without any run token, even one a sandbox wrote in a URL: never journaled."""
+    return _TOKEN.sub(f"{PREFIX}.[token]", text)
