@@ -19,7 +19,7 @@ class MissionsConfig(AppConfig):
         registry.register(START_MISSION)
         # Sub-agents: the `delegate` tool, and the stop hook holding a child to its envelope.
         from missions import delegation
-        from missions.engine.loop import STOP_HOOKS
+        from missions.engine.spec import STOP_HOOKS
 
         registry.register(delegation.DELEGATE)
         registry.register(delegation.CONSULT)

@@ -37,7 +37,7 @@ from kernel.context import Done, RunContext, StepCall
 from kernel.models import Effect, Run, RunStatus, StepKind
 from kernel.runs import MAX_DEPTH
 from missions.engine import harness, relief
-from missions.engine.loop import Spec
+from missions.engine.spec import Spec
 from missions.errors import MissionError
 from missions.models import Mission, Role
 from missions.providers.registry import ready

@@ -32,7 +32,7 @@ from kernel.exceptions import StepFailed
 from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.runs import MAX_DEPTH
 from missions.engine import framing, harness
-from missions.engine.loop import STOP_HOOKS, ContextStopHook, Spec, StopCheck
+from missions.engine.spec import STOP_HOOKS, ContextStopHook, Spec, StopCheck
 from missions.errors import MissionError
 from missions.models import Mission
 from missions.providers.registry import ready

@@ -11,8 +11,9 @@ error or a bad run input → `failed` with the precise error.
 
 A stop or an owner's interrupt closes the connection of an answer still streaming (the step's
 stop signal cuts it, `missions.providers.cutting`); the step records it as cut, with nothing of
-its text (`_cut_short`). After a stop the run ends before its next step; after an interrupt the
-owner has the turn: the model is asked again once a message of theirs is there to deliver.
+its text (`model_call.cut_short`). After a stop the run ends before its next step; after an
+interrupt the owner has the turn: the model is asked again once a message of theirs is there to
+deliver.
 """
 
 from __future__ import annotations
@@ -21,33 +22,41 @@ import copy
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import replace
 from typing import Any
 
-from kernel import journal, steps
 from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import StepFailed, Suspend
 from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.programs import Outcome
 from memory import tasks as memory_tasks
-from missions import pricing, steering
-from missions.engine import deltas, fingerprint, framing, harness, relief, retries, stalls
+from missions import steering
+from missions.engine import (
+    deltas,
+    fingerprint,
+    framing,
+    harness,
+    model_call,
+    relief,
+    stalls,
+)
 from missions.engine.prompt import assemble
 from missions.engine.relief import Verbatim
+from missions.engine.spec import (
+    MAX_STOP_REFUSALS,
+    STOP_HOOK_PREFIX,
+    STOP_HOOKS,
+    ContextStopHook,
+    Spec,
+    StopCheck,
+)
 from missions.models import Mission, ModelInfo
 from missions.providers import registry
 from missions.providers.base import (
-    Aborted,
-    Completed,
     Conversation,
     Options,
     Provider,
     ProviderError,
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    Usage,
-    Watch,
 )
 from tools import registry as tool_registry
 from tools.base import Risk, Tool
@@ -61,93 +70,6 @@ NO_TOOL = Tool(
     risk=Risk.READ,
     run=lambda call, arguments: "",
 )
-RETRIES = 3
-MAX_STOP_REFUSALS = 3  # then the run ends as its hook says (`blocked` by default)
-STOP_HOOK_PREFIX = "You may not stop yet: "
-
-# Stop hooks by name. A plain hook: (answer, run input) -> None to accept, or the reason to
-# refuse, judged inside one journaled `verdict` step. A `ContextStopHook` acts through the run's
-# context instead (its own journaled steps, child runs, durable waits).
-StopHook = Callable[[str, dict[str, Any]], str | None]
-
-
-@dataclass(frozen=True)
-class StopCheck:
-    """A context hook's answer: None to let the run end, else why not; `report` goes into the
-    run's output either way (what was checked, what is missing)."""
-
-    refusal: str | None
-    report: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ContextStopHook:
-    """`check(ctx, spec, answer, attempt)` (attempt: 1 for the run's first wish to end); after
-    MAX_STOP_REFUSALS refusals the run ends `exhausted`."""
-
-    check: Callable[[RunContext, Spec, str, int], StopCheck]
-    exhausted: str = RunStatus.BLOCKED
-
-
-STOP_HOOKS: dict[str, StopHook | ContextStopHook] = {}
-
-
-@dataclass(frozen=True)
-class Spec:
-    """What a run of the loop is, as recorded in its input when it started."""
-
-    goal: str
-    provider: str
-    model: str
-    role: str = "executor"
-    effort: str | None = None
-    # Adaptive thinking (Anthropic) / reasoning summaries (OpenAI). Off for runs started before
-    # it was recorded: turning it on in the middle of a tool loop is refused by Anthropic.
-    thinking: bool = False
-    tools: list[str] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)
-    max_turns: int = 50
-    context_window: int | None = None  # else the catalog's figure, else relief.DEFAULT_WINDOW
-    stop_hook: str | None = None  # a name in STOP_HOOKS: may refuse to let the run end
-    max_output_tokens: int = 8192
-    instructions: str = ""
-    memory_index: str = ""
-    script: dict[str, Any] | None = None
-    repository: str = ""  # a local git repository: the run works in its own worktree of it
-    base: str = "HEAD"  # what the worktree starts from
-    # A checkpoint before each workspace write (`tools.checkpoints`). Off for runs started before
-    # it was recorded: a new step in the middle of their journal would not match on resume.
-    checkpoints: bool = False
-    # Content not from the owner or the system reaches the model in data blocks (`framing`).
-    # Off for runs started before it was recorded: their prompts must stay byte-identical.
-    data_framing: bool = False
-    # The memory index reaches the model as data in its first message (`framing.memory`), not in
-    # the system prompt. Off for runs started before it was recorded: their prompts must stay
-    # byte-identical.
-    memory_as_data: bool = False
-    # A sub-agent's contract (`missions.delegation`): what its parent asked, the schema its
-    # result envelope's payload must match. None for a root run.
-    contract: dict[str, Any] | None = None
-    # The definition of done as criteria (`missions.verification`): [{"id", "description",
-    # "oracle", "passes"}]; only `passes` ever changes.
-    criteria: list[dict[str, Any]] = field(default_factory=list)
-    # Stall detection (`stalls`): a re-plan, then an owner question. Off for runs started
-    # before it was recorded: its steps in the middle of their journal would not match.
-    stalls: bool = False
-    # Where its tools' commands run (`tools.levels`), from its mission's risk class: 0 reads
-    # only, 1 a bubblewrap sandbox, 2 a virtual machine per task. 1 for runs started before it
-    # was recorded.
-    sandbox_level: int = 1
-
-    @classmethod
-    def from_input(cls, data: Any) -> Spec:
-        if not isinstance(data, dict) or not str(data.get("goal", "")).strip():
-            raise StepFailed("The run's input needs a goal.")
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise StepFailed(f"Unknown run input field(s): {', '.join(unknown)}.")
-        return cls(**data)
 
 
 def agent(ctx: RunContext) -> Outcome:
@@ -501,7 +423,7 @@ def _compact(
         )
         # Not interruptible: the thread is being folded, the owner's message waits for the
         # next turn; a stop still ends it at once.
-        done = _call_model(
+        done = model_call.call(
             provider,
             transcript,
             [],
@@ -580,7 +502,7 @@ def _model_step(
         asked = replace(conversation, items=items)
     # Its text and reasoning stream to open consoles as step (run, seq) while it is written.
     with deltas.streaming(call.run_id, call.seq):
-        done = _call_model(provider, asked, tools, options, spec, call)
+        done = model_call.call(provider, asked, tools, options, spec, call)
     # The harness's permission verdicts on the calls the model asked for are recorded with
     # its answer: journaled, and the same on a replay even if the rules changed since.
     permissions = judge(done.result["tool_calls"])
@@ -609,143 +531,3 @@ def _append_user_text(provider: Provider, items: list[dict[str, Any]], text: str
         last["content"] = [*last["content"], *item["content"]]
     else:
         items.append(item)
-
-
-def _call_model(
-    provider: Provider,
-    conversation: Conversation,
-    tools: list[Any],
-    options: Options,
-    spec: Spec,
-    call: StepCall,
-    *,
-    interruptible: bool = True,
-) -> Done:
-    """One model response, retried on transient errors; the recorded result is JSON. A wait
-    before a retry ends at once when the step is asked to stop (`retries`), and so does the
-    answer itself, its connection closed (`cutting`): an `interruptible` step records it as
-    cut short (`_cut_short`); another one ends the run if it is stopping and else, an interrupt
-    not being for it, asks again."""
-    fresh = True  # whether a stop signal already set is news to this step (not a spent interrupt)
-    attempt = 0
-    while True:
-        try:
-            completed, text, reasoning, calls = _collect(
-                provider, conversation, tools, options, _abort(call, fresh=fresh)
-            )
-            break
-        except Aborted as cut:
-            if interruptible:
-                return _cut_short(provider, spec, cut)
-            retries.must_stop(call, "stopped while the model answered")
-            fresh = False
-        except ProviderError as error:
-            if error.permanent or attempt == RETRIES:
-                raise StepFailed(f"{provider.name}: {error.code}: {error.message}") from error
-            wait = retries.backoff_seconds(attempt, error.retry_after)
-            if retries.wait_before_retry(call, wait):
-                fresh = False  # the owner's interrupt ended the wait: the retry goes at once
-            attempt += 1
-    priced = pricing.price_of(provider=provider.name, model=spec.model, usage=completed.usage)
-    cleared = (
-        {
-            "cleared": {
-                "tool_results": completed.cleared_tool_results,
-                "tokens": completed.cleared_tokens,
-            }
-        }
-        if completed.cleared_tool_results
-        else {}
-    )
-    return Done(
-        {
-            **cleared,
-            # Sent back on every later turn: in the order a replay reads them, so a resumed
-            # run sends the same bytes as the run before its crash.
-            "items": journal.as_stored(completed.items),
-            "text": text,
-            "reasoning": reasoning,
-            "tool_calls": [_as_json(call) for call in calls],
-            "stop_reason": completed.stop_reason,
-            "refusal": completed.refusal,
-            "usage": _as_json(completed.usage),
-            "price_version": priced.price_version,
-            "usd_micros": priced.cost.usd_micros,  # what this turn cost, as metered
-        },
-        priced.cost,
-    )
-
-
-def _abort(call: StepCall, *, fresh: bool) -> Watch:
-    """The step's stop signal as the provider's way to cut its answer short."""
-    return lambda cut: steps.cutting(call.stopping, cut, if_set=fresh)
-
-
-def _cut_short(provider: Provider, spec: Spec, cut: Aborted) -> Done:
-    """An answer cut short by a stop or the owner's interrupt, as its step records it: none of
-    it (a replay never sends half an answer back to the model, and no tool call of it runs), and
-    what the provider had reported of its usage, counted like any answer's."""
-    priced = pricing.price_of(provider=provider.name, model=spec.model, usage=cut.usage)
-    return Done(
-        {
-            "interrupted": True,
-            "items": [],
-            "text": "",
-            "reasoning": "",
-            "tool_calls": [],
-            "stop_reason": "interrupted",
-            "refusal": None,
-            "usage": _as_json(cut.usage),
-            "price_version": priced.price_version,
-            "usd_micros": priced.cost.usd_micros,
-        },
-        priced.cost,
-    )
-
-
-def _as_json(event: ToolCall | Usage) -> dict[str, Any]:
-    """`dataclasses.asdict` for a provider's flat events, whose values are JSON: the same fresh
-    containers, without its generic deep copy (twice per turn, 4 % of a turn's own time)."""
-    return {f.name: _fresh(getattr(event, f.name)) for f in _FIELDS[type(event)]}
-
-
-_FIELDS = {kind: fields(kind) for kind in (ToolCall, Usage)}
-
-
-def _fresh(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _fresh(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_fresh(item) for item in value]
-    return value
-
-
-def _collect(
-    provider: Provider,
-    conversation: Conversation,
-    tools: list[Any],
-    options: Options,
-    abort: Watch | None = None,
-) -> tuple[Completed, str, str, list[ToolCall]]:
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls: list[ToolCall] = []
-    relay = deltas.relay()
-    try:
-        for event in provider.stream(conversation, tools, options, abort=abort):
-            if isinstance(event, TextDelta):
-                text.append(event.text)
-                if relay is not None:
-                    relay.add("text", event.text)
-            elif isinstance(event, ReasoningDelta):
-                reasoning.append(event.text)
-                if relay is not None:
-                    relay.add("reasoning", event.text)
-            elif isinstance(event, ToolCall):
-                calls.append(event)
-            elif isinstance(event, Completed):
-                return event, "".join(text), "".join(reasoning), calls
-    finally:
-        if relay is not None:
-            relay.flush()
-    raise StepFailed(f"{provider.name}: the stream ended without a completed response")

@@ -18,7 +18,7 @@ from kernel import budgets, crashpoints, runs, scheduler
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
 from missions import delegation, demo
-from missions.engine.loop import STOP_HOOK_PREFIX, Spec
+from missions.engine.spec import STOP_HOOK_PREFIX, Spec
 from missions.models import Mission, Project
 from missions.providers import scripted
 from tests.kernel.factories import make_mission

@@ -353,9 +353,9 @@ def test_it_lists_a_deferred_tool_without_its_schema_and_loads_it_on_demand() ->
 
 
 def test_it_lets_a_stop_hook_refuse_an_answer_until_it_is_satisfied() -> None:
-    from missions.engine import loop
+    from missions.engine import spec
 
-    loop.STOP_HOOKS["needs-tests"] = lambda answer, _input: (
+    spec.STOP_HOOKS["needs-tests"] = lambda answer, _input: (
         None if "tests pass" in answer else "run the tests and say that they pass"
     )
     run = agent_run(
@@ -377,9 +377,9 @@ def test_it_lets_a_stop_hook_refuse_an_answer_until_it_is_satisfied() -> None:
 
 
 def test_it_ends_blocked_when_the_stop_hook_keeps_refusing() -> None:
-    from missions.engine import loop
+    from missions.engine import spec
 
-    loop.STOP_HOOKS["never"] = lambda answer, _input: "not good enough"
+    spec.STOP_HOOKS["never"] = lambda answer, _input: "not good enough"
     run = agent_run([{"text": "Done."}] * 4, tools=[], stop_hook="never")
 
     assert work() == ["blocked"]

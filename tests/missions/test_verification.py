@@ -19,7 +19,7 @@ from agentos import tokens
 from kernel.models import Run, Step, StepKind
 from kernel.worker import Worker
 from missions import demo, verification
-from missions.engine import loop
+from missions.engine import spec
 from missions.launch import create_mission
 from missions.models import Mission, Project
 from missions.timeline import entry
@@ -153,13 +153,13 @@ def test_a_failing_command_is_told_to_the_model_then_the_run_ends_partial(
     # The model saw which criterion failed, with the command's output (as data) and exit code.
     seen = Step.objects.filter(run=run, kind=StepKind.MODEL_CALL).order_by("seq")[1]
     told = json.loads(res(seen)["text"].split("] ", 1)[1])["items"][-1]["text"]
-    assert told.startswith(loop.STOP_HOOK_PREFIX + "1 criterion(s) of the definition of done")
+    assert told.startswith(spec.STOP_HOOK_PREFIX + "1 criterion(s) of the definition of done")
     assert "- tests (tests holds):" in told
     assert "FAILED test_average: 2 != 3" in told
     assert "[exit code 1]" in told
     assert 'source="criterion tests" trust="tool"' in told
     # Three wishes to end, three checks of every command: then partial, not blocked.
-    assert [name for name, _ in verdicts(run)].count("oracle tests") == loop.MAX_STOP_REFUSALS
+    assert [name for name, _ in verdicts(run)].count("oracle tests") == spec.MAX_STOP_REFUSALS
 
 
 @runs_work
@@ -241,7 +241,7 @@ def test_a_verdict_without_evidence_does_not_pass(project: Project, answer: Any,
     run = start(
         project,
         [judged("notes", "NOTES.txt says fixed.")],
-        [{"text": "Done."}] * loop.MAX_STOP_REFUSALS,
+        [{"text": "Done."}] * spec.MAX_STOP_REFUSALS,
         evaluator=[{"text": answer if isinstance(answer, str) else json.dumps(answer)}],
     )
 
@@ -250,7 +250,7 @@ def test_a_verdict_without_evidence_does_not_pass(project: Project, answer: Any,
     assert run.status == "partial", (run.error, run.output)
     assert why in out(run)["missing"][0]["evidence"]
     # Each wish to end asked a fresh evaluator, in a clean context.
-    assert Run.objects.filter(parent=run, status="done").count() == loop.MAX_STOP_REFUSALS
+    assert Run.objects.filter(parent=run, status="done").count() == spec.MAX_STOP_REFUSALS
 
 
 @runs_work
@@ -258,7 +258,7 @@ def test_the_evaluator_is_not_asked_while_a_command_fails(project: Project) -> N
     run = start(
         project,
         [command("tests", "exit 3"), judged("notes", "NOTES.txt says fixed.")],
-        [{"text": "Done."}] * loop.MAX_STOP_REFUSALS,
+        [{"text": "Done."}] * spec.MAX_STOP_REFUSALS,
         evaluator=[{"text": "unused"}],
     )
 
@@ -274,7 +274,7 @@ def test_the_evaluator_is_on_the_other_provider_when_both_can_be_called(
     monkeypatch: pytest.MonkeyPatch, seeded_catalog: None
 ) -> None:
     mission = Mission.objects.create(project=Project.objects.create(name="p"), goal="g")
-    worker = loop.Spec(goal="g", provider="openai", model="gpt-6.1-sol")
+    worker = spec.Spec(goal="g", provider="openai", model="gpt-6.1-sol")
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     # Only the worker's provider: a clean context on its own model.
     assert verification.evaluator_route(mission.pk, worker).provider == "openai"
