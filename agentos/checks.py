@@ -71,7 +71,7 @@ def check_settings(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
         messages.append(
             Error("The channels-postgres layer CONFIG needs a TIME_ZONE key.", id="agentos.E006")
         )
-    from agentos.telemetry import EXPORTERS
+    from kernel.telemetry import EXPORTERS
 
     if settings.OTEL_EXPORTER not in EXPORTERS:
         messages.append(

@@ -136,7 +136,7 @@ class AuditEvent(models.Model):
 class PushSubscription(models.Model):
     """A browser's Web Push subscription: where to post (its push service's endpoint, itself a
     secret: whoever has it may send) and the keys payloads are encrypted to. Written only by
-    `agentos.push`; dropped when the push service says it is gone (404, 410)."""
+    `approvals.push`; dropped when the push service says it is gone (404, 410)."""
 
     endpoint = models.URLField(max_length=1000, unique=True)
     p256dh = models.CharField(max_length=128)
@@ -156,7 +156,7 @@ class PushSubscription(models.Model):
 class PushState(models.Model):
     """The one row of Web Push's own state: the VAPID key pair (the private half encrypted by
     the vault, never shown or logged) and how far the event stream was followed. Its row lock
-    lets one process at a time advance the cursor (`agentos.push.deliver_one`)."""
+    lets one process at a time advance the cursor (`approvals.push.deliver_one`)."""
 
     vapid_private = models.BinaryField()
     # The public half, url-safe base64 of the uncompressed point: what browsers subscribe with.

@@ -146,7 +146,7 @@ HUEY: dict[str, Any] = {
 # Each worker process beats this often; one silent for 3 beats is not live (kernel.heartbeats).
 WORKER_BEAT_SECONDS = env_int("AGENTOS_WORKER_BEAT", 15, minimum=1)
 
-# Telemetry: a span per step (agentos.telemetry). none | otlp | console.
+# Telemetry: a span per step (kernel.telemetry). none | otlp | console.
 OTEL_EXPORTER = env_str("AGENTOS_OTEL_EXPORTER", "none").strip().lower()
 
 # An approval or owner question not answered within this many hours is a refusal.

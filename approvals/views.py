@@ -21,7 +21,6 @@ from agentos.shell import SCREENS_BY_SLUG, owner_required
 from approvals import inbox, service
 from approvals.forms import AnswerForm, DecisionForm, VerdictForm
 from approvals.models import Approval, Question, Reconciliation, Status, Verdict
-from missions.models import Project
 from tools import registry
 
 
@@ -224,6 +223,16 @@ PREVIEW_PARTS = {
 RAW_HASHES = ("commit", "parent", "tree", "head", "remote_was")
 
 
+def _project(approval: Approval) -> Any:
+    """The project the call acts on, read through the run's mission (missions sit above
+    approvals: this module does not import them)."""
+    mission = getattr(getattr(approval.run, "account", None), "mission", None)
+    project = getattr(mission, "project", None)
+    if project is None or project.pk != approval.request.get("project_id"):
+        return None
+    return project
+
+
 def _approval_context(
     approval: Approval, *, form: DecisionForm, error: str | None
 ) -> dict[str, Any]:
@@ -233,8 +242,7 @@ def _approval_context(
     preview = request.get("preview")
     preview = preview if isinstance(preview, dict) else {}
     diff, hidden = diff_lines(str(preview.get("diff") or ""))
-    project_id = request.get("project_id")
-    project = Project.objects.filter(pk=project_id).first() if project_id is not None else None
+    project = _project(approval)
     files = preview.get("files") if isinstance(preview.get("files"), list) else []
     answer = approval.answer if isinstance(approval.answer, dict) else {}
     status = approval.status

@@ -18,8 +18,7 @@ from typing import Any, NamedTuple
 
 from django.utils import timezone
 
-from agentos import telemetry
-from kernel import crashpoints, journal, runs, scheduler, waits
+from kernel import crashpoints, journal, runs, scheduler, telemetry, waits
 from kernel.exceptions import JournalMismatch, Stop, Suspend
 from kernel.journal import Fence, Record
 from kernel.metering import Meter

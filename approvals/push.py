@@ -7,7 +7,7 @@
 - Delivery follows the event stream (`kernel.stream`), never the code that opens a wait: a
   wait is recorded whatever happens here, and a push service that is slow or down delays only
   the notification. `deliver_one` is called in a loop by every worker process
-  (`agentos.tasks`); the cursor's row lock lets one of them at a time take the next events.
+  (`approvals.tasks`); the cursor's row lock lets one of them at a time take the next events.
 
 Payloads are encrypted to each browser (RFC 8291, aes128gcm) and name the wait in one line;
 the push service sees neither. Endpoints are capability URLs: logged by host only.
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, close_old_connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import Truncator
@@ -361,9 +361,7 @@ POLL_SECONDS = 1.0
 
 
 def follow_until(stopping: threading.Event) -> None:
-    """Deliver until `stopping` is set (a worker process's thread, see `agentos.tasks`)."""
-    from django.db import close_old_connections
-
+    """Deliver until `stopping` is set (a worker process's thread, see `approvals.tasks`)."""
     while not stopping.is_set():
         try:
             more = deliver_one()

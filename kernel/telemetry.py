@@ -14,7 +14,7 @@ before and after a crash, land in the same place without any context passed arou
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from opentelemetry import trace
@@ -28,9 +28,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-if TYPE_CHECKING:
-    from kernel.budgets import Cost
-    from kernel.models import Run
+from kernel.budgets import Cost
+from kernel.models import Run
 
 EXPORTERS = ("none", "otlp", "console")
 OPERATIONS = {"model_call": "chat", "compaction": "chat", "tool_call": "execute_tool"}

@@ -10,8 +10,7 @@ from django.test import override_settings
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentos import telemetry
-from kernel import runs
+from kernel import runs, telemetry
 from kernel.models import Step
 from kernel.worker import Worker
 from tests.kernel.factories import make_mission
