@@ -8,7 +8,8 @@ class MissionsConfig(AppConfig):
     def ready(self) -> None:
         from agentos import scrubber
         from kernel import programs
-        from missions import keys
+        from missions import endpoints, keys
+        from missions.providers import registry as providers
         from missions.tools import START_MISSION
         from tools import registry
 
@@ -29,6 +30,7 @@ class MissionsConfig(AppConfig):
         for tool in LEDGER_TOOLS:
             registry.register(tool)
         scrubber.register(keys.values)
+        providers.use(keys=keys.get, endpoints=endpoints.get)
         # The sandboxes' allow-list and API bridges (cluster.egress asks; it knows no mission).
         from missions import network
 

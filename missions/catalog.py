@@ -83,9 +83,7 @@ def default_model(provider: str) -> str | None:
     if route is not None:
         return route.model
     if provider == "compatible":
-        from missions import endpoints
-
-        endpoint = endpoints.get(provider)
+        endpoint = registry.endpoint(provider)
         return endpoint.model if endpoint else None
     return next((model for name, model, *_ in PRICES if name == provider), None)
 
@@ -238,15 +236,14 @@ def _list_openai(client: Any | None) -> list[Listed]:
 def _list_compatible(client: Any | None) -> list[Listed]:
     import openai
 
-    from missions import endpoints, keys
     from missions.providers.compatible import CompatibleProvider, error_from_status
 
-    endpoint = endpoints.get()
+    endpoint = registry.endpoint("compatible")
     if endpoint is None and client is None:
         raise BadRequest("The OpenAI-compatible endpoint has no base URL: set it in Settings.")
     sdk = CompatibleProvider(
         base_url=endpoint.base_url if endpoint else "",
-        api_key=keys.get("compatible"),
+        api_key=registry.key("compatible"),
         client=client,
     ).client
     try:

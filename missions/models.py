@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from kernel.models import Account
+from missions.cron import parse_cron
 
 
 class EnvironmentStatus(models.TextChoices):
@@ -251,10 +253,6 @@ class Schedule(models.Model):
         return f"{self.name} ({self.cron})"
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from missions.schedules import parse_cron
-
         try:
             parse_cron(self.cron)
         except ValueError as error:

@@ -4,35 +4,18 @@ owner's edits (create, change, delete), validated as the admin validates them.""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from huey import crontab
 
+from missions.cron import parse_cron
 from missions.errors import MissionError
 from missions.models import Project, Schedule
 
 logger = logging.getLogger(__name__)
-
-
-def parse_cron(expression: str) -> Callable[[datetime], bool]:
-    """A matcher for a five-field cron expression; ValueError with the reason otherwise."""
-    fields = expression.split()
-    if len(fields) != 5:
-        raise ValueError(
-            f"A cron expression has five fields (minute hour day month weekday), not"
-            f" {len(fields)}: {expression!r}."
-        )
-    minute, hour, day, month, weekday = fields
-    try:
-        matcher: Callable[[datetime], bool] = crontab(minute, hour, day, month, weekday)
-    except ValueError as error:
-        raise ValueError(f"Invalid cron expression {expression!r}: {error}.") from error
-    return matcher
 
 
 def fire_due(now: datetime | None = None) -> list[int]:

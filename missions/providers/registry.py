@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from missions.providers.base import AuthenticationFailed, BadRequest, Provider
 
@@ -17,10 +18,35 @@ KEYS = {
 KEY_OPTIONAL = frozenset({"compatible"})
 
 
-def has_key(provider: str) -> bool:
-    from missions import keys
+class Endpoint(Protocol):
+    base_url: str
+    model: str
 
-    return provider in KEYS and keys.get(provider) is not None
+
+# Where keys and endpoints are kept is the missions app's business (`missions.keys`,
+# `missions.endpoints`, which know this module): it hands them over in its `ready()`.
+_key_of: Callable[[str], str | None] = lambda provider: None  # noqa: E731
+_endpoint_of: Callable[[str], Endpoint | None] = lambda provider: None  # noqa: E731
+
+
+def use(*, keys: Callable[[str], str | None], endpoints: Callable[[str], Endpoint | None]) -> None:
+    """Read each provider's key and endpoint from these from now on."""
+    global _key_of, _endpoint_of
+    _key_of, _endpoint_of = keys, endpoints
+
+
+def key(provider: str) -> str | None:
+    """The key to call `provider` with (the environment's, else the one the owner saved)."""
+    return _key_of(provider) if provider in KEYS else None
+
+
+def endpoint(provider: str) -> Endpoint | None:
+    """Where an owner-run provider is served (the compatible endpoint), if the owner said."""
+    return _endpoint_of(provider)
+
+
+def has_key(provider: str) -> bool:
+    return key(provider) is not None
 
 
 def ready(provider: str) -> bool:
@@ -29,9 +55,7 @@ def ready(provider: str) -> bool:
     if provider == "scripted":
         return True
     if provider in KEY_OPTIONAL:
-        from missions import endpoints
-
-        return endpoints.get(provider) is not None
+        return endpoint(provider) is not None
     return has_key(provider)
 
 
@@ -40,29 +64,26 @@ def build(name: str, *, script: dict[str, Any] | None = None) -> Provider:
         from missions.providers.scripted import ScriptedProvider
 
         return ScriptedProvider(script or {})
-    from missions import keys
-
-    key = keys.get(name) if name in KEYS else None
-    if name in KEYS and name not in KEY_OPTIONAL and key is None:
+    api_key = key(name)
+    if name in KEYS and name not in KEY_OPTIONAL and api_key is None:
         raise AuthenticationFailed(
             f"{KEYS[name]} is not set and no key was saved in the settings: no key for {name}."
         )
     if name == "anthropic":
         from missions.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(api_key=key)
+        return AnthropicProvider(api_key=api_key)
     if name == "openai":
         from missions.providers.openai import OpenAIProvider
 
-        return OpenAIProvider(api_key=key)
+        return OpenAIProvider(api_key=api_key)
     if name == "compatible":
-        from missions import endpoints
         from missions.providers.compatible import CompatibleProvider
 
-        endpoint = endpoints.get(name)
-        if endpoint is None:
+        served = endpoint(name)
+        if served is None:
             raise BadRequest(
                 "The OpenAI-compatible endpoint has no base URL and model: set them in Settings."
             )
-        return CompatibleProvider(base_url=endpoint.base_url, api_key=key)
+        return CompatibleProvider(base_url=served.base_url, api_key=api_key)
     raise ValueError(f"Unknown provider {name!r}; expected {', '.join([*KEYS, 'scripted'])}.")

@@ -12,6 +12,7 @@ from django.utils import timezone
 from kernel.exceptions import KernelError
 from kernel.models import Run
 from missions import keys, schedules
+from missions.cron import parse_cron
 from missions.errors import MissionError
 from missions.launch import create_mission
 from missions.models import Mission, Project, ProviderKey, Schedule
@@ -171,7 +172,7 @@ def test_a_schedule_fires_once_per_matching_minute(
 )
 def test_bad_cron_expressions_are_refused(cron: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        schedules.parse_cron(cron)
+        parse_cron(cron)
 
 
 def test_provider_keys_are_write_only_and_encrypted(monkeypatch: pytest.MonkeyPatch) -> None:
