@@ -49,7 +49,7 @@ from cluster.runner.protocol import (
     parse_profile,
     unavailable,
 )
-from cluster.runner.supervisor import DiskWatch
+from cluster.runner.watch import DiskWatch
 
 QEMU = "qemu-system-x86_64"
 PROXY_ADDRESS = "10.0.2.100:3128"  # QEMU's guestfwd: the egress socket, inside the guest
