@@ -5,7 +5,7 @@ group, private /proc, /dev and /tmp, the worktree read-write at /workspace with 
 read-only, an environment read-only at /env when the profile names one, the run's egress socket
 when it has one, and no network but loopback. The seccomp filter (built by the control plane)
 refuses namespaces, mounts, ptrace and the like; util-linux `prlimit` bounds each process; a
-cgroup bounds the sandbox as a whole where the node has one (`cgroups`); `Supervisor` enforces
+cgroup bounds the sandbox as a whole where the node has one (`cgroups`); `Watcher` enforces
 the wall clock, the output cap, the disk quota and cancellation.
 
 bwrap run by root keeps root's power over root-owned files, so it never is: as root the runner
@@ -29,7 +29,7 @@ from typing import Any
 
 from cluster.runner import cgroups
 from cluster.runner.protocol import Limits, Profile, invalid, unavailable
-from cluster.runner.supervisor import Supervisor, Watch
+from cluster.runner.watch import Watch, Watcher
 
 WORKSPACE = "/workspace"
 ENV = "/env"
@@ -384,11 +384,11 @@ def _execute(
                 workspace=mounts.workdir,
                 disk_bytes=limits.disk_bytes,
             )
-            supervisor = Supervisor(process, info_read, watch, began)
+            watcher = Watcher(process, info_read, watch, began)
             try:
-                outcome = supervisor.run()
+                outcome = watcher.run()
             finally:
-                supervisor.close()
+                watcher.close()
         oom = group.oom_kills() if group is not None else 0
     finally:
         if group is not None:

@@ -15,7 +15,7 @@ import pytest
 from cluster import sandbox
 from cluster.runner import cgroups
 from cluster.runner.cgroups import NEEDED
-from cluster.runner.supervisor import allocated_bytes
+from cluster.runner.watch import allocated_bytes
 from cluster.sandbox import Limits
 from tests.cluster.helpers import marker, processes_with, python, run, sh
 from tests.polling import wait_for

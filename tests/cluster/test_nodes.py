@@ -31,11 +31,11 @@ from cluster import (
     placement,
     sandbox,
     tasks,
-    testhosts,
     transport,
 )
 from cluster.dispatch import StepRef
 from cluster.models import LOCAL, ControlKey, Node, Placement
+from cluster.proving import testhosts
 from cluster.runner import bwrap
 from cluster.sandbox import Limits
 from kernel.models import Event, Run

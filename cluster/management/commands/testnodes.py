@@ -1,6 +1,6 @@
 """`manage.py testnodes` (`make nodes`): three SSH nodes on this machine, registered as
 testnode1..3, until Ctrl-C. Each is a network namespace with its own sshd and runner (see
-`cluster.testhosts`); steps are then placed on them like on real machines. They are disabled
+`cluster.proving.testhosts`); steps are then placed on them like on real machines. They are disabled
 when the command stops. Needs root."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cluster import nodes, testhosts, transport
+from cluster import nodes, transport
 from cluster.models import Node
+from cluster.proving import testhosts
 
 
 class Command(BaseCommand):

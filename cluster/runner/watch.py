@@ -1,6 +1,6 @@
 """Watching one sandboxed command from the host: its output, its clocks, its workspace's size.
 
-`cluster.runner.bwrap` starts the command and hands it to `Supervisor`, which returns an
+`cluster.runner.bwrap` starts the command and hands it to `Watcher`, which returns an
 `Outcome` once the command and everything it started are gone.
 """
 
@@ -32,7 +32,7 @@ DISK_MAX_INTERVAL = 30.0
 
 @dataclass(frozen=True)
 class Watch:
-    """What the supervisor enforces besides the command's own exit."""
+    """What the watcher enforces besides the command's own exit."""
 
     wall_seconds: float
     output_bytes: int
@@ -152,7 +152,7 @@ def allocated_bytes(top: Path, stop_above: int | None = None) -> int:
     return total
 
 
-class Supervisor:
+class Watcher:
     """Pumps stdin and the output of one sandboxed command and decides when to kill it.
 
     The command's stdout and stderr share one pipe, or have one each (`stderr_apart`). The first
