@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
+from huey.contrib.djhuey import db_task
 
 from agentos import audit, tokens
 from agentos.models import AuditEvent
@@ -113,16 +114,14 @@ def _pin(project: Project, setup: str, *, who: Who, change: str) -> Project:
             version=version,
         )
         if setup:
-            from missions import tasks
-
             project_id = project.pk
-            transaction.on_commit(lambda: tasks.build_environment(project_id))
+            transaction.on_commit(lambda: build_environment(project_id))
     project.refresh_from_db()
     return project
 
 
 def build(project_id: int) -> None:
-    """The queued build (`missions.tasks.build_environment`): the project's current environment
+    """The queued build (`build_environment`): the project's current environment
     built on this machine unless it is there, its outcome recorded on the project while the
     project still names that version (a newer save has queued its own build)."""
     project = Project.objects.filter(pk=project_id).first()
@@ -138,6 +137,14 @@ def build(project_id: int) -> None:
         _record(project_id, version, EnvironmentStatus.FAILED, str(error))
         return
     _record(project_id, version, EnvironmentStatus.BUILT, f"{environment.label} is built.")
+
+
+# The huey task lives beside what it runs, not in `missions.tasks`: the engine's harness reads
+# environments here, and the tasks module reaches the launch path through the schedules.
+@db_task()  # type: ignore[untyped-decorator]  # huey ships no hints
+def build_environment(project_id: int) -> None:
+    """Build the project's environment as the owner last pinned it, and record the outcome."""
+    build(project_id)
 
 
 def _record(project_id: int, version: str, status: str, log: str) -> None:

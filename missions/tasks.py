@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from huey import crontab
-from huey.contrib.djhuey import db_periodic_task, db_task
+from huey.contrib.djhuey import db_periodic_task
 
-from missions import environments, schedules
+from missions import schedules
 
 
 @db_periodic_task(crontab(minute="*"))  # type: ignore[untyped-decorator]  # huey ships no hints
@@ -13,8 +13,3 @@ def fire_schedules() -> None:
     """Start the missions of the schedules due this minute."""
     schedules.fire_due()
 
-
-@db_task()  # type: ignore[untyped-decorator]  # huey ships no hints
-def build_environment(project_id: int) -> None:
-    """Build the project's environment as the owner last pinned it, and record the outcome."""
-    environments.build(project_id)
