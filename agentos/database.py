@@ -1,8 +1,9 @@
 """Where the database lives: a `DATABASE_URL`, or PostgreSQL embedded through pgserver.
 
-Settings call `database_url()` once per process. The supervisor of `make run` starts the embedded
-server itself and hands its URL to its children through `DATABASE_URL`, so only one process owns
-the server's lifetime and the children never race to start it.
+Settings call `database_url()` once per process. The process group of `make run`
+(`agentos.processes`) starts the embedded server itself and hands its URL to its children through
+`DATABASE_URL`, so only one process owns the server's lifetime and the children never race to
+start it.
 """
 
 from __future__ import annotations

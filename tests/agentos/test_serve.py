@@ -1,4 +1,4 @@
-"""`manage.py serve` (what `make run` starts): web server and workers under one supervisor."""
+"""`manage.py serve` (what `make run` starts): web server and workers under one process group."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import psutil
 import pytest
 from django.core.management import CommandError, call_command
 
-from agentos import supervisor
-from agentos.supervisor import Child, Supervisor
+from agentos import processes
+from agentos.processes import Child, ProcessGroup
 from tests.live import running_stack
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -33,8 +33,8 @@ class FakeClock:
         return self.now
 
 
-def supervisor_of(*children: Child, clock: FakeClock) -> Supervisor:
-    return Supervisor(
+def group_of(*children: Child, clock: FakeClock) -> ProcessGroup:
+    return ProcessGroup(
         children=list(children), env={}, ready_url="http://127.0.0.1:9/", _clock=clock
     )
 
@@ -42,7 +42,7 @@ def supervisor_of(*children: Child, clock: FakeClock) -> Supervisor:
 def test_it_restarts_a_dead_child_after_a_growing_backoff() -> None:
     clock = FakeClock()
     child = Child("quitter", [sys.executable, "-c", "pass"])
-    tending = supervisor_of(child, clock=clock)
+    tending = group_of(child, clock=clock)
     child.start({}, clock.now)
     assert child.process is not None
     child.process.wait()
@@ -67,8 +67,8 @@ def test_it_restarts_a_dead_child_after_a_growing_backoff() -> None:
 def test_it_resets_the_backoff_of_a_child_that_ran_long(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     child = Child("quitter", [sys.executable, "-c", "pass"], backoff=16.0)
-    tending = supervisor_of(child, clock=clock)
-    child.start({}, clock.now - supervisor.STABLE_AFTER)
+    tending = group_of(child, clock=clock)
+    child.start({}, clock.now - processes.STABLE_AFTER)
     assert child.process is not None
     child.process.wait()
 
@@ -80,10 +80,10 @@ def test_it_resets_the_backoff_of_a_child_that_ran_long(monkeypatch: pytest.Monk
 def test_it_stops_children_and_kills_those_that_ignore_the_signal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(supervisor, "STOP_TIMEOUT", 1.0)
+    monkeypatch.setattr(processes, "STOP_TIMEOUT", 1.0)
     polite = Child("polite", SLEEPER)
     stubborn = Child("stubborn", STUBBORN)
-    tending = supervisor_of(polite, stubborn, clock=FakeClock())
+    tending = group_of(polite, stubborn, clock=FakeClock())
     polite.start({}, 0.0)
     stubborn.process = subprocess.Popen(STUBBORN, stdout=subprocess.PIPE, start_new_session=True)
     assert stubborn.process.stdout is not None
@@ -129,7 +129,7 @@ def test_it_takes_its_children_down_when_killed(tmp_path: Path) -> None:
         stack.process.wait()
         _gone, alive = psutil.wait_procs(children, timeout=20)
 
-    assert alive == [], f"orphans survived their supervisor: {alive}"
+    assert alive == [], f"orphans survived their process group: {alive}"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -144,4 +144,4 @@ def test_it_serves_web_and_workers_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
     assert stack.process.returncode == 0, stack.log()
     assert "agentos owner account created" in stack.log()
     with socket.socket() as probe:
-        assert probe.connect_ex(("127.0.0.1", port)) != 0, "the web server outlived its supervisor"
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, "the web server outlived its group"

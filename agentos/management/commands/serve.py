@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentos import credentials, owner
-from agentos.supervisor import Child, Supervisor
+from agentos.processes import Child, ProcessGroup
 
 
 class Command(BaseCommand):
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         env.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
         python = sys.executable
         manage = str(settings.BASE_DIR / "manage.py")
-        supervisor = Supervisor(
+        processes = ProcessGroup(
             children=[
                 Child(
                     "web",
@@ -88,7 +88,7 @@ class Command(BaseCommand):
                 self.style.SUCCESS(f"agentos is up at {url}  (Ctrl-C stops everything)")
             ),
         )
-        sys.exit(supervisor.run())
+        sys.exit(processes.run())
 
     def _start_demo(self) -> None:
         """While nothing was ever asked of agentos (no mission yet): the demo project and its

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-logger = logging.getLogger("agentos.supervisor")
+logger = logging.getLogger("agentos.processes")
 
 RESTART_BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0  # a child that ran this long is healthy again: its backoff resets
@@ -29,7 +29,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """Runs in the child before exec: a SIGKILLed supervisor must not leave orphans serving."""
+    """Runs in the child before exec: a SIGKILLed parent must not leave orphans serving."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -46,7 +46,7 @@ class Child:
     restarts: int = 0
 
     def start(self, env: dict[str, str], now: float) -> None:
-        # A session of its own: the terminal's Ctrl-C reaches only the supervisor, which then
+        # A session of its own: the terminal's Ctrl-C reaches only this process, which then
         # stops the children in order instead of them racing to exit.
         self.process = subprocess.Popen(
             self.argv, env=env, start_new_session=True, preexec_fn=_die_with_parent
@@ -59,7 +59,7 @@ class Child:
 
 
 @dataclass
-class Supervisor:
+class ProcessGroup:
     children: list[Child]
     env: dict[str, str]
     ready_url: str
