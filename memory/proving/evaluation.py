@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from memory import embeddings, search, store
 from memory.proving.evalsets import Conversation, Dataset, Document, Question, slug
 
 HIT_TARGET = 0.75  # hit@10, at least
@@ -278,12 +279,9 @@ class Memory(Protocol):
 
 
 class StoreMemory:
-    """memory.store, memory.search and memory.embeddings. Imported on first use: the rest of
-    this module loads without the database."""
+    """memory.store, memory.search and memory.embeddings."""
 
     def write(self, scope: str, notes: Sequence[Note], *, message: str) -> list[str]:
-        from memory import store
-
         drafts = [
             store.Draft(title=note.title, body=note.body, type=NOTE_TYPE, valid_from=note.time)
             for note in notes
@@ -291,19 +289,13 @@ class StoreMemory:
         return store.write(scope, drafts, author=AUTHOR, message=message)
 
     def holds(self, scope: str, note: Note) -> bool:
-        from memory import store
-
         draft = store.Draft(title=note.title, body=note.body, type=NOTE_TYPE, valid_from=note.time)
         return store.holds(scope, draft, author=AUTHOR)
 
     def embed_pending(self, scope: str) -> int:
-        from memory import embeddings
-
         return embeddings.embed_pending(scope)
 
     def search(self, query: str, scope: str, k: int) -> list[str]:
-        from memory import search
-
         return [hit.path for hit in search.search(query, scopes=[scope], k=k)]
 
 
