@@ -6,6 +6,7 @@ class MemoryConfig(AppConfig):
     verbose_name = "Memory"
 
     def ready(self) -> None:
+        # Here, not at the top: memory.tools imports the models, which need the app registry.
         from memory.tools import MEMORY_TOOLS
         from tools import registry
 

@@ -98,7 +98,7 @@ def _fill(note_ids: list[int] | None) -> int:
 
 def schedule() -> None:
     """Vectors for the notes just written, on the worker pool (after the write commits)."""
-    from memory.tasks import embed_pending_notes
+    from memory.tasks import embed_pending_notes  # here: memory.tasks imports this module
 
     embed_pending_notes()
 

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentos import scrubber
-from memory import notes, repository
+from memory import embeddings, notes, repository
 from memory.models import Note, Scope
 from memory.notes import NoteError
 
@@ -258,8 +258,6 @@ def reindex(scope: str) -> int:
         row.head = ""
         _catch_up(row)
         row.save()
-    from memory import embeddings
-
     embeddings.fill_from_cache(scope)
     return Note.objects.filter(scope=row).count()
 
@@ -460,8 +458,6 @@ def _message(
 
 
 def _embed_later() -> None:
-    from memory import embeddings
-
     transaction.on_commit(embeddings.schedule)
 
 

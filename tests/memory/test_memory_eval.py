@@ -12,9 +12,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from memory import devset, evalsets, evaluation
-from memory.evalsets import DatasetError, Document
-from memory.evaluation import Note
+from memory.proving import devset, evalsets, evaluation
+from memory.proving.evalsets import DatasetError, Document
+from memory.proving.evaluation import Note
 
 DEV_SET = Path(__file__).resolve().parent.parent / "data" / "memory_dev.json"
 LAST_LINE = re.compile(

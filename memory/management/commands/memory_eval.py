@@ -2,7 +2,7 @@
 
 Per-category hit@k and MRR next to a grep baseline on the same notes, then the last line
 `memory hit@10=… mrr=… p95_ms=… notes=… grep_hit@10=…`. A missed target is reported, not an
-error: only a file that cannot be evaluated exits non-zero. See memory/evaluation.py.
+error: only a file that cannot be evaluated exits non-zero. See memory/proving/evaluation.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernel import bench
-from memory import evalsets, evaluation
+from kernel.proving import bench
+from memory.proving import evalsets, evaluation
 
 
 class Command(BaseCommand):

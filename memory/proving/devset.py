@@ -1,7 +1,8 @@
 """The memory evaluation's development sets: synthetic long-running chats, in the LoCoMo style.
 
-`python -m memory.devset` regenerates `tests/data/memory_dev.json` (small, run by `make test`) and
-`tests/data/memory_dev_large.json` (`make bench-memory`); the same seed gives the same bytes.
+`python -m memory.proving.devset` regenerates `tests/data/memory_dev.json` (small, run by
+`make test`) and `tests/data/memory_dev_large.json` (`make bench-memory`); the same seed gives the
+same bytes.
 
 A conversation is two friends chatting over a year or so; each message is a document
 (`"Name: text"`, timed by its session). Facts come from stories (a job change, a move, a
@@ -18,7 +19,7 @@ Every question lists every message that answers it (a later message that restate
 evidence too) and carries its `answer` for the reader; replies and small talk around the facts
 share their words without answering. Nothing here knows how the search works.
 
-Pure Python, no Django: the evaluation's loader (memory/evaluation.py) reads what this writes.
+Pure Python, no Django: the evaluation's loader (memory/proving/evalsets.py) reads what this writes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 SEED = 20240611
-OUTPUT = Path(__file__).resolve().parent.parent / "tests" / "data"
+OUTPUT = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 
 @dataclass(frozen=True)

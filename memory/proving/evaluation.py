@@ -1,5 +1,5 @@
-"""The memory evaluation: a question set (memory/evalsets.py) asked of `memory_search`, next to
-a grep.
+"""The memory evaluation: a question set (memory/proving/evalsets.py) asked of `memory_search`,
+next to a grep.
 
 Each conversation of the set becomes its own scope, `eval/<name>-<digest>/<conversation>`
 (`<name>-<digest>-pad<N>` with padding), its documents are written through `store.write` with
@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from memory.evalsets import Conversation, Dataset, Document, slug
+from memory import embeddings, search, store
+from memory.proving.evalsets import Conversation, Dataset, Document, Question, slug
 
 HIT_TARGET = 0.75  # hit@10, at least
 MRR_TARGET = 0.52  # at least
@@ -278,12 +279,9 @@ class Memory(Protocol):
 
 
 class StoreMemory:
-    """memory.store, memory.search and memory.embeddings. Imported on first use: the rest of
-    this module loads without the database."""
+    """memory.store, memory.search and memory.embeddings."""
 
     def write(self, scope: str, notes: Sequence[Note], *, message: str) -> list[str]:
-        from memory import store
-
         drafts = [
             store.Draft(title=note.title, body=note.body, type=NOTE_TYPE, valid_from=note.time)
             for note in notes
@@ -291,19 +289,13 @@ class StoreMemory:
         return store.write(scope, drafts, author=AUTHOR, message=message)
 
     def holds(self, scope: str, note: Note) -> bool:
-        from memory import store
-
         draft = store.Draft(title=note.title, body=note.body, type=NOTE_TYPE, valid_from=note.time)
         return store.holds(scope, draft, author=AUTHOR)
 
     def embed_pending(self, scope: str) -> int:
-        from memory import embeddings
-
         return embeddings.embed_pending(scope)
 
     def search(self, query: str, scope: str, k: int) -> list[str]:
-        from memory import search
-
         return [hit.path for hit in search.search(query, scopes=[scope], k=k)]
 
 
@@ -406,10 +398,49 @@ def run(
     """
     scope_of = scopes(dataset, pad_to=pad_to)
     say(f"scopes {next(iter(scope_of.values())).rsplit('/', 1)[0]}/…")
-    # scope → note path → document ids (two documents saying the same at the same time are one
-    # note: the store does not add a note twice)
-    documents_at: dict[str, dict[str, set[str]]] = {}
-    corpus: dict[str, list[Document]] = {}  # what each scope holds, for the grep
+    held = write_conversations(dataset, memory, scope_of)
+
+    padded = padded_conversation(dataset) if pad_to else None
+    padded_scope = None
+    if padded is not None:
+        padded_scope = scope_of[padded.id]
+        extra = padding(dataset, padded, max(0, pad_to - len(padded.documents)))
+        write_padding(dataset, memory, padded_scope, extra, say=say)
+        held.corpus[padded_scope].extend(extra)
+
+    started = time.perf_counter()
+    embedded = sum(memory.embed_pending(scope) for scope in scope_of.values())
+    say(f"{embedded:,} embeddings computed in {time.perf_counter() - started:.0f} s")
+
+    # Untimed: the model loads on the first query; warm the scope whose latency counts.
+    warm = padded or dataset.conversations[0]
+    memory.search(dataset.name, scope_of[warm.id], k)
+
+    asked = ask_all(dataset, memory, scope_of, held, k=k, padded_scope=padded_scope)
+    return Report(
+        name=dataset.name,
+        k=k,
+        memory=asked.memory,
+        grep=asked.grep,
+        latencies_ms=asked.latencies_ms,
+        notes=max(len(documents) for documents in held.corpus.values()),
+        padded=asked.padded if padded is not None else None,
+    )
+
+
+@dataclass
+class Held:
+    """What the scopes hold once written, per scope: note path → the ids of the documents it
+    stands for (two documents saying the same at the same time are one note: the store does not
+    add a note twice), and the documents themselves, for the grep."""
+
+    documents_at: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    corpus: dict[str, list[Document]] = field(default_factory=dict)
+
+
+def write_conversations(dataset: Dataset, memory: Memory, scope_of: dict[str, str]) -> Held:
+    """Each conversation's documents into its scope, in one write."""
+    held = Held()
     for conversation in dataset.conversations:
         scope = scope_of[conversation.id]
         paths = memory.write(
@@ -417,81 +448,102 @@ def run(
             [note_of(document) for document in conversation.documents],
             message=f"Evaluation {dataset.name}: conversation {conversation.id}",
         )
-        at = documents_at[scope] = {}
+        at = held.documents_at[scope] = {}
         for path, document in zip(paths, conversation.documents, strict=True):
             at.setdefault(path, set()).add(document.id)
-        corpus[scope] = list(conversation.documents)
+        held.corpus[scope] = list(conversation.documents)
+    return held
 
-    padded = padded_conversation(dataset) if pad_to else None
-    if padded is not None:
-        scope = scope_of[padded.id]
-        extra = padding(dataset, padded, max(0, pad_to - len(padded.documents)))
-        started = time.perf_counter()
-        written = 0
-        for first in range(0, len(extra), PAD_BATCH):
-            batch = [note_of(document) for document in extra[first : first + PAD_BATCH]]
-            # A batch is one commit, written in order: its last note in the scope means all of
-            # it is, so a rerun checks one note per batch instead of writing them all again.
-            if memory.holds(scope, batch[-1]):
-                continue
-            memory.write(
-                scope,
-                batch,
-                message=f"Evaluation {dataset.name}: padding {first + 1}-{first + len(batch)}",
-            )
-            written += len(batch)
-            say(f"padding {scope}: {first + len(batch):,} of {len(extra):,} notes written")
-        say(
-            f"padding: {written:,} notes written, {len(extra) - written:,} already there,"
-            f" in {time.perf_counter() - started:.0f} s"
-        )
-        corpus[scope].extend(extra)
 
+def write_padding(
+    dataset: Dataset, memory: Memory, scope: str, extra: Sequence[Document], *, say: Say
+) -> None:
+    """The padding into its scope, PAD_BATCH notes per write, skipping batches already there."""
     started = time.perf_counter()
-    embedded = sum(memory.embed_pending(scope) for scope in scope_of.values())
-    say(f"{embedded:,} embeddings computed in {time.perf_counter() - started:.0f} s")
+    written = 0
+    for first in range(0, len(extra), PAD_BATCH):
+        batch = [note_of(document) for document in extra[first : first + PAD_BATCH]]
+        # A batch is one commit, written in order: its last note in the scope means all of it
+        # is, so a rerun checks one note per batch instead of writing them all again.
+        if memory.holds(scope, batch[-1]):
+            continue
+        memory.write(
+            scope,
+            batch,
+            message=f"Evaluation {dataset.name}: padding {first + 1}-{first + len(batch)}",
+        )
+        written += len(batch)
+        say(f"padding {scope}: {first + len(batch):,} of {len(extra):,} notes written")
+    say(
+        f"padding: {written:,} notes written, {len(extra) - written:,} already there,"
+        f" in {time.perf_counter() - started:.0f} s"
+    )
 
-    padded_scope = scope_of[padded.id] if padded is not None else None
-    # Untimed: the model loads on the first query; warm the scope whose latency counts.
-    warm = padded or dataset.conversations[0]
-    memory.search(dataset.name, scope_of[warm.id], k)
 
-    scores, grep_scores, padded_scores = Scores(), Scores(), Scores()
-    latencies: list[float] = []
+@dataclass
+class Asked:
+    """The scores so far, of memory, of the grep and of the padded scope's own questions, and
+    the timed searches' latencies."""
+
+    memory: Scores = field(default_factory=Scores)
+    grep: Scores = field(default_factory=Scores)
+    padded: Scores = field(default_factory=Scores)
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+def ask_all(
+    dataset: Dataset,
+    memory: Memory,
+    scope_of: dict[str, str],
+    held: Held,
+    *,
+    k: int,
+    padded_scope: str | None,
+) -> Asked:
+    """Every question in its own scope, then, with a padded scope, every other conversation's
+    questions again in it, timed but not scored: enough latency samples at scale."""
+    asked = Asked()
     for conversation in dataset.conversations:
         scope = scope_of[conversation.id]
         for question in conversation.questions:
-            started = time.perf_counter()
-            paths = memory.search(question.text, scope, k)
-            elapsed = time.perf_counter() - started
-            if padded_scope is None or scope == padded_scope:
-                latencies.append(elapsed * 1e3)
-            rank = first_relevant_rank(
-                [documents_at[scope].get(path, set()) for path in paths], question.evidence, k
-            )
-            scores.add(question.category, rank)
-            if scope == padded_scope:
-                padded_scores.add(question.category, rank)
-            grep_ranked = grep(question.text, corpus[scope], k)
-            grep_scores.add(
-                question.category, first_relevant_rank(grep_ranked, question.evidence, k)
-            )
+            ask(question, scope, memory, held, asked, k=k, padded_scope=padded_scope)
     if padded_scope is not None:
         for conversation in dataset.conversations:
-            if scope_of[conversation.id] == padded_scope:
-                continue
-            for question in conversation.questions:
-                started = time.perf_counter()
-                memory.search(question.text, padded_scope, k)
-                latencies.append((time.perf_counter() - started) * 1e3)
+            if scope_of[conversation.id] != padded_scope:
+                asked.latencies_ms.extend(
+                    timed_search(memory, question.text, padded_scope, k)[1]
+                    for question in conversation.questions
+                )
+    return asked
 
-    largest = max(len(documents) for documents in corpus.values())
-    return Report(
-        name=dataset.name,
-        k=k,
-        memory=scores,
-        grep=grep_scores,
-        latencies_ms=latencies,
-        notes=largest,
-        padded=padded_scores if padded is not None else None,
+
+def ask(
+    question: Question,
+    scope: str,
+    memory: Memory,
+    held: Held,
+    asked: Asked,
+    *,
+    k: int,
+    padded_scope: str | None,
+) -> None:
+    """One question, of memory and of the grep, in its conversation's scope. Its search is timed
+    when no scope is padded, or when this is the padded one: the latency target is at scale."""
+    paths, elapsed_ms = timed_search(memory, question.text, scope, k)
+    if padded_scope is None or scope == padded_scope:
+        asked.latencies_ms.append(elapsed_ms)
+    rank = first_relevant_rank(
+        [held.documents_at[scope].get(path, set()) for path in paths], question.evidence, k
     )
+    asked.memory.add(question.category, rank)
+    if scope == padded_scope:
+        asked.padded.add(question.category, rank)
+    grep_ranked = grep(question.text, held.corpus[scope], k)
+    asked.grep.add(question.category, first_relevant_rank(grep_ranked, question.evidence, k))
+
+
+def timed_search(memory: Memory, query: str, scope: str, k: int) -> tuple[list[str], float]:
+    """The search's paths, and its time in ms: `perf_counter` around the call only."""
+    started = time.perf_counter()
+    paths = memory.search(query, scope, k)
+    return paths, (time.perf_counter() - started) * 1e3
