@@ -11,9 +11,9 @@ worktree in the sandbox) whose worker processes SIGKILL themselves at crash poin
   old journal compatible resumes it; never is it left unclaimed;
 - `node_runner_case`: shell steps on three SSH nodes whose runners are SIGKILLed mid-step: each
   step is placed again elsewhere once its first attempt's writes are undone, applied once;
-- `supervisor_case`: the supervisor scenario (`missions.scenarios`: readers, writers merged, a
-  definition of done) killed at every step of its supervisor and inside its children ends as
-  its crash-free twin did: no child spawned or run twice, no merge doubled.
+- `supervisor_case`: the supervisor scenario (`missions.proving.scenarios`: readers, writers
+  merged, a definition of done) killed at every step of its supervisor and inside its children
+  ends as its crash-free twin did: no child spawned or run twice, no merge doubled.
 
 They live above the kernel (they start missions and read worktrees, which the kernel must not
 import); `manage.py chaos` finds them through `settings.CHAOS_CASES` and adds their kills and
@@ -48,9 +48,10 @@ from django.db import connection
 
 from agentos import database, vault
 from kernel import programs, runs
-from kernel.chaos import Report
 from kernel.models import Effect, Event, Run, RunStatus, Step, StepKind
-from missions import demo, launch, projects, scenarios
+from kernel.proving.chaos import Report
+from missions import demo, launch, projects
+from missions.proving import scenarios
 from tools import checkpoints, workspace
 
 APPEND = "echo appended >> log.txt; wc -l < log.txt"
@@ -367,7 +368,7 @@ def fork_case(*, say: Callable[[str], None] = print) -> Report:
 # <kernel_worker options>` (the engine version is code, not configuration: only a process of its
 # own can run another one).
 DEPLOYMENT = (
-    "import sys, django; django.setup(); from missions import chaos;"
+    "import sys, django; django.setup(); from missions.proving import chaos;"
     " chaos.deployment_worker(sys.argv[1:])"
 )
 
@@ -444,10 +445,10 @@ MISSION_SECONDS = 180.0  # the whole scenario, from a worker's start to the miss
 
 
 def supervisor_case(*, say: Callable[[str], None] = print, quick: bool = False) -> Report:
-    """The supervisor scenario (`missions.scenarios`: a ledger plan, three readers, two writers
-    merged, the tests and an evaluator as the definition of done), its workers SIGKILLed at
-    every step boundary of the supervisor and at a few inside its children (`quick`: a handful,
-    over the spawns, the joins, the merges and the verdicts).
+    """The supervisor scenario (`missions.proving.scenarios`: a ledger plan, three readers, two
+    writers merged, the tests and an evaluator as the definition of done), its workers SIGKILLed
+    at every step boundary of the supervisor and at a few inside its children (`quick`: a
+    handful, over the spawns, the joins, the merges and the verdicts).
 
     1. A crash-free twin ends `done`: its journal gives the seqs to aim at, its facts the end
        every killed mission must reach.
@@ -638,8 +639,9 @@ def node_runner_case(*, say: Callable[[str], None] = print, quick: bool = False)
     step's checkpoint. Its node, marked lost, is asked again and rejoins.
     Checked: the run ends done, every append is in the log exactly once, each killed step has one
     lost attempt and one done, and every step is answered by a node."""
-    from cluster import nodes, testhosts
+    from cluster import nodes
     from cluster.models import Node, Placement
+    from cluster.proving import testhosts
 
     wanted = 2 if quick else 12
     # Names of their own: the nodes stay registered (disabled) with the placements they took.
