@@ -2,8 +2,8 @@
 out three readers and two writers, merges the writers' work and is held to its definition of
 done by command oracles and a clean-context evaluator — on the offline scripted model, on a
 small repository made for it. The tests (tests/missions/test_supervisor.py) and the chaos case
-(`missions.proving.chaos.supervisor_case`) play the same scenario and read the same facts of
-it.
+(`missions.proving.chaos_supervisor.supervisor_case`) play the same scenario and read the same
+facts of it.
 
 The repository, `shop`: two functions in two files, each with a bug its own test catches
 (`prices.total` drops the first price, `text.shout` lower-cases). The supervisor:

@@ -14,13 +14,9 @@ import pytest
 from kernel.proving import chaos
 from kernel.proving.chaos import QUICK_MATRIX, Report
 from kernel.proving.harness import run_chaos
-from missions.proving.chaos import (
-    engine_bump_case,
-    fork_case,
-    node_runner_case,
-    shell_append_case,
-    supervisor_case,
-)
+from missions.proving.chaos_nodes import node_runner_case
+from missions.proving.chaos_runs import engine_bump_case, fork_case, shell_append_case
+from missions.proving.chaos_supervisor import supervisor_case
 
 pytestmark = [
     pytest.mark.chaos,
