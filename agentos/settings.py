@@ -265,11 +265,11 @@ KERNEL_POLL_SECONDS = float(env_int("AGENTOS_KERNEL_POLL_SECONDS", 5, minimum=1)
 KERNEL_RUNS_PER_WORKER = env_int("AGENTOS_RUNS_PER_WORKER", 16, minimum=1)
 # `manage.py chaos`'s cases from the apps above the kernel, which it must not import by name.
 CHAOS_CASES = [
-    "missions.chaos.shell_append_case",
-    "missions.chaos.fork_case",
-    "missions.chaos.engine_bump_case",
-    "missions.chaos.node_runner_case",
-    "missions.chaos.supervisor_case",
+    "missions.proving.chaos_runs.shell_append_case",
+    "missions.proving.chaos_runs.fork_case",
+    "missions.proving.chaos_runs.engine_bump_case",
+    "missions.proving.chaos_nodes.node_runner_case",
+    "missions.proving.chaos_supervisor.supervisor_case",
 ]
 
 # --- Egress: the sandboxes' only way out (cluster.egress) ----------------------------------------

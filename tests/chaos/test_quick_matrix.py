@@ -1,26 +1,22 @@
 """The quick chaos matrix: crash points by workflow steps, real worker processes, SIGKILL; and
-the workspace cases (`missions.chaos`, the ones `make chaos` runs from `settings.CHAOS_CASES`),
+the workspace cases (`missions.proving`, the ones `make chaos` runs from `settings.CHAOS_CASES`),
 each on its own: coding runs in real worktrees whose workers SIGKILL themselves at crash points
 in their quick forms (`make chaos` runs each in full). The takeover case is
 tests/chaos/test_takeover.py.
 
-Every wait inside a workspace case has its deadline (`missions.chaos.RUN_SECONDS`,
+Every wait inside a workspace case has its deadline (`missions.proving.chaos.RUN_SECONDS`,
 `PARK_SECONDS`): a case that cannot go on reports a violation instead of hanging."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernel import chaos
-from kernel.chaos import QUICK_MATRIX, Report
-from kernel.chaos_harness import run_chaos
-from missions.chaos import (
-    engine_bump_case,
-    fork_case,
-    node_runner_case,
-    shell_append_case,
-    supervisor_case,
-)
+from kernel.proving import chaos
+from kernel.proving.chaos import QUICK_MATRIX, Report
+from kernel.proving.harness import run_chaos
+from missions.proving.chaos_nodes import node_runner_case
+from missions.proving.chaos_runs import engine_bump_case, fork_case, shell_append_case
+from missions.proving.chaos_supervisor import supervisor_case
 
 pytestmark = [
     pytest.mark.chaos,

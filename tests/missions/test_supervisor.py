@@ -1,5 +1,5 @@
-"""The supervisor scenario (`missions.scenarios`), end to end: a mission created with criteria
-whose supervisor plans in the ledger, fans out three readers and two writers, merges the
+"""The supervisor scenario (`missions.proving.scenarios`), end to end: a mission created with
+criteria whose supervisor plans in the ledger, fans out three readers and two writers, merges the
 writers' work and ends `done` once the tests pass in the sandbox and the evaluator agrees —
 or `partial`, with what is missing, when a criterion fails. Real worker, real sandboxes, a real
 repository, the scripted model."""
@@ -16,8 +16,8 @@ import pytest
 
 from kernel.models import Run, Step, StepKind
 from kernel.worker import Worker
-from missions import scenarios
 from missions.models import PlanItem, Project
+from missions.proving import scenarios
 from tools import workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from missions.engine import bench
+from missions.proving import bench
 
 
 class Command(BaseCommand):

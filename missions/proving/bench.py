@@ -3,7 +3,8 @@
 The workload (docs/design.md §20): one `agent` run on the instant scripted model, one `noop` tool
 call per turn, 200 turns (the last one answers).
 A turn is two journaled steps (the model call, then the tool call), so its floor is two floor
-steps of `kernel.bench`, measured in the same run, alternating with the engine over the rounds.
+steps of `kernel.proving.bench`, measured in the same run, alternating with the engine over the
+rounds.
 
 Two figures:
 
@@ -31,9 +32,9 @@ from typing import Any
 
 from django.conf import settings
 
-from kernel import bench as kernel_bench
 from kernel import runs
 from kernel.models import Run, RunStatus, Step, StepKind
+from kernel.proving import bench as kernel_bench
 from kernel.worker import Worker
 from missions.models import Mission, Project
 

@@ -2,7 +2,8 @@
 out three readers and two writers, merges the writers' work and is held to its definition of
 done by command oracles and a clean-context evaluator — on the offline scripted model, on a
 small repository made for it. The tests (tests/missions/test_supervisor.py) and the chaos case
-(`missions.chaos.supervisor_case`) play the same scenario and read the same facts of it.
+(`missions.proving.chaos_supervisor.supervisor_case`) play the same scenario and read the same
+facts of it.
 
 The repository, `shop`: two functions in two files, each with a bug its own test catches
 (`prices.total` drops the first price, `text.shout` lower-cases). The supervisor:
@@ -32,11 +33,13 @@ from typing import Any
 
 from django.db.models import Sum
 
+from cluster.sandbox import for_level
 from kernel.models import Run, Step, StepKind
 from missions import launch
 from missions.ledger import contract_name
 from missions.models import Mission, Project
 from tools import workspace
+from tools.git import INSIDE
 
 ROUTES = {"executor": {"provider": "scripted", "model": "scripted"}}
 TESTS = "python3 -m unittest -q 2>&1"
@@ -336,9 +339,6 @@ def _entries(result: Any) -> list[dict[str, Any]]:
 
 def git(run: Run, *args: str) -> str:
     """git's output on `run`'s worktree, run inside its sandbox (the tree is the agent's)."""
-    from cluster.sandbox import for_level
-    from tools.git import INSIDE
-
     done = for_level(1).run(
         ["git", *INSIDE, *args], workdir=Path(run.workspace), run_id=run.pk, stderr_apart=True
     )
