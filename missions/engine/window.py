@@ -10,6 +10,7 @@ provider's own count.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass, replace
 from typing import Any
@@ -180,44 +181,12 @@ class Window:
         summary.
         """
         ctx, provider, spec, conversation = self.ctx, self.provider, self.spec, self.conversation
-
-        def summarise(call: StepCall) -> Done:
-            # Old tool results are cleared from what the summariser reads (already done on our
-            # side, unless the provider clears them on its own and our thread is whole).
-            items = copy.deepcopy(conversation.items)
-            relief.clear_old_tool_results(items)
-            transcript = Conversation(
-                provider=provider.name,
-                system=relief.COMPACTION_SYSTEM
-                + (f"\n{framing.DATA_RULE}" if spec.data_framing else ""),
-                items=[provider.user_message(json.dumps(items, ensure_ascii=False))],
-                turn=turn,
-            )
-            # Not interruptible: the thread is being folded, the owner's message waits for the
-            # next turn; a stop still ends it at once.
-            done = model_call.call(
-                provider,
-                transcript,
-                [],
-                replace(self.options, purpose="compaction"),
-                spec,
-                call,
-                interruptible=False,
-            )
-            # Rehydration: the working files are re-read now and recorded with the summary, so a
-            # replay rebuilds the same context even if the files changed since.
-            found = relief.rehydrate(ctx.run.workspace, run_id=ctx.run_id)
-            return Done(
-                {"narrative": done.result["text"], "usage": done.result["usage"], **found},
-                done.cost,
-            )
-
         result = ctx.step(
             StepKind.COMPACTION,
             effect=Effect.MODEL_CALL,
             name=spec.model,
             request={"turn": turn, "compaction": self.compactions},
-            execute=summarise,
+            execute=functools.partial(self._summarise, conversation, turn),
         )
         # A user message, never the system prompt: the re-read files in it are data.
         summary = relief.summary_message(
@@ -225,14 +194,49 @@ class Window:
             result["narrative"],
             compactions=self.compactions,
             files=result.get("files", {}),
-            from_repository=result.get("from_repository"),  # absent from older journals: the
-            # agent's. What the compaction step holds is as trusted as the kernel records it.
+            # Absent from older journals: the agent's. What the compaction step holds is as
+            # trusted as the kernel records it (the model's).
+            from_repository=result.get("from_repository"),
             trust=framing.trust_of(ctx.records[ctx.seq]) if spec.data_framing else None,
         )
         items = [provider.user_message(summary)]
         give_memory(provider, items, spec)  # as the run began: the summary replaces the thread
         return Conversation(
             provider=provider.name, system=conversation.system, items=items, turn=turn
+        )
+
+    def _summarise(self, conversation: Conversation, turn: int, call: StepCall) -> Done:
+        """The compaction step's work: the model's narrative of the thread, and the working files
+        re-read."""
+        ctx, provider, spec = self.ctx, self.provider, self.spec
+        # Old tool results are cleared from what the summariser reads (already done on our
+        # side, unless the provider clears them on its own and our thread is whole).
+        items = copy.deepcopy(conversation.items)
+        relief.clear_old_tool_results(items)
+        transcript = Conversation(
+            provider=provider.name,
+            system=relief.COMPACTION_SYSTEM
+            + (f"\n{framing.DATA_RULE}" if spec.data_framing else ""),
+            items=[provider.user_message(json.dumps(items, ensure_ascii=False))],
+            turn=turn,
+        )
+        # Not interruptible: the thread is being folded, the owner's message waits for the
+        # next turn; a stop still ends it at once.
+        done = model_call.call(
+            provider,
+            transcript,
+            [],
+            replace(self.options, purpose="compaction"),
+            spec,
+            call,
+            interruptible=False,
+        )
+        # Rehydration: the working files are re-read now and recorded with the summary, so a
+        # replay rebuilds the same context even if the files changed since.
+        found = relief.rehydrate(ctx.run.workspace, run_id=ctx.run_id)
+        return Done(
+            {"narrative": done.result["text"], "usage": done.result["usage"], **found},
+            done.cost,
         )
 
 
