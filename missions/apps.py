@@ -19,12 +19,12 @@ class MissionsConfig(AppConfig):
 
         registry.register(START_MISSION)
         # Sub-agents: the `delegate` tool, and the stop hook holding a child to its envelope.
-        from missions import delegation
+        from missions import delegation, envelopes
         from missions.engine.spec import STOP_HOOKS
 
         registry.register(delegation.DELEGATE)
         registry.register(delegation.CONSULT)
-        STOP_HOOKS[delegation.HOOK] = delegation.envelope_hook
+        STOP_HOOKS[envelopes.HOOK] = envelopes.envelope_hook
         from missions.ledger import LEDGER_TOOLS
 
         for tool in LEDGER_TOOLS:

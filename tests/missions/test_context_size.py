@@ -14,7 +14,7 @@ from kernel import runs
 from kernel.models import Run, Step
 from kernel.worker import Worker
 from missions.engine import relief
-from missions.engine.loop import _model_facts
+from missions.engine.window import model_facts
 from missions.models import ModelInfo
 from tests.kernel.factories import make_mission
 from tests.providers.anthropic_wire import error_body, message_start, reply, text, tool_use
@@ -191,5 +191,5 @@ def test_it_leaves_tool_result_clearing_to_a_provider_that_does_it_server_side(
 
 def test_it_still_reads_a_window_checkpoint_recorded_as_a_bare_number() -> None:
     # Runs recorded before the checkpoint said more than the window resume as they ran.
-    assert _model_facts(180_000) == (180_000, False)
-    assert _model_facts({"window": 5000, "server_clearing": True}) == (5000, True)
+    assert model_facts(180_000) == (180_000, False)
+    assert model_facts({"window": 5000, "server_clearing": True}) == (5000, True)

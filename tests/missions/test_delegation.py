@@ -17,7 +17,7 @@ from django.db.models import Sum
 from kernel import budgets, crashpoints, runs, scheduler
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
-from missions import delegation, demo
+from missions import contracts, delegation, demo, envelopes
 from missions.engine.spec import STOP_HOOK_PREFIX, Spec
 from missions.models import Mission, Project
 from missions.providers import scripted
@@ -548,7 +548,7 @@ def test_children_beyond_the_mission_s_concurrency_wait_in_the_queue() -> None:
 
 def test_the_envelope_hook_accepts_only_a_valid_envelope() -> None:
     contract = {"output_schema": SCHEMA}
-    hook = delegation.envelope_hook
+    hook = envelopes.envelope_hook
 
     assert hook(json.dumps(envelope(3)), {"contract": contract}) is None
     assert (
@@ -583,7 +583,7 @@ def test_a_child_fails_over_to_the_other_provider_only_when_its_own_cannot_be_ca
     mission = make_mission()
     problems: list[str] = []
 
-    route, failover = delegation._route(parent, mission, "evaluator", {}, problems)
+    route, failover = contracts._route(parent, mission, "evaluator", {}, problems)
 
     assert (route.provider, route.model) == ("anthropic", "claude-opus-5-5")
     assert failover == {
@@ -591,10 +591,10 @@ def test_a_child_fails_over_to_the_other_provider_only_when_its_own_cannot_be_ca
         "to": {"provider": "anthropic", "model": "claude-opus-5-5"},
         "reason": "openai cannot be called (no key or endpoint)",
     }
-    route, failover = delegation._route(parent, mission, "planner", {}, problems)
+    route, failover = contracts._route(parent, mission, "planner", {}, problems)
     assert (route.provider, route.model, failover) == ("anthropic", "claude-fable-5-2", None)
     monkeypatch.delenv("ANTHROPIC_API_KEY")
-    delegation._route(parent, mission, "planner", {}, problems)
+    contracts._route(parent, mission, "planner", {}, problems)
     assert problems == [
         "role planner is routed to anthropic (claude-fable-5-2), which cannot be called (no key"
         " or endpoint), and no other provider can take it over"
