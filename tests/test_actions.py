@@ -63,6 +63,13 @@ class Action:
     setup: Callable[[World], None] = lambda world: None
 
 
+def command(*args: str) -> Callable[[World], None]:
+    def call(world: World) -> None:
+        call_command(*args)
+
+    return call
+
+
 def _approval(world: World) -> Any:
     mission = Mission.objects.create(project=world.project, goal="Deploy.")
     return make_approval(mission=mission)
@@ -137,7 +144,7 @@ ACTIONS: dict[str, Action] = {
             ),
             "api": lambda world: world.call(world.api.delete("/settings/provider-keys/openai")),
         },
-        setup=lambda world: None if keys.put("openai", KEY) else None,
+        setup=lambda world: world.ids.update(key=keys.put("openai", KEY).pk),
     ),
     "set_endpoint": Action(
         AuditEvent.Kind.PROVIDER_CHANGED,
@@ -166,7 +173,7 @@ ACTIONS: dict[str, Action] = {
             ),
             "api": lambda world: world.call(world.api.delete("/settings/compatible-endpoint")),
         },
-        setup=lambda world: None if endpoints.put(base_url=URL, model="qwen") else None,
+        setup=lambda world: world.ids.update(endpoint=endpoints.put(base_url=URL, model="qwen").pk),
     ),
     "set_global_caps": Action(
         AuditEvent.Kind.POLICY_CHANGED,
@@ -234,7 +241,11 @@ ACTIONS: dict[str, Action] = {
             ),
             "admin bulk action": lambda world: world.post(
                 reverse("admin:tools_permissionrule_changelist"),
-                {"action": "delete_selected", "_selected_action": [world.ids["rule"]], "post": "yes"},
+                {
+                    "action": "delete_selected",
+                    "_selected_action": [world.ids["rule"]],
+                    "post": "yes",
+                },
             ),
         },
         setup=_rule,
@@ -249,7 +260,7 @@ ACTIONS: dict[str, Action] = {
             "api": lambda world: world.session_api(
                 "/tokens", {"name": "deploy script", "scopes": ["read"], "days": 30}
             ),
-            "command": lambda world: call_command(
+            "command": command(
                 "create_api_token", "--name", "deploy script", "--scope", "read", "--days", "30"
             ),
         },
@@ -273,7 +284,7 @@ ACTIONS: dict[str, Action] = {
         {
             "console": lambda world: world.post("/stop-everything/", {"confirm": "yes"}),
             "api": lambda world: world.call(world.api.post("/stop-everything", {"confirm": True})),
-            "command": lambda world: call_command("kill_switch", "--yes"),
+            "command": command("kill_switch", "--yes"),
         },
         setup=_schedule,
     ),
