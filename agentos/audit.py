@@ -33,9 +33,7 @@ class Actor:
 
     @classmethod
     def of(cls, request: HttpRequest) -> Actor:
-        # The token's name, as `agentos.tokens.actor` says it (tokens records through this
-        # module, so it cannot be imported here). With a token `request.user` is anonymous:
-        # the owner is ninja's `request.auth`.
+        # With a token `request.user` is anonymous: the owner is ninja's `request.auth`.
         token = getattr(request, "api_token", None)
         owner = getattr(request, "auth", None) or request.user
         return cls(
