@@ -204,5 +204,4 @@ def scope_for_method(method: str | None) -> Scope:
 
 def actor(request: HttpRequest) -> str:
     """Who acts, for the journal and the security log: the owner, or the token by its name."""
-    token: ApiToken | None = getattr(request, "api_token", None)
-    return f"token:{token.name}" if token is not None else "owner"
+    return audit.Actor.of(request).by

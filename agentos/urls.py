@@ -3,12 +3,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import killswitch, security_screen, views
+from agentos import security_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
 from cluster import views as cluster_views
 from memory import urls as memory_urls
-from missions import agents_views
+from missions import agents_views, killswitch
 from missions import urls as missions_urls
 from tools import views as tools_views
 

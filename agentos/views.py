@@ -15,13 +15,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from agentos import audit, health, owner, provider_settings, security_settings, signin, tokens
+from agentos import audit, health, owner, security_settings, signin, tokens
 from agentos.errors import DomainError
 from agentos.forms import SignInForm, TokenForm
 from agentos.models import ApiToken, AuditEvent
 from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from approvals import inbox, push
-from missions import costs, overview
+from missions import costs, overview, provider_views
 
 
 @never_cache
@@ -104,10 +104,10 @@ def more(request: HttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "HEAD", "POST"])
 @owner_required
-@sensitive_post_parameters(*provider_settings.KEY_FIELDS)
+@sensitive_post_parameters(*provider_views.KEY_FIELDS)
 def settings_view(request: HttpRequest) -> HttpResponse:
     # Provider keys, the compatible endpoint and tests post here too, told apart by `action`.
-    providers = provider_settings.handle(request)
+    providers = provider_views.handle(request)
     if isinstance(providers, HttpResponse):
         return providers
     token_post = request.method == "POST" and not providers.posted
@@ -153,7 +153,7 @@ def settings_page(
     user = signed_in(request)
     if providers is None:
         # Read only: the pages that call this post no provider `action`.
-        panel = provider_settings.handle(request)
+        panel = provider_views.handle(request)
         providers = [] if isinstance(panel, HttpResponse) else panel.providers
     context = {
         "screen": SCREENS_BY_SLUG["settings"],

@@ -20,7 +20,7 @@ from approvals.models import Approval, Question, Reconciliation, Verdict
 from kernel import runs
 from kernel.context import DONE, NOT_DONE, Done, RunContext, StepCall
 from kernel.models import Effect, RunStatus, StepKind
-from tools import permissions
+from tools import actions, permissions
 from tools.base import Tool, ToolError, Workbench, arguments_hash
 from tools.models import Decision, PermissionRule
 
@@ -136,7 +136,7 @@ def decide(
             by=by,
         )
         if always:
-            _always_allow(approval)
+            _always_allow(approval, audit.Actor(by=by, username=username, address=address))
         audit.record(
             AuditEvent.Kind.APPROVAL_DECIDED,
             username=username,
@@ -247,18 +247,18 @@ def _refuse_closed(wait: Approval | Question, consequence: str) -> None:
         )
 
 
-def _always_allow(approval: Approval) -> None:
+def _always_allow(approval: Approval, actor: audit.Actor) -> None:
     from tools import registry
 
     request = approval.request
     tool = registry.get(str(request.get("tool", "")))
     if tool is None or request.get("project_id") is None:
         raise ApprovalError("This approval cannot become a project rule.", code="invalid_input")
-    PermissionRule.objects.create(
+    rule = PermissionRule(
         project_id=request["project_id"],
         tool=tool.name,
         pattern=permissions.always_allow_pattern(tool, request["arguments"]),
         decision=Decision.ALLOW,
         note=f"'always allow' on approval {approval.pk}",
-        created_by="owner",
     )
+    actions.add_permission_rule(rule=rule, actor=actor)

@@ -13,7 +13,9 @@ from django.db.models import Model
 from django.forms import ModelForm
 from django.http import HttpRequest
 
+from agentos import audit
 from agentos.admin import ReadOnlyAdmin
+from kernel import budgets
 from kernel.models import (
     Artifact,
     ChaosEffect,
@@ -137,3 +139,11 @@ class GlobalBudgetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # see Step
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A singleton: the kernel reads the one row, a second would be ignored.
         return super().has_add_permission(request) and not GlobalBudget.objects.exists()
+
+    def save_model(self, request: HttpRequest, obj: GlobalBudget, form: Any, change: bool) -> None:
+        # The caps change as from the Agents screen and the API: checked, and in the security log.
+        # A daily cap of 0 reads as "no cap" (kernel.metering), which the kernel spells null.
+        caps = {"daily_usd_micros": obj.daily_usd_micros or None}
+        caps["max_running_runs"] = obj.max_running_runs
+        budgets.set_global_caps(caps, actor=audit.Actor.of(request))
+        obj.pk = GlobalBudget.objects.order_by("pk").values_list("pk", flat=True).first()

@@ -10,7 +10,10 @@ the claim (`kernel.scheduler`). See docs/design.md §10.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentos.audit import Actor
 
 
 @dataclass(frozen=True)
@@ -112,13 +115,16 @@ def global_caps() -> dict[str, int | None]:
     return {name: getattr(budget, name) for name in GLOBAL_CAPS}
 
 
-def set_global_caps(changes: dict[str, Any]) -> dict[str, int | None]:
-    """Change some global caps (the console's settings and the API's PATCH); all or nothing.
+def set_global_caps(changes: dict[str, Any], *, actor: Actor) -> dict[str, int | None]:
+    """Change some global caps (the console's Agents screen and the API's PATCH); all or nothing,
+    with its `policy.changed` event (the caps in force after the change) in the same transaction.
 
     Readers (`kernel.scheduler`, `kernel.metering`) take the row of lowest id, as written here.
     """
     from django.db import transaction
 
+    from agentos import audit
+    from agentos.models import AuditEvent
     from kernel.exceptions import KernelError
     from kernel.models import GlobalBudget
 
@@ -144,4 +150,6 @@ def set_global_caps(changes: dict[str, Any]) -> dict[str, int | None]:
         for name, value in changes.items():
             setattr(budget, name, value)
         budget.save()
-    return {name: getattr(budget, name) for name in GLOBAL_CAPS}
+        caps = {name: getattr(budget, name) for name in GLOBAL_CAPS}
+        audit.record_by(AuditEvent.Kind.POLICY_CHANGED, actor, **caps)
+    return caps

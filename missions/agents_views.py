@@ -18,6 +18,7 @@ from django.views.decorators.http import require_http_methods
 from agentos import audit
 from agentos.models import AuditEvent
 from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
+from kernel import budgets
 from kernel.models import GlobalBudget
 from missions.models import ModelInfo, Role, RoleRoute
 from missions.providers.registry import ready
@@ -95,7 +96,7 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
     elif request.method == "POST" and action == "budget":
         budget_form = BudgetForm(request.POST, prefix="budget")
         if budget_form.is_valid():
-            _save_budget(request, budget, budget_form.cleaned_data)
+            _save_budget(request, budget_form.cleaned_data)
             return redirect("console:agents")
         status = 400
     elif request.method == "POST":
@@ -146,16 +147,11 @@ def _save_route(request: HttpRequest, data: dict[str, Any]) -> None:
         )
 
 
-def _save_budget(request: HttpRequest, budget: GlobalBudget, data: dict[str, Any]) -> None:
+def _save_budget(request: HttpRequest, data: dict[str, Any]) -> None:
     daily = data["daily_usd"]
-    budget.daily_usd_micros = None if daily is None else int(daily * MICROS)
-    budget.max_running_runs = data["max_running_runs"]
-    with transaction.atomic():
-        budget.save()
-        audit.record_request(
-            AuditEvent.Kind.POLICY_CHANGED,
-            request,
-            username=signed_in(request).get_username(),
-            daily_usd_micros=budget.daily_usd_micros,
-            max_running_runs=budget.max_running_runs,
-        )
+    micros = None if daily is None else int(daily * MICROS)
+    # A daily cap of 0 reads as "no cap" (kernel.metering), which the kernel spells null.
+    budgets.set_global_caps(
+        {"daily_usd_micros": micros or None, "max_running_runs": data["max_running_runs"]},
+        actor=audit.Actor.of(request),
+    )

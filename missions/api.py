@@ -15,7 +15,6 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from django.db import transaction
 from django.db.models import Count, Q
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
@@ -24,7 +23,7 @@ from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 from agentos import audit
 from agentos.schemas import Text
 from kernel import budgets
-from missions import endpoints, keys, launch, schedules
+from missions import actions, endpoints, keys, launch, schedules
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
 from tools import levels
@@ -426,9 +425,7 @@ def list_provider_keys(request: HttpRequest) -> list[dict[str, object]]:
     summary="Set a provider's key (write-only: it is never shown again)",
 )
 def put_provider_key(request: HttpRequest, provider: str, payload: ProviderKeyIn) -> object:
-    with transaction.atomic():
-        keys.put(provider, payload.key)
-        audit.provider_changed(request, provider, "key set")
+    actions.set_provider_key(provider=provider, key=payload.key, actor=audit.Actor.of(request))
     return next(item for item in keys.status() if item["provider"] == provider)
 
 
@@ -439,9 +436,7 @@ def put_provider_key(request: HttpRequest, provider: str, payload: ProviderKeyIn
     summary="Forget a key set from the console (an environment variable still wins)",
 )
 def delete_provider_key(request: HttpRequest, provider: str) -> Status[None]:
-    with transaction.atomic():
-        if keys.delete(provider):
-            audit.provider_changed(request, provider, "key forgotten")
+    actions.forget_provider_key(provider=provider, actor=audit.Actor.of(request))
     return Status(204, None)
 
 
@@ -465,12 +460,12 @@ def get_endpoint(request: HttpRequest) -> endpoints.Endpoint:
     summary="Set the OpenAI-compatible endpoint (its key, optional, is a provider key)",
 )
 def put_endpoint(request: HttpRequest, payload: EndpointIn) -> ProviderEndpoint:
-    with transaction.atomic():
-        stored = endpoints.put(
-            base_url=payload.base_url, model=payload.model, context_window=payload.context_window
-        )
-        audit.provider_changed(request, endpoints.PROVIDER, "endpoint set")
-    return stored
+    return actions.set_endpoint(
+        base_url=payload.base_url,
+        model=payload.model,
+        context_window=payload.context_window,
+        actor=audit.Actor.of(request),
+    )
 
 
 @router.delete(
@@ -480,9 +475,7 @@ def put_endpoint(request: HttpRequest, payload: EndpointIn) -> ProviderEndpoint:
     summary="Remove the OpenAI-compatible endpoint",
 )
 def delete_endpoint(request: HttpRequest) -> Status[None]:
-    with transaction.atomic():
-        if endpoints.delete():
-            audit.provider_changed(request, endpoints.PROVIDER, "endpoint removed")
+    actions.remove_endpoint(actor=audit.Actor.of(request))
     return Status(204, None)
 
 
@@ -495,4 +488,6 @@ def get_budget(request: HttpRequest) -> dict[str, int | None]:
     "/settings/budget", response=BudgetOut, tags=["settings"], summary="Change global caps"
 )
 def update_budget(request: HttpRequest, payload: BudgetPatch) -> dict[str, int | None]:
-    return budgets.set_global_caps(payload.model_dump(exclude_unset=True))
+    return budgets.set_global_caps(
+        payload.model_dump(exclude_unset=True), actor=audit.Actor.of(request)
+    )

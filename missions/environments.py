@@ -10,14 +10,12 @@ clean checkout (`cluster.dispatch.ensure_environment`), never from a run's workt
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from django.db import transaction
-from django.http import HttpRequest
 from django.utils import timezone
 from huey.contrib.djhuey import db_task
 
-from agentos import audit, tokens
+from agentos import audit
 from agentos.models import AuditEvent
 from cluster import environments, sandbox
 from cluster.environments import Environment
@@ -27,20 +25,8 @@ from missions.models import EnvironmentStatus, Project
 from tools import environments as checkouts
 from tools.base import ToolError
 
-
-@dataclass(frozen=True)
-class Who:
-    """The owner's act, for the security log: by whom (the owner, or a token by its name)."""
-
-    by: str
-    username: str
-    address: str | None
-
-    @classmethod
-    def of(cls, request: HttpRequest) -> Who:
-        # With a token, `request.user` is anonymous: the owner is ninja's `request.auth`.
-        owner = getattr(request, "auth", None) or request.user
-        return cls(tokens.actor(request), str(owner.get_username()), audit.client_address(request))
+# Who saved or rebuilt an environment, for the security log: the actor every action takes.
+Who = audit.Actor
 
 
 MAX_SETUP = 20_000  # characters of setup commands

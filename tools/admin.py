@@ -7,10 +7,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
-from agentos import vault
-from tools import registry
+from agentos import audit, vault
+from tools import actions, registry
 from tools.models import CredentialKind, PermissionRule, RemoteCredential
 
 
@@ -37,9 +38,19 @@ class PermissionRuleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ["tool", "pattern", "note"]
 
     def save_model(self, request: Any, obj: PermissionRule, form: Any, change: bool) -> None:
-        if not change:
-            obj.created_by = request.user.get_username()
-        super().save_model(request, obj, form, change)
+        if change:  # an edit in the back office: no action of the owner's covers it
+            super().save_model(request, obj, form, change)
+            return
+        obj.created_by = request.user.get_username()
+        actions.add_permission_rule(rule=obj, actor=audit.Actor.of(request))
+
+    def delete_model(self, request: Any, obj: PermissionRule) -> None:
+        actions.remove_permission_rule(rule=obj, actor=audit.Actor.of(request))
+
+    def delete_queryset(self, request: Any, queryset: QuerySet[PermissionRule]) -> None:
+        # One event per rule, as when each is removed from the Tools screen.
+        for rule in queryset:
+            actions.remove_permission_rule(rule=rule, actor=audit.Actor.of(request))
 
 
 class RemoteCredentialForm(forms.ModelForm):  # type: ignore[type-arg]

@@ -7,16 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agentos import audit
-from agentos.models import AuditEvent
-from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
-from tools import registry
+from agentos.shell import SCREENS_BY_SLUG, owner_required
+from tools import actions, registry
 from tools.base import Risk
 from tools.models import Decision, PermissionRule
 from tools.permissions import DEFAULTS
@@ -45,11 +43,7 @@ def tools_screen(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         if form.is_valid():
-            rule = form.save(commit=False)
-            rule.created_by = "owner"
-            with transaction.atomic():
-                rule.save()
-                _audit(request, AuditEvent.Kind.RULE_ADDED, rule)
+            actions.add_permission_rule(rule=form.save(commit=False), actor=audit.Actor.of(request))
             return redirect("console:tools")
         status = 400
     context = {
@@ -70,21 +64,5 @@ def tools_screen(request: HttpRequest) -> HttpResponse:
 @owner_required
 def delete_rule(request: HttpRequest, rule_id: int) -> HttpResponse:
     rule = get_object_or_404(PermissionRule, pk=rule_id)
-    with transaction.atomic():
-        _audit(request, AuditEvent.Kind.RULE_REMOVED, rule)
-        rule.delete()
+    actions.remove_permission_rule(rule=rule, actor=audit.Actor.of(request))
     return redirect("console:tools")
-
-
-def _audit(request: HttpRequest, kind: AuditEvent.Kind, rule: PermissionRule) -> None:
-    """Rules decide what agents may do without asking: each change is in the security log."""
-    audit.record_request(
-        kind,
-        request,
-        username=signed_in(request).get_username(),
-        rule=rule.pk,
-        project=rule.project_id,
-        tool=rule.tool,
-        pattern=rule.pattern,
-        decision=rule.decision,
-    )

@@ -273,13 +273,14 @@ def follows_the_owners_rules(upstream: Upstream) -> None:
 
 
 def kill_switch_revokes_every_token(upstream: Upstream) -> None:
-    from agentos import killswitch
+    from agentos import audit
+    from missions import killswitch
 
     run = make_run(hosts=["127.0.0.1"])
     attached = egress.attach(run_id=run.pk, root_id=run.pk, scopes=["egress"], seconds=60)
     url = f"http://127.0.0.1:{upstream.port}/"
     assert get(attached.socket, url, attached.token)[0] == 200
-    killswitch.engage(by="owner")
+    killswitch.engage(actor=audit.Actor())
     # The switch asked the run's tree to stop: its socket closes at once (test_egress_stop).
     wait_for(
         lambda: not attached.socket.exists(),

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from agentos import killswitch
+from agentos import audit
 from cluster import egress
 from kernel import runs
 from kernel.budgets import Ledger
 from kernel.journal import Debit
 from kernel.metering import Meter
 from kernel.models import Run, RunStatus
+from missions import killswitch
 from tests.cluster.egress_fixtures import Upstream
 from tests.cluster.test_egress import make_run
 from tests.polling import wait_for
@@ -134,7 +135,7 @@ def test_it_refuses_the_token_and_cuts_the_tunnel_at_the_kill_switch(
 ) -> None:
     def tap() -> None:
         try:
-            killswitch.engage(by="owner")
+            killswitch.engage(actor=audit.Actor())
         finally:
             connection.close()
 

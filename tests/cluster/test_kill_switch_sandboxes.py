@@ -17,9 +17,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agentos import killswitch
+from agentos import audit
 from cluster import nodes, run_tokens, sandbox
 from cluster.sandbox import Limits
+from missions import killswitch
 from tests.polling import wait_for
 
 
@@ -64,7 +65,7 @@ def test_it_kills_a_sandbox_another_process_started_and_says_so(db: None, workdi
         generation = run_tokens.revoke_all()
         began = time.monotonic()
 
-        stopped = killswitch.engage(by="owner")
+        stopped = killswitch.engage(actor=audit.Actor())
 
         assert stopped.sandboxes == {"local": [step]}
         assert stopped.unreachable == {}

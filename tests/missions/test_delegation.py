@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db.models import Sum
 
+from agentos import audit
 from kernel import budgets, crashpoints, runs, scheduler
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
@@ -537,9 +538,11 @@ def test_children_beyond_the_mission_s_concurrency_wait_in_the_queue() -> None:
     assert queued.count() == 1
     # The global cap holds them back the same way.
     Run.objects.filter(parent=run).update(lease_expires_at=None)
-    budgets.set_global_caps({"max_running_runs": 1})
+    budgets.set_global_caps({"max_running_runs": 1}, actor=audit.Actor())
     assert len(scheduler.claim_runs(worker="probe", lease_seconds=30, limit=10)) == 1
-    budgets.set_global_caps({"max_running_runs": budgets.GLOBAL_CAPS["max_running_runs"]})
+    budgets.set_global_caps(
+        {"max_running_runs": budgets.GLOBAL_CAPS["max_running_runs"]}, actor=audit.Actor()
+    )
     Run.objects.filter(parent=run).update(lease_expires_at=None)
 
     assert sorted(work()) == ["done"] * 4

@@ -18,10 +18,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 from ninja import Field, Router, Schema
 
-from agentos import audit, tokens
+from agentos import audit
 from agentos.errors import DomainError
 from agentos.models import AuditEvent
-from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.shell import SCREENS_BY_SLUG, owner_required
 from cluster import nodes, run_tokens, transport
 from cluster.models import Node
 from kernel import runs
@@ -42,8 +42,11 @@ class Stopped:
     tokens_revoked: bool = False
 
 
-def engage(*, by: str, request: HttpRequest | None = None) -> Stopped:
-    """Stop everything in one transaction (all of it happens, or none), and log it."""
+def engage(*, actor: audit.Actor) -> Stopped:
+    """Stop everything in one transaction (all of it happens, or none), and log it: the console,
+    the API and `manage.py kill_switch` all come here. The journal and the log name the actor in
+    one word (`Actor.name`: the account, the token or the command)."""
+    by = actor.name
     with transaction.atomic():
         halted = runs.halt_all(by=by)
         paused = list(Schedule.objects.filter(enabled=True).order_by("name"))
@@ -54,10 +57,7 @@ def engage(*, by: str, request: HttpRequest | None = None) -> Stopped:
             "leases_revoked": stopped.leases_revoked,
             "schedules": [schedule.pk for schedule in paused],
         }
-        if request is not None:
-            audit.record_request(AuditEvent.Kind.KILL_SWITCH, request, username=by, **detail)
-        else:
-            audit.record(AuditEvent.Kind.KILL_SWITCH, username=by, **detail)
+        audit.record_by(AuditEvent.Kind.KILL_SWITCH, replace(actor, username=by), **detail)
     # Every sandbox's token dies with it: nothing still running reaches out, even before its
     # tree's stop is seen (the egress service also refuses a stopped tree within a second).
     run_tokens.revoke_all()
@@ -96,7 +96,7 @@ def kill_switch(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         if request.POST.get("confirm") == "yes":
-            context["stopped"] = engage(by=signed_in(request).get_username(), request=request)
+            context["stopped"] = engage(actor=audit.Actor.of(request))
         else:
             context["unconfirmed"] = True
             status = 400
@@ -139,4 +139,4 @@ def stop_everything(request: HttpRequest, payload: KillSwitchIn) -> Stopped:
             "Nothing was stopped: send confirm: true to stop everything.",
             code="confirm_required",
         )
-    return engage(by=tokens.actor(request), request=request)
+    return engage(actor=audit.Actor.of(request))

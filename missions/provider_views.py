@@ -1,8 +1,8 @@
 """The provider part of the Settings page: keys (write-only), the OpenAI-compatible endpoint, and
 a Test button per provider.
 
-An interface only: keys go through `missions.keys` (the API's path), the endpoint through
-`missions.endpoints`, the test through `missions.provider_trial`. A key is never rendered back:
+An interface only: keys and the endpoint change through `missions.actions` (the API's path),
+the test goes through `missions.provider_trial`. A key is never rendered back:
 its field is a password input that does not re-render its value, even when the form is refused.
 """
 
@@ -14,14 +14,13 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from agentos import audit
-from missions import endpoints, keys
+from missions import actions, endpoints, keys
 from missions.errors import MissionError
 from missions.models import ModelInfo, RoleRoute
 from missions.provider_trial import Trial, try_provider
@@ -172,20 +171,17 @@ def handle(request: HttpRequest) -> Panel | HttpResponse:
 
 def _act(request: HttpRequest, action: str, provider: str) -> HttpResponse | Trial | forms.Form:
     label = str(LABELS[provider])
+    actor = audit.Actor.of(request)
     if action == "test":
         return try_provider(provider)
     if action == "forget_key":
-        with transaction.atomic():
-            if keys.delete(provider):
-                audit.provider_changed(request, provider, "key forgotten")
+        actions.forget_provider_key(provider=provider, actor=actor)
         messages.success(
             request, _("%(provider)s: the stored key is forgotten.") % {"provider": label}
         )
         return redirect("console:settings")
     if action == "forget_endpoint":
-        with transaction.atomic():
-            if endpoints.delete():
-                audit.provider_changed(request, provider, "endpoint removed")
+        actions.remove_endpoint(actor=actor)
         messages.success(request, _("The compatible endpoint is removed."))
         return redirect("console:settings")
     if action == "save_endpoint":
@@ -193,16 +189,13 @@ def _act(request: HttpRequest, action: str, provider: str) -> HttpResponse | Tri
         if not form.is_valid():
             return form
         try:
-            with transaction.atomic():
-                endpoints.put(
-                    base_url=form.cleaned_data["base_url"],
-                    model=form.cleaned_data["model"],
-                    context_window=form.cleaned_data["context_window"],
-                )
-                audit.provider_changed(request, provider, "endpoint set")
-                if form.cleaned_data["key"]:
-                    keys.put(provider, form.cleaned_data["key"])
-                    audit.provider_changed(request, provider, "key set")
+            actions.set_endpoint(
+                base_url=form.cleaned_data["base_url"],
+                model=form.cleaned_data["model"],
+                context_window=form.cleaned_data["context_window"],
+                key=form.cleaned_data["key"],
+                actor=actor,
+            )
         except MissionError as error:
             form.add_error(None, error.message)
             return form
@@ -212,9 +205,7 @@ def _act(request: HttpRequest, action: str, provider: str) -> HttpResponse | Tri
     if not form.is_valid():
         return form
     try:
-        with transaction.atomic():
-            keys.put(provider, form.cleaned_data["key"])
-            audit.provider_changed(request, provider, "key set")
+        actions.set_provider_key(provider=provider, key=form.cleaned_data["key"], actor=actor)
     except MissionError as error:
         form.add_error("key", error.message)
         return form

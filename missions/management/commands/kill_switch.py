@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-import getpass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentos import killswitch
+from agentos import audit
+from missions import killswitch
 
 
 class Command(BaseCommand):
@@ -20,7 +20,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["yes"]:
             raise CommandError("Nothing was stopped: run it again with --yes to stop everything.")
-        stopped = killswitch.engage(by=f"{getpass.getuser()} (manage.py kill_switch)")
+        stopped = killswitch.engage(actor=audit.Actor.command("kill_switch"))
         self.stdout.write(f"Stopped {len(stopped.runs)} runs: {_ids(stopped.runs)}")
         self.stdout.write(f"Took back {stopped.leases_revoked} leases.")
         self.stdout.write(
