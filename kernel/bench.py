@@ -42,7 +42,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from agentos import database
-from kernel import journal, programs, runs, scheduler
+from kernel import journal, programs, runs, scheduler, statements
 from kernel.context import RunContext
 from kernel.journal import Fence
 from kernel.models import TERMINAL, Account, Run, RunStatus
@@ -104,7 +104,7 @@ def raw_connect() -> RawConnection:
     params.pop("cursor_factory", None)
     params.pop("context", None)
     # Django's `prepare_threshold=None` would make `prepare=True` a no-op: the floor prepares.
-    params["prepare_threshold"] = journal.EXPLICIT_PREPARES_ONLY
+    params["prepare_threshold"] = statements.EXPLICIT_PREPARES_ONLY
     return psycopg.connect(**params, autocommit=True)
 
 

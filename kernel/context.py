@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from agentos import telemetry
 from kernel import crashpoints, journal, runs, scheduler, waits
+from kernel.debits import Debit
 from kernel.exceptions import JournalMismatch, Stop, Suspend
 from kernel.journal import Fence, Record
 from kernel.metering import Meter
@@ -334,7 +335,7 @@ class RunContext:
         costly: bool,
         replayable: bool,
         planned: list[tuple[int, str, str, Any]] | None,
-    ) -> journal.Debit | None:
+    ) -> Debit | None:
         if not costly:  # nothing to debit: the ledger's arguments are not needed
             return journal.record_result(
                 self.fence,
@@ -371,7 +372,7 @@ class RunContext:
         settled_by: str,
         costly: bool,
         planned: list[tuple[int, str, str, Any]] | None,
-        debit: journal.Debit | None,
+        debit: Debit | None,
     ) -> Any:
         for planned_seq, planned_kind, planned_name, _request in planned or []:
             self.records[planned_seq] = Record(

@@ -19,7 +19,7 @@ from agentos import killswitch
 from cluster import egress
 from kernel import runs
 from kernel.budgets import Ledger
-from kernel.journal import Debit
+from kernel.debits import Debit
 from kernel.metering import Meter
 from kernel.models import Run, RunStatus
 from tests.cluster.egress_fixtures import Upstream
