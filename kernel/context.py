@@ -129,9 +129,9 @@ class RunContext:
            its kind, question and time to expiry), with its `Wait` row instead — note it in
            `records`, crash point `after_intent_commit`.
 
-        Crash points by step kind, as the chaos matrices (`kernel.chaos`) aim at them: `step`,
-        `parallel` and `spawn` hit `after_intent_commit`; waits hit `wait_recorded` instead,
-        after `_begin` and on every attempt; a join hits neither.
+        Crash points by step kind, as the chaos matrices (`kernel.proving.chaos`) aim at them:
+        `step`, `parallel` and `spawn` hit `after_intent_commit`; waits hit `wait_recorded`
+        instead, after `_begin` and on every attempt; a join hits neither.
         """
         self.seq += 1
         seq = self.seq

@@ -48,8 +48,8 @@ from django.db import connection
 
 from agentos import database, vault
 from kernel import programs, runs
-from kernel.chaos import Report
 from kernel.models import Effect, Event, Run, RunStatus, Step, StepKind
+from kernel.proving.chaos import Report
 from missions import demo, launch, projects, scenarios
 from tools import checkpoints, workspace
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from django.conf import settings
 
-from kernel import bench as kernel_bench
 from kernel import runs
 from kernel.models import Run, RunStatus, Step, StepKind
+from kernel.proving import bench as kernel_bench
 from kernel.worker import Worker
 from missions.models import Mission, Project
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernel import chaos
-from kernel.chaos import QUICK_MATRIX, Report
-from kernel.chaos_harness import run_chaos
+from kernel.proving import chaos
+from kernel.proving.chaos import QUICK_MATRIX, Report
+from kernel.proving.harness import run_chaos
 from missions.chaos import (
     engine_bump_case,
     fork_case,

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernel import bench
+from kernel.proving import bench
 from memory import evalsets, evaluation
 
 
