@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from django.utils import timezone
 
 from kernel import crashpoints, journal, runs, scheduler, telemetry, waits
+from kernel.debits import Debit
 from kernel.exceptions import JournalMismatch, Stop, Suspend
 from kernel.journal import Fence, Record
 from kernel.metering import Meter
@@ -127,9 +128,9 @@ class RunContext:
            its kind, question and time to expiry), with its `Wait` row instead — note it in
            `records`, crash point `after_intent_commit`.
 
-        Crash points by step kind, as the chaos matrices (`kernel.chaos`) aim at them: `step`,
-        `parallel` and `spawn` hit `after_intent_commit`; waits hit `wait_recorded` instead,
-        after `_begin` and on every attempt; a join hits neither.
+        Crash points by step kind, as the chaos matrices (`kernel.proving.chaos`) aim at them:
+        `step`, `parallel` and `spawn` hit `after_intent_commit`; waits hit `wait_recorded`
+        instead, after `_begin` and on every attempt; a join hits neither.
         """
         self.seq += 1
         seq = self.seq
@@ -333,7 +334,7 @@ class RunContext:
         costly: bool,
         replayable: bool,
         planned: list[tuple[int, str, str, Any]] | None,
-    ) -> journal.Debit | None:
+    ) -> Debit | None:
         if not costly:  # nothing to debit: the ledger's arguments are not needed
             return journal.record_result(
                 self.fence,
@@ -370,7 +371,7 @@ class RunContext:
         settled_by: str,
         costly: bool,
         planned: list[tuple[int, str, str, Any]] | None,
-        debit: journal.Debit | None,
+        debit: Debit | None,
     ) -> Any:
         for planned_seq, planned_kind, planned_name, _request in planned or []:
             self.records[planned_seq] = Record(

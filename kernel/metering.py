@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from kernel import journal, runs
 from kernel.budgets import CAP_FIELDS
+from kernel.debits import Debit
 from kernel.exceptions import Stop
 from kernel.journal import Fence, Record
 from kernel.models import GlobalBudget, Run, RunStatus, StepKind
@@ -94,7 +95,7 @@ class Meter:
             if limit is not None and spent + unbilled >= limit and not self.over_budget:
                 self.over_budget = f"run {self.run.pk} reached {cap}"
 
-    def check_debit(self, debit: journal.Debit) -> None:
+    def check_debit(self, debit: Debit) -> None:
         """After a debit, note the first cap crossed (own, ancestor, account or day)."""
         if self.tree_capped is None and debit.runs:
             self.tree_capped = any(

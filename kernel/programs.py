@@ -3,7 +3,8 @@
 A program is a plain function `(ctx: RunContext) -> Outcome`. It must be deterministic given
 the results the journal hands back: on resume it runs again from the top, and every step with a
 recorded result returns that result without executing. Applications register theirs from
-their `AppConfig.ready()` (the agent engine registers `agent`).
+their `AppConfig.ready()` (the agent engine registers `agent`); proving code (the chaos
+workload) registers its own from the commands and tests that run it, never from here.
 """
 
 from __future__ import annotations
@@ -36,12 +37,7 @@ Program = Callable[["RunContext"], Outcome]
 ENGINE_VERSION = "1"
 
 # name -> "module:function", imported on first use.
-_PROGRAMS: dict[str, str] = {
-    "chaos.workflow": "kernel.chaos:workflow",
-    "chaos.child": "kernel.chaos:child",
-    "chaos.noop": "kernel.chaos:noop",
-    "chaos.busy": "kernel.chaos:busy",
-}
+_PROGRAMS: dict[str, str] = {}
 # name -> the earlier engine versions whose journals the program still replays.
 _COMPATIBLE: dict[str, frozenset[str]] = {}
 _loaded: dict[str, Program] = {}

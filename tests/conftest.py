@@ -4,6 +4,7 @@ import pytest
 from django.test import Client
 from pytest_django import DjangoDbBlocker
 
+from kernel import proving
 from missions import catalog
 from missions.models import ModelInfo, ModelPrice, RoleRoute
 from tests.factories import Owner, make_owner, verified_client
@@ -22,6 +23,12 @@ SERIAL = (
     "tests/missions/test_stop_streaming.py",
     "tests/tools/test_cancel.py::test_a_stop_kills_the_sandbox_within_a_second",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The kernel's tests run its chaos workload in this process (`kernel.proving`); the worker
+    # processes they start register it themselves (`manage.py proving_worker`).
+    proving.register()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

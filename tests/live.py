@@ -83,7 +83,7 @@ def running_stack(data_dir: Path, *, workers: int = 1, demo: bool = False) -> It
     port = free_port()
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DJANGO_SETTINGS_MODULE": "tests.live_settings",  # the product's, with the chaos programs
         "DATABASE_URL": database.build_url(connection.settings_dict),
         "AGENTOS_DATA_DIR": str(data_dir),
         "PYTHONUNBUFFERED": "1",

@@ -40,7 +40,7 @@ def killed_mid_payment(tmp_path: Path) -> Run:
         [
             sys.executable,
             str(Path(settings.BASE_DIR) / "manage.py"),
-            "kernel_worker",
+            "proving_worker",
             *("--lease", "30", "--poll", "0.2"),
         ],
         env=env,

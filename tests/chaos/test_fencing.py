@@ -33,7 +33,7 @@ def worker(tmp_path: Path, *, lease: float, log: Path | None = None) -> subproce
         [
             sys.executable,
             str(Path(settings.BASE_DIR) / "manage.py"),
-            "kernel_worker",
+            "proving_worker",
             "--lease",
             str(lease),
             "--poll",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernel import holders
-from kernel.chaos_harness import TAKEOVER_LIMIT_SECONDS, run_takeover
+from kernel.proving.harness import TAKEOVER_LIMIT_SECONDS, run_takeover
 
 pytestmark = [
     pytest.mark.chaos,

@@ -19,7 +19,7 @@ from agentos import audit
 from cluster import egress
 from kernel import runs
 from kernel.budgets import Ledger
-from kernel.journal import Debit
+from kernel.debits import Debit
 from kernel.metering import Meter
 from kernel.models import Run, RunStatus
 from missions import killswitch

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from kernel import crashpoints, journal, runs
+from kernel import crashpoints, runs, statements
 from kernel.budgets import NO_COST, Cost
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.models import Effect, Run, RunStatus, StepKind, Wait
@@ -144,7 +144,7 @@ def traced(monkeypatch: pytest.MonkeyPatch) -> None:
     def hit(point: str, *, run: int, seq: int = 0) -> None:
         TRACE.append((point, run, seq))
 
-    send = journal._send
+    send = statements.send
 
     def sent(*args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == main:
@@ -152,7 +152,7 @@ def traced(monkeypatch: pytest.MonkeyPatch) -> None:
         return send(*args, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-    monkeypatch.setattr(journal, "_send", sent)  # the journal's hot path, below the cursor
+    monkeypatch.setattr(statements, "send", sent)  # the journal's hot path, below the cursor
     monkeypatch.setattr(crashpoints, "hit", hit)
 
 

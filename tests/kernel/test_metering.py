@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from kernel.budgets import Ledger
+from kernel.debits import Debit
 from kernel.exceptions import Stop
-from kernel.journal import Debit, Record
+from kernel.journal import Record
 from kernel.metering import Meter
 from kernel.models import Run, RunStatus, StepKind
 

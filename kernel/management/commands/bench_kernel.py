@@ -11,7 +11,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernel import bench
+from kernel import proving
+from kernel.proving import bench
 
 
 class Command(BaseCommand):
@@ -50,6 +51,7 @@ class Command(BaseCommand):
                 f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
                 " `make bench` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
             )
+        proving.register()  # the benchmark's runs execute `chaos.noop`, here and in its workers
         say = self.stdout.write
         say(f"kernel benchmark, data dir {settings.DATA_DIR}")
         try:

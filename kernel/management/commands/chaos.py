@@ -24,8 +24,9 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernel.chaos import QUICK_MATRIX, Report, Target, cases, full_matrix
-from kernel.chaos_harness import TAKEOVER_LIMIT_SECONDS, run_chaos, run_takeover
+from kernel import proving
+from kernel.proving.chaos import QUICK_MATRIX, Report, Target, cases, full_matrix
+from kernel.proving.harness import TAKEOVER_LIMIT_SECONDS, run_chaos, run_takeover
 
 
 class Command(BaseCommand):
@@ -71,6 +72,7 @@ class Command(BaseCommand):
         # embedded database it restarted is stopped at exit (without a handler, Python would
         # die at once and skip both).
         signal.signal(signal.SIGTERM, signal.default_int_handler)
+        proving.register()  # the workload's runs are started here, then run by proving_workers
         # The chaos workload runs on its own data dir (see `make chaos`): bring its schema up.
         call_command("migrate", interactive=False, verbosity=0)
         seed = seed if seed is not None else random.SystemRandom().randrange(1_000_000)

@@ -8,7 +8,7 @@ every part measures its own floor:
    durable writes (an effect: synchronous result commit, both ends announced in the event
    stream); each against the same target;
 2. resume: reading a 1,000-step journal and replaying the program through `RunContext`;
-3. throughput at K = 32: 32 threads of the floor vs 32 runs on two `kernel_worker` processes.
+3. throughput at K = 32: 32 threads of the floor vs 32 runs on two `proving_worker` processes.
 
 It writes runs, scratch tables and worker logs: `manage.py bench_kernel` refuses to run outside a
 dedicated data dir (`make bench` uses `.data/bench`).
@@ -42,7 +42,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from agentos import database
-from kernel import journal, programs, runs, scheduler
+from kernel import journal, programs, runs, scheduler, statements
 from kernel.context import RunContext
 from kernel.journal import Fence
 from kernel.models import TERMINAL, Account, Run, RunStatus
@@ -104,7 +104,7 @@ def raw_connect() -> RawConnection:
     params.pop("cursor_factory", None)
     params.pop("context", None)
     # Django's `prepare_threshold=None` would make `prepare=True` a no-op: the floor prepares.
-    params["prepare_threshold"] = journal.EXPLICIT_PREPARES_ONLY
+    params["prepare_threshold"] = statements.EXPLICIT_PREPARES_ONLY
     return psycopg.connect(**params, autocommit=True)
 
 
@@ -303,7 +303,8 @@ def _median_ms(sample: Callable[[], float], repeats: int) -> float:
 
 @dataclass
 class WorkerPool:
-    """`kernel_worker` processes on this benchmark's database; stderr goes to the data dir."""
+    """`proving_worker` processes (kernel workers that know `chaos.noop`) on this benchmark's
+    database; stderr goes to the data dir."""
 
     size: int
     max_runs: int
@@ -316,7 +317,7 @@ class WorkerPool:
             "AGENTOS_DATA_DIR": str(settings.DATA_DIR),
         }
         argv = [
-            sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "kernel_worker",
+            sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "proving_worker",
             "--max-runs", str(self.max_runs), "--lease", "30", "--poll", "1",
         ]  # fmt: skip
         for index in range(self.size):
@@ -346,7 +347,7 @@ class WorkerPool:
         dead = [p.pid for p in self.processes if p.poll() is not None]
         if dead:
             raise BenchError(
-                f"kernel_worker {dead} exited (see {settings.DATA_DIR}/bench-worker-*.log)"
+                f"proving_worker {dead} exited (see {settings.DATA_DIR}/bench-worker-*.log)"
             )
 
     def stop(self) -> None:

@@ -1,11 +1,11 @@
 """Drives a chaos workload through real worker processes that SIGKILL themselves on purpose.
 
 1. Create one workflow run per crash target (plus crash-free baseline runs), write the crash
-   plan, and start `kernel_worker` processes with it.
+   plan, and start `proving_worker` processes with it.
 2. Until every run has ended: restart dead workers, answer the owner's waits like an owner
    would (approve; for an interrupted non-idempotent step, look at the world and say whether it
    happened), and cancel the runs meant to be cancelled once they wait.
-3. Check the journal and the external world (`kernel.chaos.check`).
+3. Check the journal and the external world (`kernel.proving.chaos.check`).
 """
 
 from __future__ import annotations
@@ -28,15 +28,26 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from agentos import database
-from kernel import holders, runs, scheduler
-from kernel.chaos import Report, Target, check
+from kernel import holders, journal, runs, scheduler
 from kernel.context import DONE, NOT_DONE
 from kernel.exceptions import KernelError
 from kernel.models import Account, ChaosEffect, Run, RunStatus, Wait, WaitKind, WaitState
+from kernel.proving.chaos import Report, Target, check
 
 # The read step outlasts a lease renewal (a third of the lease), so `lease_renew` can fire.
 WORKFLOW_INPUT = {"n": 1, "read_seconds": 1.0, "timer_seconds": 0.3}
 CANCEL_INPUT = {**WORKFLOW_INPUT, "timer_seconds": 3600}
+
+
+def proving_worker(env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
+    """A `manage.py proving_worker` (a kernel worker that knows the chaos programs), with the
+    product's defaults (lease, poll) unless `extra`."""
+    return subprocess.Popen(
+        [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "proving_worker", *extra],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 @dataclass
@@ -47,29 +58,24 @@ class Pool:
     env: dict[str, str]
     lease: float
     runs_per_worker: int
-    processes: list[subprocess.Popen[bytes]]
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     deaths: int = 0
-
-    def start_one(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                str(Path(settings.BASE_DIR) / "manage.py"),
-                "kernel_worker",
-                "--lease",
-                str(self.lease),
-                "--poll",
-                "0.5",
-                "--max-runs",
-                str(self.runs_per_worker),
-            ],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
     paused: dict[int, float] = field(default_factory=dict)  # pid -> when to SIGCONT it
     pauses: int = 0
+
+    def start(self) -> None:
+        self.processes = [self.start_one() for _ in range(self.size)]
+
+    def start_one(self) -> subprocess.Popen[bytes]:
+        return proving_worker(
+            self.env,
+            "--lease",
+            str(self.lease),
+            "--poll",
+            "0.5",
+            "--max-runs",
+            str(self.runs_per_worker),
+        )
 
     def tend(self) -> None:
         now = time.monotonic()
@@ -104,6 +110,81 @@ class Pool:
                 process.wait()
 
 
+@dataclass
+class Workload:
+    """The runs of one chaos round: crash-free baselines, then one run per crash target."""
+
+    baseline: list[int]
+    plan: list[dict[str, Any]]  # {"run", "point", "seq"}: the crash plan the workers read
+    to_cancel: set[int]  # the `cancel_seen` targets' runs, which the owner stops once they wait
+
+    @property
+    def runs(self) -> list[int]:
+        return self.baseline + [entry["run"] for entry in self.plan]
+
+
+def start_workload(targets: list[Target], *, rng: random.Random, baseline_runs: int) -> Workload:
+    account = Account.objects.create(max_concurrent_runs=64)
+    workload = Workload(baseline=[], plan=[], to_cancel=set())
+    for _ in range(baseline_runs):
+        run = runs.start_run(account=account, program="chaos.workflow", input=WORKFLOW_INPUT)
+        workload.baseline.append(run.pk)
+    shuffled = list(targets)
+    rng.shuffle(shuffled)
+    for target in shuffled:
+        cancel = target.point == "cancel_seen"
+        run = runs.start_run(
+            account=account,
+            program="chaos.workflow",
+            input=CANCEL_INPUT if cancel else WORKFLOW_INPUT,
+        )
+        workload.plan.append({"run": run.pk, "point": target.point, "seq": target.seq})
+        if cancel:
+            workload.to_cancel.add(run.pk)
+    return workload
+
+
+def write_crash_plan(plan: list[dict[str, Any]], *, lease: float) -> tuple[dict[str, str], Path]:
+    """Write the crash plan to a fresh directory; return the workers' environment and the
+    directory where each worker marks the targets it fired."""
+    workdir = Path(tempfile.mkdtemp(prefix="agentos-chaos-"))
+    fired = workdir / "fired"
+    fired.mkdir()
+    (workdir / "plan.json").write_text(json.dumps({"targets": plan, "fired_dir": str(fired)}))
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(connection.settings_dict),
+        "AGENTOS_DATA_DIR": str(workdir / "data"),
+        "KERNEL_CRASHPLAN": str(workdir / "plan.json"),
+        "AGENTOS_LEASE_SECONDS": str(max(1, round(lease))),
+    }
+    return env, fired
+
+
+@dataclass
+class Disruptions:
+    """A random worker SIGSTOPped every `pause_every` seconds; the database stopped abruptly
+    (`pg_ctl stop -m immediate`) once, at `restart_at`."""
+
+    rng: random.Random
+    pause_every: float | None
+    next_pause: float | None
+    restart_at: float | None
+    database_restarts: int = 0
+
+    def apply(self, pool: Pool, say: Callable[[str], None]) -> None:
+        now = time.monotonic()
+        if self.next_pause is not None and self.pause_every and now >= self.next_pause:
+            pool.pause_one(self.rng)
+            self.next_pause = now + self.pause_every
+        if self.restart_at is not None and now >= self.restart_at:
+            self.restart_at = None
+            say("chaos: stopping the database abruptly (pg_ctl stop -m immediate)")
+            database.crash_and_restart_embedded()
+            self.database_restarts += 1
+
+
 def run_chaos(
     targets: list[Target],
     *,
@@ -122,95 +203,79 @@ def run_chaos(
     the database abruptly (`pg_ctl stop -m immediate`) once, `restart_database_after` seconds in.
     """
     rng = random.Random(seed)  # noqa: S311  # reproducible shuffles, not secrets
-    account = Account.objects.create(max_concurrent_runs=64)
-    expected: dict[int, tuple[str, Any]] = {}
-    report_restarts = 0
-    plan: list[dict[str, Any]] = []
-    baseline: list[int] = []
-    for _ in range(baseline_runs):
-        run = runs.start_run(account=account, program="chaos.workflow", input=WORKFLOW_INPUT)
-        baseline.append(run.pk)
-    shuffled = list(targets)
-    rng.shuffle(shuffled)
-    to_cancel: set[int] = set()
-    for target in shuffled:
-        cancel = target.point == "cancel_seen"
-        run = runs.start_run(
-            account=account,
-            program="chaos.workflow",
-            input=CANCEL_INPUT if cancel else WORKFLOW_INPUT,
-        )
-        plan.append({"run": run.pk, "point": target.point, "seq": target.seq})
-        if cancel:
-            to_cancel.add(run.pk)
-    workdir = Path(tempfile.mkdtemp(prefix="agentos-chaos-"))
-    fired = workdir / "fired"
-    fired.mkdir()
-    (workdir / "plan.json").write_text(json.dumps({"targets": plan, "fired_dir": str(fired)}))
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "agentos.settings",
-        "DATABASE_URL": database.build_url(connection.settings_dict),
-        "AGENTOS_DATA_DIR": str(workdir / "data"),
-        "KERNEL_CRASHPLAN": str(workdir / "plan.json"),
-        "AGENTOS_LEASE_SECONDS": str(max(1, round(lease))),
-    }
-    pool = Pool(size=workers, env=env, lease=lease, runs_per_worker=runs_per_worker, processes=[])
-    pool.processes = [pool.start_one() for _ in range(workers)]
-    all_runs = baseline + [entry["run"] for entry in plan]
+    workload = start_workload(targets, rng=rng, baseline_runs=baseline_runs)
+    env, fired = write_crash_plan(workload.plan, lease=lease)
+    pool = Pool(size=workers, env=env, lease=lease, runs_per_worker=runs_per_worker)
+    pool.start()
     started = time.monotonic()
-    deadline = started + timeout
-    next_pause = started + pause_every if pause_every else None
-    restart_at = started + restart_database_after if restart_database_after else None
-    say(f"chaos: {len(all_runs)} runs, {len(plan)} crash targets, {workers} workers, seed={seed}")
+    disruptions = Disruptions(
+        rng,
+        pause_every,
+        next_pause=started + pause_every if pause_every else None,
+        restart_at=started + restart_database_after if restart_database_after else None,
+    )
+    say(
+        f"chaos: {len(workload.runs)} runs, {len(workload.plan)} crash targets, {workers} workers,"
+        f" seed={seed}"
+    )
     try:
-        while time.monotonic() < deadline:
-            pool.tend()
-            now = time.monotonic()
-            if next_pause is not None and pause_every and now >= next_pause:
-                pool.pause_one(rng)
-                next_pause = now + pause_every
-            if restart_at is not None and now >= restart_at:
-                restart_at = None
-                say("chaos: stopping the database abruptly (pg_ctl stop -m immediate)")
-                database.crash_and_restart_embedded()
-                report_restarts += 1
-            try:
-                # A worker paused mid-transaction holds its row locks until it is resumed, and
-                # resuming it is this loop's job: never wait on its locks, try again next tick.
-                with transaction.atomic():
-                    with connection.cursor() as cursor:
-                        cursor.execute("SET LOCAL lock_timeout = '500ms'")
-                    act_as_owner(to_cancel)
-            except DatabaseError:
-                connection.close()  # the database restarted under us: reconnect next time
-                continue
-            if not Run.objects.filter(pk__in=all_runs).exclude(status__in=_ENDED).exists():
-                break
-            time.sleep(0.1)
-        else:
-            say("chaos: timed out waiting for the runs to end")
+        drive(pool, workload, disruptions, deadline=started + timeout, say=say)
     finally:
         pool.stop()
-    baseline_output = Run.objects.get(pk=baseline[0]).output if baseline else None
-    for run_id in all_runs:
-        expected[run_id] = (
-            (RunStatus.CANCELLED, None)
-            if run_id in to_cancel
-            else (RunStatus.DONE, baseline_output)
-        )
-    report = Report(pauses=pool.pauses, database_restarts=report_restarts)
-    check(all_runs, expected=expected, report=report)
+    report = Report(pauses=pool.pauses, database_restarts=disruptions.database_restarts)
+    check(workload.runs, expected=expected_ends(workload), report=report)
     # With several runs per worker, one run's crash also kills the others mid-step: more chaos,
     # but a run killed that way may pass its own crash point on replay without stopping there.
     report.kills = pool.deaths
-    report.targets_fired = len(list(fired.iterdir()))
-    if require_every_target and report.targets_fired != len(plan):
-        missing = {f"{e['run']}-{e['point']}-{e['seq']}" for e in plan} - {
-            path.name for path in fired.iterdir()
-        }
+    fired_names = {path.name for path in fired.iterdir()}
+    report.targets_fired = len(fired_names)
+    if require_every_target and report.targets_fired != len(workload.plan):
+        missing = {f"{e['run']}-{e['point']}-{e['seq']}" for e in workload.plan} - fired_names
         report.violations.append(f"{len(missing)} crash point(s) never fired: {sorted(missing)}")
     return report
+
+
+def drive(
+    pool: Pool,
+    workload: Workload,
+    disruptions: Disruptions,
+    *,
+    deadline: float,
+    say: Callable[[str], None],
+) -> None:
+    """Until every run has ended (or the deadline): restart dead workers, disrupt, and act as
+    the owner."""
+    while time.monotonic() < deadline:
+        pool.tend()
+        disruptions.apply(pool, say)
+        try:
+            # A worker paused mid-transaction holds its row locks until it is resumed, and
+            # resuming it is this loop's job: never wait on its locks, try again next tick.
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL lock_timeout = '500ms'")
+                act_as_owner(workload.to_cancel)
+        except DatabaseError:
+            connection.close()  # the database restarted under us: reconnect next time
+            continue
+        if not Run.objects.filter(pk__in=workload.runs).exclude(status__in=_ENDED).exists():
+            return
+        time.sleep(0.1)
+    say("chaos: timed out waiting for the runs to end")
+
+
+def expected_ends(workload: Workload) -> dict[int, tuple[str, Any]]:
+    """How each run must end: as the crash-free baseline did, or cancelled."""
+    baseline = workload.baseline
+    baseline_output = Run.objects.get(pk=baseline[0]).output if baseline else None
+    return {
+        run_id: (
+            (RunStatus.CANCELLED, None)
+            if run_id in workload.to_cancel
+            else (RunStatus.DONE, baseline_output)
+        )
+        for run_id in workload.runs
+    }
 
 
 _ENDED = [status for status in RunStatus.values if status not in ("queued", "running", "waiting")]
@@ -221,8 +286,6 @@ def act_as_owner(to_cancel: set[int]) -> None:
         if wait.kind == WaitKind.HUMAN:
             answer: Any = {"approve": True}
         else:  # reconcile: look at the world, as the owner would
-            from kernel import journal
-
             effect = ChaosEffect.objects.filter(
                 key=journal.idempotency_key(wait.run_id, wait.seq)
             ).first()
@@ -243,16 +306,6 @@ def act_as_owner(to_cancel: set[int]) -> None:
 # --- Takeover: a killed worker's run resumes on another worker at once -----------------------
 
 TAKEOVER_LIMIT_SECONDS = 5.0
-
-
-def kernel_worker(env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
-    """A `manage.py kernel_worker` with the product's defaults (lease, poll) unless `extra`."""
-    return subprocess.Popen(
-        [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "kernel_worker", *extra],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def _until[T](what: str, read: Callable[[], T | None], *, timeout: float) -> T:
@@ -302,7 +355,7 @@ def run_takeover(*, step_seconds: float = 2.0, timeout: float = 60.0) -> Takeove
         "DATABASE_URL": database.build_url(connection.settings_dict),
         "AGENTOS_DATA_DIR": tempfile.mkdtemp(prefix="agentos-takeover-"),
     }
-    workers = [kernel_worker(env), kernel_worker(env)]
+    workers = [proving_worker(env), proving_worker(env)]
     try:
         _until("both workers", lambda: _listeners() >= 2 or None, timeout=timeout)
         owner = _until(
