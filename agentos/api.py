@@ -3,7 +3,7 @@
 - Callers: a personal API token (`Authorization: Bearer aos_…`; reads need its `read` scope,
   writes `act`) or the owner's console session, signed in with the second factor and
   CSRF-checked.
-- Every write is idempotent under an `Idempotency-Key` (`agentos.idempotency`, installed here
+- Every write is idempotent under an `Idempotency-Key` (`agentos.core.idempotency`, installed here
   around every operation, whichever router adds it).
 - Error bodies always have the shape `{"error": {"code": ..., "message": ..., "details": ...}}`,
   whatever answered: a route, ninja, Django or a middleware (`json_errors` rewrites the rest);
@@ -33,9 +33,10 @@ from ninja import Field, NinjaAPI, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
-from agentos import audit, health, idempotency, owner, tokens
-from agentos.errors import DomainError
-from agentos.models import ApiToken, AuditEvent, Scope
+from agentos import health
+from agentos.core import audit, idempotency, owner, tokens
+from agentos.core.errors import DomainError
+from agentos.core.models import ApiToken, AuditEvent, Scope
 
 logger = logging.getLogger(__name__)
 

@@ -2,16 +2,16 @@ from django.apps import AppConfig
 from django.contrib.admin import apps as admin_apps
 
 
-class AgentosConfig(AppConfig):
+class ShellConfig(AppConfig):
+    """The project shell: settings, URLs, the one API, Home and Settings, the commands."""
+
     default = True
     name = "agentos"
-    verbose_name = "agentos: owner and access"
+    label = "shell"
+    verbose_name = "agentos"
 
     def ready(self) -> None:
         from agentos import checks  # noqa: F401  # registers the system checks
-        from agentos.vault import register
-
-        register("agentos.PushState", "vapid_private")  # rotated with the other secrets
 
 
 class OwnerAdminConfig(admin_apps.AdminConfig):

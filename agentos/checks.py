@@ -42,7 +42,7 @@ def check_https(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 def check_vault(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """Vault keys that cannot be used (malformed, or a key file others could read) fail at
     start-up rather than when a provider key is first needed."""
-    from agentos import vault
+    from agentos.core import vault
 
     try:
         vault.check()

@@ -6,7 +6,7 @@ import io
 
 import segno
 
-from agentos.owner import OwnerCredentials
+from agentos.core.owner import OwnerCredentials
 
 
 def render(credentials: OwnerCredentials, *, url: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
-from agentos.errors import DomainError
+from agentos.core.errors import DomainError
 from kernel import stream
 
 router = Router(tags=["events"])

@@ -3,8 +3,8 @@ from __future__ import annotations
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from agentos import tokens
-from agentos.models import Scope, default_scopes
+from agentos.core import tokens
+from agentos.core.models import Scope, default_scopes
 
 
 class SignInForm(forms.Form):

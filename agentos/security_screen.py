@@ -1,5 +1,5 @@
 """Settings' security and notifications: the owner's sessions, second-factor devices and Web
-Push subscriptions. Each view parses, calls one service (`agentos.security_settings`,
+Push subscriptions. Each view parses, calls one service (`agentos.core.security_settings`,
 `approvals.push`) and answers; a refusal comes back as a message on the Settings page."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
-from agentos import audit, security_settings
-from agentos.errors import DomainError
-from agentos.shell import owner_required, signed_in
+from agentos.core import audit, security_settings
+from agentos.core.errors import DomainError
+from agentos.core.shell import owner_required, signed_in
 from agentos.views import settings_page
 from approvals import push
 

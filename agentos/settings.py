@@ -1,4 +1,4 @@
-"""agentos settings: one file, read from the environment through the helpers in `agentos.env`.
+"""agentos settings: one file, read from the environment through the helpers in `agentos.core.env`.
 
 Every variable is listed in README.md. Misconfiguration that can be detected is reported by the
 system checks in `agentos.checks` (ids `agentos.E0xx` / `agentos.W0xx`).
@@ -12,8 +12,8 @@ from typing import Any
 
 from django.utils.csp import CSP
 
-from agentos import database, private
-from agentos.env import env_bool, env_int, env_list, env_path, env_str
+from agentos.core import database, private
+from agentos.core.env import env_bool, env_int, env_list, env_path, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = env_path("AGENTOS_DATA_DIR", BASE_DIR / ".data")
@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "channels",
     "channels_postgres",
     "huey.contrib.djhuey",
+    "agentos.core",
     "agentos",
     "kernel",
     "missions",
@@ -96,7 +97,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "agentos.shell.console_context",
+                "agentos.core.shell.console_context",
             ],
         },
     },
@@ -235,7 +236,7 @@ LOGGING: dict[str, Any] = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # Every line written goes through the scrubber (known secret values and secret shapes).
-    "filters": {"secrets": {"()": "agentos.scrubber.LogFilter"}},
+    "filters": {"secrets": {"()": "agentos.core.scrubber.LogFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

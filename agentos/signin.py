@@ -28,8 +28,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django_otp.models import Device
 
-from agentos import audit, security_settings
-from agentos.models import AuditEvent, SignInThrottle
+from agentos.core import audit, security_settings
+from agentos.core.models import AuditEvent, SignInThrottle
 
 
 class SignInRefused(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task
 
-from agentos import idempotency
+from agentos.core import idempotency
 
 
 @db_periodic_task(crontab(minute="23", hour="*"))  # type: ignore[untyped-decorator]

@@ -15,11 +15,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from agentos import audit, health, owner, security_settings, signin, tokens
-from agentos.errors import DomainError
+from agentos import health, signin
+from agentos.core import audit, owner, security_settings, tokens
+from agentos.core.errors import DomainError
+from agentos.core.models import ApiToken, AuditEvent
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from agentos.forms import SignInForm, TokenForm
-from agentos.models import ApiToken, AuditEvent
-from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from approvals import inbox, push
 from missions import costs, overview, provider_views
 

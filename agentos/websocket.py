@@ -46,9 +46,9 @@ from django.utils.http import is_same_domain
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
-from agentos import audit, tokens
 from agentos import events as events_api
-from agentos.models import AuditEvent, Scope
+from agentos.core import audit, tokens
+from agentos.core.models import AuditEvent, Scope
 from kernel import stream
 from kernel.bus import OWNER_GROUP
 

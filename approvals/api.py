@@ -14,9 +14,9 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict, StrictBool
 
-from agentos import audit, tokens
-from agentos.models import Scope
-from agentos.schemas import Text
+from agentos.core import audit, tokens
+from agentos.core.models import Scope
+from agentos.core.schemas import Text
 from approvals import inbox, service
 from approvals.errors import ApprovalError
 from approvals.models import Approval, Question, Reconciliation

@@ -7,7 +7,7 @@ wait (already settled, expired) stay `KernelError`s. Both are `DomainError`s, an
 
 from __future__ import annotations
 
-from agentos.errors import DomainError
+from agentos.core.errors import DomainError
 
 
 class ApprovalError(DomainError):

@@ -35,9 +35,9 @@ from django.utils.translation import gettext as _
 from py_vapid import Vapid
 from pywebpush import WebPushException, webpush
 
-from agentos import audit, vault
-from agentos.errors import DomainError
-from agentos.models import AuditEvent, PushState, PushSubscription
+from agentos.core import audit, vault
+from agentos.core.errors import DomainError
+from agentos.core.models import AuditEvent, PushState, PushSubscription
 from approvals import inbox
 from kernel import stream
 from kernel.models import Event, Wait, WaitKind, WaitState

@@ -13,8 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agentos import audit
-from agentos.models import AuditEvent
+from agentos.core import audit
+from agentos.core.models import AuditEvent
 from approvals.errors import ApprovalError
 from approvals.models import Approval, Question, Reconciliation, Verdict
 from kernel import runs

@@ -14,10 +14,10 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_safe
 
-from agentos import audit
-from agentos.diffs import diff_files, diff_lines
-from agentos.errors import DomainError
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core import audit
+from agentos.core.diffs import diff_files, diff_lines
+from agentos.core.errors import DomainError
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from approvals import inbox, service
 from approvals.forms import AnswerForm, DecisionForm, VerdictForm
 from approvals.models import Approval, Question, Reconciliation, Status, Verdict

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from agentos.admin import ReadOnlyAdmin
+from agentos.core.admin import ReadOnlyAdmin
 from cluster.models import Node, Placement
 
 

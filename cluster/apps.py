@@ -6,7 +6,7 @@ class ClusterConfig(AppConfig):
     verbose_name = "Cluster and sandboxes"
 
     def ready(self) -> None:
-        from agentos import vault
+        from agentos.core import vault
 
         # The control plane's SSH private key: re-encrypted by a vault rotation.
         vault.register("cluster.ControlKey", "ciphertext")

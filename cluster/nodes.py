@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agentos import vault
+from agentos.core import vault
 from cluster import transport
 from cluster.models import LOCAL, NAME_PATTERN, ControlKey, Node
 

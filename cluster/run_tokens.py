@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from agentos import private, vault
+from agentos.core import private, vault
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from cluster import nodes
 from cluster.models import Node, Placement
 

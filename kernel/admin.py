@@ -13,8 +13,8 @@ from django.db.models import Model
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from agentos import audit
-from agentos.admin import ReadOnlyAdmin
+from agentos.core import audit
+from agentos.core.admin import ReadOnlyAdmin
 from kernel import budgets
 from kernel.models import (
     Artifact,

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from django.conf import settings
 
-from agentos.scrubber import scrub_value
+from agentos.core.scrubber import scrub_value
 from kernel.models import Artifact, Run
 
 NAME_MAX = Artifact._meta.get_field("name").max_length or 200

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentos.audit import Actor
+    from agentos.core.audit import Actor
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,8 @@ def set_global_caps(changes: dict[str, Any], *, actor: Actor) -> dict[str, int |
     """
     from django.db import transaction
 
-    from agentos import audit
-    from agentos.models import AuditEvent
+    from agentos.core import audit
+    from agentos.core.models import AuditEvent
     from kernel.exceptions import KernelError
     from kernel.models import GlobalBudget
 

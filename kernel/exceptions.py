@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agentos.errors import DomainError
+from agentos.core.errors import DomainError
 
 
 class KernelError(DomainError):

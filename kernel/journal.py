@@ -37,7 +37,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from agentos.scrubber import scrub_json, scrub_value
+from agentos.core.scrubber import scrub_json, scrub_value
 from kernel import debits, statements
 from kernel.budgets import Cost
 from kernel.debits import Debit

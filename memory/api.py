@@ -17,8 +17,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import AwareDatetime, ConfigDict
 
-from agentos import audit, tokens
-from agentos.schemas import Text
+from agentos.core import audit, tokens
+from agentos.core.schemas import Text
 from memory import curation, overview, search
 from memory.models import Note
 from memory.notes import MAX_BODY, MAX_TITLE

@@ -12,8 +12,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from agentos import audit
-from agentos.models import AuditEvent
+from agentos.core import audit
+from agentos.core.models import AuditEvent
 from memory import overview, store
 from memory.errors import MemoryRefused, conflict
 from memory.models import Note

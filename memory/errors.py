@@ -7,7 +7,7 @@ API clients read `code` and `status`: keep them stable.
 
 from __future__ import annotations
 
-from agentos.errors import DomainError
+from agentos.core.errors import DomainError
 
 
 class MemoryRefused(DomainError):

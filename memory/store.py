@@ -22,7 +22,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agentos import scrubber
+from agentos.core import scrubber
 from memory import embeddings, notes, repository
 from memory.models import Note, Scope
 from memory.notes import NoteError

@@ -21,9 +21,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods, require_safe
 
-from agentos import audit, tokens
-from agentos.diffs import diff_lines
-from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.core import audit, tokens
+from agentos.core.diffs import diff_lines
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from memory import curation, overview, search
 from memory.errors import MemoryRefused
 from memory.models import Scope

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from agentos import audit
-from agentos.models import AuditEvent
+from agentos.core import audit
+from agentos.core.models import AuditEvent
 from missions import endpoints, keys
 from missions.models import ProviderEndpoint, ProviderKey
 

@@ -15,9 +15,9 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods
 
-from agentos import audit
-from agentos.models import AuditEvent
-from agentos.shell import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.core import audit
+from agentos.core.models import AuditEvent
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from kernel import budgets
 from kernel.models import GlobalBudget
 from missions.models import ModelInfo, Role, RoleRoute

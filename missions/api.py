@@ -20,8 +20,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 
-from agentos import audit
-from agentos.schemas import Text
+from agentos.core import audit
+from agentos.core.schemas import Text
 from kernel import budgets
 from missions import actions, endpoints, keys, launch, schedules
 from missions.errors import MissionError

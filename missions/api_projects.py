@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from pydantic import ConfigDict
 
-from agentos.schemas import Text
+from agentos.core.schemas import Text
 from missions import environments as project_environments
 from missions import projects
 from missions.api import project_or_404

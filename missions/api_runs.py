@@ -16,8 +16,8 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool, StrictInt
 
-from agentos import tokens
-from agentos.schemas import Text
+from agentos.core import tokens
+from agentos.core.schemas import Text
 from approvals import inbox
 from kernel import artifacts, runs, versions
 from kernel.budgets import CAP_FIELDS

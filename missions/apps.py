@@ -6,7 +6,7 @@ class MissionsConfig(AppConfig):
     verbose_name = "Missions and agent engine"
 
     def ready(self) -> None:
-        from agentos import scrubber
+        from agentos.core import scrubber
         from kernel import programs
         from missions import endpoints, keys
         from missions.providers import registry as providers

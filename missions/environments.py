@@ -15,8 +15,8 @@ from django.db import transaction
 from django.utils import timezone
 from huey.contrib.djhuey import db_task
 
-from agentos import audit
-from agentos.models import AuditEvent
+from agentos.core import audit
+from agentos.core.models import AuditEvent
 from cluster import environments, sandbox
 from cluster.environments import Environment
 from cluster.identity import SandboxUnavailable

@@ -7,7 +7,7 @@ shows their message. API clients read `code` and `status`: keep them stable.
 
 from __future__ import annotations
 
-from agentos.errors import DomainError
+from agentos.core.errors import DomainError
 
 
 class MissionError(DomainError):

@@ -1,6 +1,6 @@
 """Provider API keys: from the environment, else set (write-only) from the console.
 
-Stored encrypted by the vault (`agentos.vault`, keys apart from Django's secret key): a copy of
+Stored encrypted by the vault (`agentos.core.vault`, keys apart from Django's secret key): a copy of
 the database alone does not give them away, and changing the secret key loses none. A stored key
 no vault key opens is reported in the log and kept, never dropped. They are read only when a
 provider client is built, never put in a prompt, a sandbox, a log or an event.
@@ -13,7 +13,7 @@ import os
 
 from django.utils.translation import gettext as _
 
-from agentos import vault
+from agentos.core import vault
 from missions.errors import MissionError
 from missions.models import ProviderKey
 from missions.providers.registry import KEYS

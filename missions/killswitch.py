@@ -18,10 +18,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 from ninja import Field, Router, Schema
 
-from agentos import audit
-from agentos.errors import DomainError
-from agentos.models import AuditEvent
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core import audit
+from agentos.core.errors import DomainError
+from agentos.core.models import AuditEvent
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from cluster import nodes, run_tokens, transport
 from cluster.models import Node
 from kernel import runs

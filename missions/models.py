@@ -261,7 +261,7 @@ class Schedule(models.Model):
 
 class ProviderKey(models.Model):
     """A provider's API key set from the console: write-only, stored encrypted by the vault
-    (`agentos.vault`). The environment variable, when set, wins."""
+    (`agentos.core.vault`). The environment variable, when set, wins."""
 
     provider = models.CharField(max_length=20, unique=True)
     ciphertext = models.BinaryField()

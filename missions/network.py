@@ -88,7 +88,7 @@ def provider_bridge(name: str) -> egress.Bridge:
 
 def git_bridge(run_id: int) -> egress.Upstream:
     """The project's origin over HTTPS with its token; SSH keys are not bridged."""
-    from agentos import vault
+    from agentos.core import vault
 
     account = Run.objects.filter(pk=run_id).values_list("account_id", flat=True).first()
     mission = Mission.objects.filter(pk=account or 0).select_related("project").first()

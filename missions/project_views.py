@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods, require_safe
 
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel.models import Run
 from missions import environments as project_environments
 from missions import overview, projects

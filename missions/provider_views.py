@@ -19,7 +19,7 @@ from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from agentos import audit
+from agentos.core import audit
 from missions import actions, endpoints, keys
 from missions.errors import MissionError
 from missions.models import ModelInfo, RoleRoute

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST, require_safe
 
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Run, Step

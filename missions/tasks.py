@@ -12,4 +12,3 @@ from missions import schedules
 def fire_schedules() -> None:
     """Start the missions of the schedules due this minute."""
     schedules.fire_due()
-

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from agentos.diffs import DiffLine, diff_lines
+from agentos.core.diffs import DiffLine, diff_lines
 from kernel.models import Run, Step, StepKind, Wait, WaitKind
 from missions.engine import framing
 from missions.models import OwnerMessage

@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel.models import Run, Step
 
 MAX_STEPS = 500  # the most recent ones; a page of a phone cannot show more usefully

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_safe
 
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import artifacts as artifact_files
 from kernel.exceptions import KernelError
 from kernel.models import Artifact

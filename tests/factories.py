@@ -10,8 +10,8 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.oath import totp
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from agentos import owner as owner_service
-from agentos.owner import OwnerCredentials
+from agentos.core import owner as owner_service
+from agentos.core.owner import OwnerCredentials
 
 
 @dataclass

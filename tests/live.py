@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from agentos import database
+from agentos.core import database
 from tests.polling import wait_for
 
 BASE_DIR = Path(settings.BASE_DIR)

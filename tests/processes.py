@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from django.conf import settings
 from django.db import connection
 
-from agentos import database
+from agentos.core import database
 
 
 def run_django(

@@ -14,8 +14,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from agentos import tokens
-from agentos.models import AuditEvent
+from agentos.core import tokens
+from agentos.core.models import AuditEvent
 from kernel.models import GlobalBudget
 from memory import store
 from memory.store import Draft

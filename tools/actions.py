@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from agentos import audit
-from agentos.models import AuditEvent
+from agentos.core import audit
+from agentos.core.models import AuditEvent
 from tools.models import PermissionRule
 
 

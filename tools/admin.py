@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
-from agentos import audit, vault
+from agentos.core import audit, vault
 from tools import actions, registry
 from tools.models import CredentialKind, PermissionRule, RemoteCredential
 

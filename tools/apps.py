@@ -6,7 +6,7 @@ class ToolsConfig(AppConfig):
     verbose_name = "Tools and permissions"
 
     def ready(self) -> None:
-        from agentos import scrubber, vault
+        from agentos.core import scrubber, vault
         from tools import remotes
 
         # A vault rotation re-encrypts the remotes' credentials too.

@@ -12,7 +12,7 @@ result never reaches the owner's API.
 
 from __future__ import annotations
 
-from agentos.errors import DomainError
+from agentos.core.errors import DomainError
 
 
 class ToolConfigError(DomainError):

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentos import vault
+from agentos.core import vault
 from tools.errors import ToolConfigError
 from tools.models import CredentialKind, RemoteCredential
 

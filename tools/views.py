@@ -12,8 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agentos import audit
-from agentos.shell import SCREENS_BY_SLUG, owner_required
+from agentos.core import audit
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from tools import actions, registry
 from tools.base import Risk
 from tools.models import Decision, PermissionRule

@@ -41,7 +41,7 @@ from django.utils import timezone
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
-from agentos import database
+from agentos.core import database
 from kernel import journal, programs, runs, scheduler, statements
 from kernel.context import RunContext
 from kernel.journal import Fence

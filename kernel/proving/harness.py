@@ -27,7 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
-from agentos import database
+from agentos.core import database
 from kernel import holders, journal, runs, scheduler
 from kernel.context import DONE, NOT_DONE
 from kernel.exceptions import KernelError

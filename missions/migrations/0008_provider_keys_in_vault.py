@@ -1,4 +1,4 @@
-"""Provider keys move from a key derived from SECRET_KEY to the vault (`agentos.vault`).
+"""Provider keys move from a key derived from SECRET_KEY to the vault (`agentos.core.vault`).
 
 A key the old derivation cannot open (SECRET_KEY changed since it was stored) is left as it is
 and named in the log: the owner sets it again; nothing is deleted. Reversing keeps the vault's
@@ -17,7 +17,7 @@ logger = logging.getLogger("missions.keys")
 
 
 def move_to_vault(apps, schema_editor):
-    from agentos import vault
+    from agentos.core import vault
 
     ProviderKey = apps.get_model("missions", "ProviderKey")
     digest = hashlib.sha256(b"agentos provider keys:" + settings.SECRET_KEY.encode()).digest()

@@ -25,7 +25,7 @@ from anthropic.types import (
     ToolParam,
 )
 
-from agentos import scrubber
+from agentos.core import scrubber
 from missions.providers.base import (
     AuthenticationFailed,
     BadRequest,

@@ -30,7 +30,7 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from agentos import scrubber
+from agentos.core import scrubber
 from missions.providers.base import (
     BadRequest,
     Completed,

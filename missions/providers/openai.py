@@ -37,7 +37,7 @@ from openai.types.responses import (
 )
 from openai.types.shared_params import Reasoning
 
-from agentos import scrubber
+from agentos.core import scrubber
 from missions.providers.base import (
     AuthenticationFailed,
     BadRequest,

@@ -19,8 +19,11 @@ KEY_OPTIONAL = frozenset({"compatible"})
 
 
 class Endpoint(Protocol):
-    base_url: str
-    model: str
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
 
 
 # Where keys and endpoints are kept is the missions app's business (`missions.keys`,

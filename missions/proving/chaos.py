@@ -49,7 +49,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from agentos import database, vault
+from agentos.core import database, vault
 from kernel import programs
 from kernel.models import Run, RunStatus, Step
 from kernel.proving.chaos import Report

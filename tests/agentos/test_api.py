@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from agentos import tokens
-from agentos.models import ApiToken, AuditEvent
+from agentos.core import tokens
+from agentos.core.models import ApiToken, AuditEvent
 from kernel import heartbeats
 from tests.factories import Owner
 

@@ -12,8 +12,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test import override_settings
 
-from agentos import database, health
-from agentos.env import env_bool, env_int
+from agentos import health
+from agentos.core import database
+from agentos.core.env import env_bool, env_int
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 

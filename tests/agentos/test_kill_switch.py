@@ -12,7 +12,7 @@ from concurrent import futures
 import pytest
 from django.test import Client
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from approvals.models import Approval
 from kernel.models import Run, RunStatus, Step, WaitState
 from kernel.worker import Worker

@@ -8,7 +8,7 @@ from django.test import Client
 from django.utils import timezone
 from django_otp import DEVICE_ID_SESSION_KEY
 
-from agentos.models import ApiToken
+from agentos.core.models import ApiToken
 from tests.factories import Owner
 
 INLINE_SCRIPT = re.compile(rb"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentos import database, private
 from agentos import settings as product_settings
+from agentos.core import database, private
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agentos import scrubber
+from agentos.core import scrubber
 
 pytestmark = pytest.mark.django_db  # the registered sources may read the database
 

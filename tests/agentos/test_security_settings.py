@@ -11,7 +11,7 @@ from django_otp.oath import totp
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from tests.factories import Owner
 
 PHONE = "Mozilla/5.0 (iPhone; CPU iPhone OS 18_0 like Mac OS X) Mobile/15E148"

@@ -9,7 +9,7 @@ import re
 import pytest
 from django.test import Client
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from missions import endpoints, keys, pricing
 from missions.models import ModelInfo, ModelPrice, ProviderEndpoint, ProviderKey
 from missions.providers.base import Usage

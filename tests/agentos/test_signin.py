@@ -13,7 +13,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from agentos.models import AuditEvent, SignInThrottle
+from agentos.core.models import AuditEvent, SignInThrottle
 from tests.factories import Owner, verified_client
 
 LOGIN = "/login/"

@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from agentos import private, vault
+from agentos.core import private, vault
 from missions import keys
 from missions.models import ProviderKey
 

@@ -8,7 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client, override_settings
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from agentos.websocket import CLOSE_UNAUTHENTICATED, websocket_application
 from kernel import bus
 from tests.factories import Owner, verified_client
@@ -166,7 +166,7 @@ def _password_only_client() -> Client:
 
 
 def _token(*scopes: str) -> str:
-    from agentos import tokens
+    from agentos.core import tokens
     from tests.factories import make_owner
 
     owner = make_owner()

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agentos import tokens
+from agentos.core import tokens
 from tests.factories import Owner
 
 PREFIX = "/api/v1"

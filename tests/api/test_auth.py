@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agentos import tokens
-from agentos.models import ApiToken, AuditEvent
+from agentos.core import tokens
+from agentos.core.models import ApiToken, AuditEvent
 from missions.models import Project
 from tests.agentos.test_api import bearer, error_of
 from tests.factories import Owner

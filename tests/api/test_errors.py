@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import DataError
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from kernel.models import Wait, WaitState
 from tests.agentos.test_api import error_of
 from tests.api.conftest import Api

@@ -34,7 +34,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
 )
 
-from agentos import tokens
+from agentos.core import tokens
 from kernel import heartbeats, runs
 from memory import store
 from memory.store import Draft

@@ -14,7 +14,7 @@ from pytest_django.fixtures import Settings
 
 from agentos import api as api_module
 from agentos import errorpages
-from agentos.models import ApiToken
+from agentos.core.models import ApiToken
 from missions.models import Project
 from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
@@ -142,7 +142,7 @@ def test_it_answers_a_crash_500_in_json(api: Api, monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_token_without_the_scope_gets_403_in_json(client: Client, owner: Owner) -> None:
-    from agentos import tokens
+    from agentos.core import tokens
 
     reader = tokens.create_token(owner=owner.user, name="reader", scopes=["read"]).secret
 

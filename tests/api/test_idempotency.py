@@ -13,9 +13,9 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from agentos import idempotency
-from agentos.idempotency import IdempotencyKey
-from agentos.models import ApiToken, AuditEvent
+from agentos.core import idempotency
+from agentos.core.idempotency import IdempotencyKey
+from agentos.core.models import ApiToken, AuditEvent
 from approvals.models import Approval
 from kernel.models import Run
 from missions.models import Mission, OwnerMessage, Project

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from kernel.models import Run
 from tests.api.conftest import Api
 from tests.kernel.factories import start

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from agentos import vault
+from agentos.core import vault
 from missions.models import Project
 from tests.api.conftest import Api
 from tests.tools.git_http import GitServer, bare_remote, git_http_server

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from missions.models import Project
 from tests.api.conftest import Api
 from tools import workspace

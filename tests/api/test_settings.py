@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from kernel.models import GlobalBudget
 from missions import keys
 from missions.models import ModelInfo, ProviderEndpoint, ProviderKey, Schedule

@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from agentos import tokens
-from agentos.errors import DomainError
-from agentos.models import ApiToken, AuditEvent
+from agentos.core import tokens
+from agentos.core.errors import DomainError
+from agentos.core.models import ApiToken, AuditEvent
 from missions.models import Project, ProviderKey
 from tests.agentos.test_api import bearer, error_of
 from tests.factories import Owner

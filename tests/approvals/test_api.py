@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agentos import tokens
-from agentos.models import AuditEvent
+from agentos.core import tokens
+from agentos.core.models import AuditEvent
 from approvals import service
 from approvals.models import Approval
 from kernel.models import Event, Wait, WaitState

@@ -15,7 +15,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agentos import diffs, visible
+from agentos.core import diffs, visible
 from approvals import inbox
 from approvals.models import Approval
 from tests.approvals.factories import make_approval
@@ -32,7 +32,7 @@ NAME_FLAG = "hidden characters in this name"
 
 
 def marker(char: str) -> str:
-    """How the pages show a hidden character (see `agentos.visible`)."""
+    """How the pages show a hidden character (see `agentos.core.visible`)."""
     code = ord(char)
     if code < 0x20 or code == 0x7F:
         shown = chr(0x2421) if code == 0x7F else chr(0x2400 + code)

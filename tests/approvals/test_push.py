@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from django.test import Client
 from pytest_django.fixtures import Settings
 
-from agentos.models import AuditEvent, PushState, PushSubscription
+from agentos.core.models import AuditEvent, PushState, PushSubscription
 from approvals import push
 from tests.approvals.factories import make_approval, make_question
 from tests.factories import Owner

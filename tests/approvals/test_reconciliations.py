@@ -14,8 +14,8 @@ from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
-from agentos import tokens
-from agentos.models import AuditEvent
+from agentos.core import tokens
+from agentos.core.models import AuditEvent
 from approvals.models import Reconciliation
 from kernel import runs
 from kernel.models import ChaosEffect, Run, RunStatus, Step, Wait, WaitKind, WaitState

@@ -11,7 +11,7 @@ from django.urls import reverse
 from playwright.sync_api import Page, expect
 from pytest_django.fixtures import Settings
 
-from agentos import shell
+from agentos.core import shell
 from approvals.models import Approval, Question
 from kernel.models import Run, RunStatus
 from memory import store

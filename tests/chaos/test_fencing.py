@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
 
-from agentos import database
+from agentos.core import database
 from kernel.models import Event, Run, Step
 from tests.kernel.factories import start
 from tests.polling import wait_for

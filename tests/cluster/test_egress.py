@@ -273,7 +273,7 @@ def follows_the_owners_rules(upstream: Upstream) -> None:
 
 
 def kill_switch_revokes_every_token(upstream: Upstream) -> None:
-    from agentos import audit
+    from agentos.core import audit
     from missions import killswitch
 
     run = make_run(hosts=["127.0.0.1"])

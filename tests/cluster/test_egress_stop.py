@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from agentos import audit
+from agentos.core import audit
 from cluster import egress
 from kernel import runs
 from kernel.budgets import Ledger

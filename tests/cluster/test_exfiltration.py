@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agentos import scrubber, vault
+from agentos.core import scrubber, vault
 from cluster import egress, run_tokens, sandbox
 from cluster.sandbox import Limits
 from kernel import journal

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agentos import audit
+from agentos.core import audit
 from cluster import nodes, run_tokens, sandbox
 from cluster.sandbox import Limits
 from missions import killswitch

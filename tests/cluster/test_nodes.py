@@ -22,7 +22,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from pytest_django import DjangoDbBlocker
 
-from agentos import vault
+from agentos.core import vault
 from cluster import (
     deploy,
     dispatch,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from kernel.models import GlobalBudget
 from missions import routing
 from missions.models import Role, RoleRoute

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from missions.models import Project
 from tools import permissions, registry
 from tools.models import Decision, PermissionRule

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agentos import tokens
-from agentos.models import AuditEvent
+from agentos.core import tokens
+from agentos.core.models import AuditEvent
 from kernel import journal
 from memory import store
 from memory.models import Note

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 from kernel import journal
 from memory import store
 from memory.models import Note

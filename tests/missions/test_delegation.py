@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.db.models import Sum
 
-from agentos import audit
+from agentos.core import audit
 from kernel import budgets, crashpoints, runs, scheduler
 from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker

@@ -23,7 +23,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agentos import tokens
+from agentos.core import tokens
 from kernel import runs
 from kernel.models import Run, RunStatus, Step, StepKind
 from kernel.worker import Worker

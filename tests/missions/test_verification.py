@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agentos import tokens
+from agentos.core import tokens
 from kernel.models import Run, Step, StepKind
 from kernel.worker import Worker
 from missions import demo, verification

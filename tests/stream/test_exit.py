@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from agentos import database
+from agentos.core import database
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

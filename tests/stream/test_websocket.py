@@ -246,7 +246,7 @@ async def test_it_shows_an_approval_request_when_it_opens() -> None:
 def make_token() -> str:
     from django.test import override_settings
 
-    from agentos import tokens
+    from agentos.core import tokens
 
     # The stack runs the product settings, which do not know the tests' fast password hasher.
     with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.PBKDF2PasswordHasher"]):

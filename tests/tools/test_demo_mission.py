@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from agentos.tokens import create_token
+from agentos.core.tokens import create_token
 from approvals.models import Approval
 from cluster.sandbox import for_level
 from kernel.models import Run, Step, StepKind

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentos import vault
+from agentos.core import vault
 from approvals import service
 from approvals.models import Approval
 from kernel import artifacts, runs

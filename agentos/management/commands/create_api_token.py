@@ -4,9 +4,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentos import owner, tokens
-from agentos.errors import DomainError
-from agentos.models import Scope
+from agentos.core import owner, tokens
+from agentos.core.errors import DomainError
+from agentos.core.models import Scope
 
 
 class Command(BaseCommand):

@@ -5,7 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from agentos import credentials, owner
+from agentos import credentials
+from agentos.core import owner
 
 
 class Command(BaseCommand):

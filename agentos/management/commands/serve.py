@@ -12,7 +12,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentos import credentials, owner
+from agentos import credentials
+from agentos.core import owner
 from agentos.processes import Child, ProcessGroup
 
 

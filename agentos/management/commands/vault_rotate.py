@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from agentos import vault
+from agentos.core import vault
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentos import audit
+from agentos.core import audit
 from missions import killswitch
 
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from agentos import audit
-from agentos.models import ApiToken, AuditEvent
+from agentos.core import audit
+from agentos.core.models import ApiToken, AuditEvent
 
 DEFAULT_USERNAME = "owner"
 BACKUP_CODES = 10

@@ -1,5 +1,5 @@
 """Personal API tokens: created by the owner, shown once, stored hashed, revocable; each with
-an expiry (90 days unless chosen, at most a year) and scopes (`agentos.models.Scope`)."""
+an expiry (90 days unless chosen, at most a year) and scopes (`agentos.core.models.Scope`)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agentos import audit, idempotency
-from agentos.errors import DomainError
-from agentos.models import ApiToken, AuditEvent, Scope, default_scopes
-from agentos.owner import get_owner
+from agentos.core import audit, idempotency
+from agentos.core.errors import DomainError
+from agentos.core.models import ApiToken, AuditEvent, Scope, default_scopes
+from agentos.core.owner import get_owner
 
 PREFIX = "aos_"
 # last_used_at is rewritten at most this often, so a busy script does not write on every call.
@@ -162,7 +162,7 @@ def authenticate_token(secret: str, *, address: str | None = None) -> ApiToken:
         )
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
         # Never wait for the row: a write under an Idempotency-Key authenticates inside its
-        # transaction (agentos.idempotency) and holds this lock until it ends; a concurrent
+        # transaction (agentos.core.idempotency) and holds this lock until it ends; a concurrent
         # request skips the update (another one just made it) instead of queueing behind it.
         with transaction.atomic():
             unlocked = ApiToken.objects.filter(pk=token.pk).select_for_update(skip_locked=True)

@@ -1,5 +1,5 @@
 """`{{ text|visible }}`: agent-written text with every hiding character shown as a marker
-(`agentos.visible`), escaped; `|visible:"lines"` keeps its line breaks (a commit message),
+(`agentos.core.visible`), escaped; `|visible:"lines"` keeps its line breaks (a commit message),
 `|visible:"name"` marks a tab too (a file name); `|visible_text` gives the markers as plain text,
 for where markup cannot go (a page's `<title>`).
 `{% hidden_flag path %}`: a warning label after a name that hides characters."""
@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from agentos import visible as markers
+from agentos.core import visible as markers
 
 register = template.Library()
 

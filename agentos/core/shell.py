@@ -19,8 +19,8 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.translation import gettext_lazy
 
-from agentos import audit, owner, security_settings
-from agentos.models import AuditEvent
+from agentos.core import audit, owner, security_settings
+from agentos.core.models import AuditEvent
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import django.contrib.postgres.fields
 from django.db import migrations, models
 from django.utils import timezone
 
-import agentos.models
+import agentos.core.models
 
 
 def expire_existing(apps, schema_editor):
@@ -36,7 +36,7 @@ class Migration(migrations.Migration):
                     choices=[("read", "read"), ("act", "act"), ("approve", "approve")],
                     max_length=16,
                 ),
-                default=agentos.models.default_scopes,
+                default=agentos.core.models.default_scopes,
                 size=None,
             ),
         ),

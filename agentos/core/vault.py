@@ -5,7 +5,7 @@ Keys are Fernet keys, the first one primary (it encrypts; every one decrypts):
 - `AGENTOS_VAULT_KEYS`, comma-separated, when set: the keys then live outside the data dir, so
   a copy of the data dir (database and all) decrypts nothing;
 - else the key file `DATA_DIR/vault.keys`, one key a line, created 0600 and refused when it is
-  a symlink, not ours, or readable by others (`agentos.private`).
+  a symlink, not ours, or readable by others (`agentos.core.private`).
 
 Rotating the secret key loses nothing here. `rotate()` puts a new primary key first and keeps
 the old ones; `reencrypt()` rewrites every registered field with the primary key (both are run
@@ -28,7 +28,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 
-from agentos import private
+from agentos.core import private
 
 ENV = "AGENTOS_VAULT_KEYS"
 FILE_NAME = "vault.keys"

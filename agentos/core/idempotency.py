@@ -47,7 +47,7 @@ from django.http.response import HttpResponseBase
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agentos.errors import DomainError
+from agentos.core.errors import DomainError
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"

@@ -76,7 +76,7 @@ class SignInThrottle(models.Model):
 class AuditEvent(models.Model):
     """Append-only record of security-relevant facts: sign-ins, refusals, token use.
 
-    Written only through `agentos.audit.record`; the admin shows it read-only.
+    Written only through `agentos.core.audit.record`; the admin shows it read-only.
     """
 
     class Kind(models.TextChoices):
@@ -170,7 +170,7 @@ class PushState(models.Model):
 
 
 # Declared beside the code that uses it; imported here so that Django registers it.
-from agentos.idempotency import IdempotencyKey  # noqa: E402
+from agentos.core.idempotency import IdempotencyKey  # noqa: E402
 
 __all__ = [
     "ApiToken",

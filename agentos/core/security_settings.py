@@ -30,10 +30,10 @@ from django_otp.models import Device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from agentos import audit
-from agentos.errors import DomainError
-from agentos.models import AuditEvent
-from agentos.owner import BACKUP_CODES
+from agentos.core import audit
+from agentos.core.errors import DomainError
+from agentos.core.models import AuditEvent
+from agentos.core.owner import BACKUP_CODES
 
 # Session keys of our notes (prefixed: the session also holds Django's and django-otp's).
 STARTED = "agentos_started_at"

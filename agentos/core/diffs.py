@@ -5,7 +5,7 @@ The lines are git's: split on `\\n` only, never where Python's `splitlines()` al
 `\\r`, a form feed, U+2028...). Such a character inside an added line would otherwise show
 that line as a harmless addition followed by a deleted-looking line, or as the header of a
 file the commit never touched; here it stays in its line and is shown as a marker
-(`agentos.visible`). Inside a hunk the counts of its `@@` header say which lines are content,
+(`agentos.core.visible`). Inside a hunk the counts of its `@@` header say which lines are content,
 so a content line never reads as a header whatever it starts with.
 """
 
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentos import visible
+from agentos.core import visible
 
 MAX_DIFF_LINES = 4000
 HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from agentos.models import ApiToken, AuditEvent, SignInThrottle
+from agentos.core.models import ApiToken, AuditEvent, SignInThrottle
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from agentos import private
+from agentos.core import private
 
 SCHEMES = {"postgres", "postgresql"}
 

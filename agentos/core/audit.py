@@ -9,9 +9,9 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from agentos.models import AuditEvent
+from agentos.core.models import AuditEvent
 
-logger = logging.getLogger("agentos.audit")
+logger = logging.getLogger("agentos.core.audit")
 
 
 def client_address(request: HttpRequest) -> str | None:
