@@ -21,7 +21,7 @@ from kernel import runs
 from kernel.context import DONE, NOT_DONE, Done, RunContext, StepCall
 from kernel.models import Effect, RunStatus, StepKind
 from tools import actions, permissions
-from tools.base import Tool, ToolError, Workbench, arguments_hash
+from tools.base import Tool, ToolError, Worksite, arguments_hash
 from tools.models import Decision, PermissionRule
 
 MAX_JUSTIFICATION = 4000
@@ -32,14 +32,19 @@ def ttl() -> timedelta:
 
 
 def ask_approval(
-    ctx: RunContext, bench: Workbench, tool: Tool, arguments: dict[str, Any], *, justification: str
+    ctx: RunContext,
+    worksite: Worksite,
+    tool: Tool,
+    arguments: dict[str, Any],
+    *,
+    justification: str,
 ) -> dict[str, Any]:
     """Ask the owner to approve this exact call; wait durably. The approval's request (with
     its preview, computed once) when approved, else `{"refused": reason}`."""
 
     def build(call: StepCall) -> Done:
         try:
-            preview = tool.preview(bench.env(call), arguments) if tool.preview else {}
+            preview = tool.preview(worksite.env(call), arguments) if tool.preview else {}
         except ToolError as error:
             # Nothing to show, nothing to ask: the model reads why (a remote out of reach...).
             return Done({"type": "approval", "unprepared": str(error)})
@@ -52,7 +57,7 @@ def ask_approval(
                 "risk": str(tool.risk),
                 "justification": justification[:MAX_JUSTIFICATION],
                 "preview": preview,
-                "project_id": bench.project_id,
+                "project_id": worksite.project_id,
                 "mission_id": ctx.run.account_id,
             }
         )

@@ -9,28 +9,28 @@ from typing import Any
 from approvals.service import ask_approval, ask_question
 from kernel.context import Done, RunContext
 from kernel.models import Effect, StepKind
-from tools.base import Risk, Tool, ToolEnv, Workbench
+from tools.base import Risk, Tool, ToolEnv, Worksite
 
 
 def _not_here(env: ToolEnv, arguments: dict[str, Any]) -> str:
     raise RuntimeError("owner tools run through `interact`")  # pragma: no cover
 
 
-def _ask(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
+def _ask(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
     answer = ask_question(ctx, arguments["question"], choices=arguments.get("choices"))
     return f"The owner answered: {answer}"
 
 
-def _request_approval(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
+def _request_approval(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
     outcome = ask_approval(
-        ctx, bench, REQUEST_APPROVAL, arguments, justification=arguments["justification"]
+        ctx, worksite, REQUEST_APPROVAL, arguments, justification=arguments["justification"]
     )
     if "refused" in outcome:
         return f"Not approved: {outcome['refused']}."
     return "Approved by the owner."
 
 
-def _notify(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
+def _notify(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
     from kernel import journal
 
     def send(call: Any) -> Done:

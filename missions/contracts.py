@@ -25,7 +25,7 @@ from missions.models import Mission, Role
 from missions.providers.registry import ready
 from missions.routing import Route, configured_route, failover_for
 from tools import levels, registry
-from tools.base import Risk, Workbench
+from tools.base import Risk, Worksite
 
 # The tools a sub-agent is not given unless its contract lists them (`missions.delegation`).
 NAME = "delegate"
@@ -103,7 +103,7 @@ sandbox where the shell tool runs commands. Commit your work with git_commit on 
 your parent merges it. Do not push."""
 
 
-def plan(ctx: RunContext, bench: Workbench, tasks: list[dict[str, Any]]) -> dict[str, Any]:
+def plan(ctx: RunContext, worksite: Worksite, tasks: list[dict[str, Any]]) -> dict[str, Any]:
     """`{"children": [{"input", "caps"}]}`, or `{"refused": why}` naming every problem found."""
     parent = Spec.from_input(ctx.input)
     if ctx.run.depth >= MAX_DEPTH:
@@ -120,7 +120,7 @@ def plan(ctx: RunContext, bench: Workbench, tasks: list[dict[str, Any]]) -> dict
     children = []
     for task in tasks:
         found: list[str] = []
-        child = _child(ctx, bench, parent, mission, task, found)
+        child = _child(ctx, worksite, parent, mission, task, found)
         problems.extend(f"task {task['name']!r}: {problem}" for problem in found)
         children.append(child)
     if problems:
@@ -130,7 +130,7 @@ def plan(ctx: RunContext, bench: Workbench, tasks: list[dict[str, Any]]) -> dict
 
 def _child(
     ctx: RunContext,
-    bench: Workbench,
+    worksite: Worksite,
     parent: Spec,
     mission: Mission,
     task: dict[str, Any],
@@ -150,7 +150,7 @@ def _child(
         _check_artifacts(references, problems)
         tools = sorted({*tools, "read_artifact"})
     level = task.get("sandbox_level")
-    _check_place(bench, parent, writes, mode, level, problems)
+    _check_place(worksite, parent, writes, mode, level, problems)
     route, failover = _route(parent, mission, role, task, problems)
     budget = task.get("budget", {})
     contract = {
@@ -243,7 +243,7 @@ def _check_artifacts(references: list[str], problems: list[str]) -> None:
 
 
 def _check_place(
-    bench: Workbench,
+    worksite: Worksite,
     parent: Spec,
     writes: bool,
     mode: str,
@@ -252,7 +252,7 @@ def _check_place(
 ) -> None:
     """Where the child would work: a writer needs a repository and a sandbox, and no child works
     less confined than its parent."""
-    if writes and (bench.workspace is None or not parent.repository):
+    if writes and (worksite.workspace is None or not parent.repository):
         problems.append("writes: true needs a repository, and this run has none")
     if writes and mode == "artifact_only":
         problems.append("a writer works in a repository: context_mode artifact_only is read-only")

@@ -32,7 +32,7 @@ from missions import contracts
 from missions.contracts import ADVISOR, CONTRACT_SCHEMA, NAME
 from missions.engine import harness, relief
 from missions.envelopes import envelope_of
-from tools.base import Risk, Tool, ToolEnv, ToolError, Workbench
+from tools.base import Risk, Tool, ToolEnv, ToolError, Worksite
 
 MAX_TASKS = 12
 
@@ -44,24 +44,24 @@ def _not_here(env: ToolEnv, arguments: dict[str, Any]) -> str:
 # --- the tool ------------------------------------------------------------------------------------
 
 
-def _delegate(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
+def _delegate(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
     tasks = arguments["tasks"]
     plan = ctx.step(
         StepKind.CHECKPOINT,
         effect=Effect.READ,
         name="delegate-plan",
         request={"tasks": tasks},
-        execute=lambda call: Done(contracts.plan(ctx, bench, tasks)),
+        execute=lambda call: Done(contracts.plan(ctx, worksite, tasks)),
     )
     if "refused" in plan:
         raise ToolError(plan["refused"])
     children: list[dict[str, Any]] = plan["children"]
     if any(child["input"]["contract"]["writes"] for child in children):
-        if bench.workspace is None:  # the plan refuses writers without one
+        if worksite.workspace is None:  # the plan refuses writers without one
             raise ToolError("delegate: this run has no workspace to give writers.")
         # The writers start from the parent's files as they are now, uncommitted edits included.
-        checkpoint = harness._checkpoint(ctx, bench.workspace, NAME)
-        base = {"run": ctx.run_id, "workspace": str(bench.workspace), **checkpoint}
+        checkpoint = harness._checkpoint(ctx, worksite.workspace, NAME)
+        base = {"run": ctx.run_id, "workspace": str(worksite.workspace), **checkpoint}
         for child in children:
             if child["input"]["contract"]["writes"]:
                 child["input"]["contract"]["base_checkpoint"] = base
@@ -123,7 +123,7 @@ ADVICE_SCHEMA: dict[str, Any] = {
 }
 
 
-def _consult(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
+def _consult(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
     """The advisor shape: a cheaper executor asks the planner's model — the strongest the
     routes name — one question. A delegation of one read-only task, so the advisor is a
     sub-agent like any other: its own run, budget and envelope; it sees only what is asked and
@@ -137,7 +137,7 @@ def _consult(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> st
         "output_schema": ADVICE_SCHEMA,
         "done_criteria": ["The advice answers the question asked, with its reasons."],
     }
-    return _delegate(ctx, bench, {"tasks": [task]})
+    return _delegate(ctx, worksite, {"tasks": [task]})
 
 
 CONSULT = Tool(

@@ -38,7 +38,7 @@ from missions.models import Mission
 from missions.providers.registry import ready
 from missions.routing import OTHER_PROVIDER, Route, failover_for, route_for
 from tools import shell, workspace
-from tools.base import ToolEnv, ToolError, Workbench
+from tools.base import ToolEnv, ToolError, Worksite
 
 HOOK = "definition_of_done"
 MAX_CRITERIA = 50
@@ -513,12 +513,12 @@ def _parse(text: str) -> list[Any] | None:
 STOP_HOOKS[HOOK] = ContextStopHook(check=check, exhausted=RunStatus.PARTIAL)
 
 
-def _bench(ctx: RunContext) -> Workbench:
+def _bench(ctx: RunContext) -> Worksite:
     """Where oracles run: as the run's commands do, at its sandbox level (its mission's risk
     class; a command needs a sandbox, even for a read-only mission) with its project's frozen
     environment, in its worktree."""
     level = ctx.input.get("sandbox_level", 1) if isinstance(ctx.input, dict) else 1
     project_id, environment = harness.project_of(ctx)
-    return Workbench(
+    return Worksite(
         ctx.run_id, project_id, Path(ctx.run.workspace), max(int(level), 1), environment
     )

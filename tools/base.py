@@ -74,7 +74,7 @@ class ToolEnv:
 
 
 @dataclass(frozen=True)
-class Workbench:
+class Worksite:
     """Where a run's tools act: its project (for permission rules) and its worktree."""
 
     run_id: int
@@ -122,7 +122,7 @@ class Tool:
       the arguments as canonical JSON.
     - `preview(env, arguments)`: what an approval shows besides the call (`{"diff": ...}` and
       facts the call is then bound to, such as the commit a push will send).
-    - `interact(ctx, bench, arguments)`: for tools that talk to the owner — they run as journaled
+    - `interact(ctx, worksite, arguments)`: for tools that talk to the owner — they run as journaled
       steps and durable waits of their own, instead of `run`.
     """
 
@@ -137,7 +137,7 @@ class Tool:
     probe: Callable[[ToolEnv, dict[str, Any]], str | None] | None = None
     subject: Callable[[dict[str, Any]], str] | None = None
     preview: Callable[[ToolEnv, dict[str, Any]], dict[str, Any]] | None = None
-    interact: Callable[[RunContext, Workbench, dict[str, Any]], str] | None = None
+    interact: Callable[[RunContext, Worksite, dict[str, Any]], str] | None = None
     deferred: bool = False  # only name and description in context; schema loaded on demand
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
 

@@ -2,7 +2,7 @@
 worktree, inside its sandbox, as one merge commit.
 
 A writer works in a repository of its own, made from the parent's checkpoint
-(`missions.engine.harness.workbench`), on branch `agentos/run-<child id>`. Each run's tree is
+(`missions.engine.harness.worksite`), on branch `agentos/run-<child id>`. Each run's tree is
 owned by its own uid (0700): the parent's sandbox cannot even read the child's. So the work
 travels as a bundle — data, as for a push: git bundles the child's new commits in the child's
 sandbox, the host copies the file without following links, and git in the parent's sandbox

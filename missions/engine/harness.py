@@ -28,7 +28,7 @@ from tools.base import (
     Tool,
     ToolError,
     ToolInputError,
-    Workbench,
+    Worksite,
     arguments_hash,
     text_of,
 )
@@ -38,12 +38,12 @@ from tools.models import Decision
 UNDONE_CHARS = 500  # of why an action outside did not happen, in the run's output
 
 
-def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Workbench:
+def worksite(ctx: RunContext, repository: str, base: str, level: int = 1) -> Worksite:
     """Where the run's tools act: its project, and its worktree (made once, by a journaled step;
     a fork's own, made from its checkpoint)."""
     project_id, environment = project_of(ctx)
     if not repository:
-        return Workbench(ctx.run_id, project_id, None, level, environment)
+        return Worksite(ctx.run_id, project_id, None, level, environment)
 
     start = _base_checkpoint(ctx)
 
@@ -77,7 +77,7 @@ def workbench(ctx: RunContext, repository: str, base: str, level: int = 1) -> Wo
         path = str(_fork_workspace(ctx, repository, forked))
         Run.objects.filter(pk=ctx.run_id).update(workspace=path)
     ctx.run.workspace = path
-    return Workbench(ctx.run_id, project_id, Path(path), level, environment)
+    return Worksite(ctx.run_id, project_id, Path(path), level, environment)
 
 
 def project_of(ctx: RunContext) -> tuple[int, environments.Environment | None]:
@@ -177,7 +177,7 @@ def _fork_workspace(ctx: RunContext, repository: str, forked: dict[str, Any]) ->
 
 
 def judge(
-    tools: dict[str, Tool], bench: Workbench, calls: list[dict[str, Any]]
+    tools: dict[str, Tool], worksite: Worksite, calls: list[dict[str, Any]]
 ) -> list[dict[str, Any] | None]:
     """deny / ask / allow for each call (None for a call the executor will refuse anyway); paths
     are judged as they resolve in the worktree now (the tools judge again when they write)."""
@@ -189,7 +189,7 @@ def judge(
             verdicts.append(None)
             continue
         verdict = permissions.evaluate(
-            tool, arguments, project_id=bench.project_id, workspace=bench.workspace
+            tool, arguments, project_id=worksite.project_id, workspace=worksite.workspace
         )
         verdicts.append(verdict.as_dict())
     return verdicts
@@ -200,7 +200,7 @@ def run_tools(
     calls: list[dict[str, Any]],
     verdicts: list[dict[str, Any] | None],
     tools: dict[str, Tool],
-    bench: Workbench,
+    worksite: Worksite,
     justification: str,
     *,
     checkpointing: bool = False,
@@ -237,17 +237,17 @@ def run_tools(
                 flush()
             # The model's words as the owner reads them: a quoted data block without our tags.
             approval = approvals.ask_approval(
-                ctx, bench, tool, call["arguments"], justification=framing.unwrap(justification)
+                ctx, worksite, tool, call["arguments"], justification=framing.unwrap(justification)
             )
             if "refused" in approval:
                 verdict = {"decision": Decision.DENY, "reason": approval["refused"]}
                 decision, approval = Decision.DENY, None
-        execute = _executor(call, tool, tools, ctx.run, bench, verdict, approval)
+        execute = _executor(call, tool, tools, ctx.run, worksite, verdict, approval)
         if tool is not None and tool.interact is not None and decision != Decision.DENY:
             if batch:
                 flush()
             # Its text is that of the interaction's last step: the owner's answer is theirs.
-            output, is_error = _interact(ctx, tool, call, bench, execute)
+            output, is_error = _interact(ctx, tool, call, worksite, execute)
             results.append(answer(call, ctx.seq, output, is_error))
             continue
         if (
@@ -265,22 +265,22 @@ def run_tools(
             runs_tool
             and tool is not None
             and tool.risk == Risk.WORKSPACE_WRITE
-            and bench.workspace is not None
+            and worksite.workspace is not None
             and checkpointing
             and _valid(tool, call)
         ):
-            checkpoint = _checkpoint(ctx, bench.workspace, call["call_id"])
+            checkpoint = _checkpoint(ctx, worksite.workspace, call["call_id"])
             execute = _executor(
-                call, tool, tools, ctx.run, bench, verdict, approval, checkpoint=checkpoint
+                call, tool, tools, ctx.run, worksite, verdict, approval, checkpoint=checkpoint
             )
-            execute = _restoring(execute, bench.workspace, ctx.run_id, checkpoint)
+            execute = _restoring(execute, worksite.workspace, ctx.run_id, checkpoint)
         out = ctx.step(
             StepKind.TOOL_CALL,
             effect=tool.effect if runs_tool and tool else Effect.READ,
             name=call["name"],
             request=request,
             execute=execute,
-            probe=_probe(tool, call, bench, approval)
+            probe=_probe(tool, call, worksite, approval)
             if runs_tool and tool and tool.probe
             else None,
         )
@@ -376,7 +376,7 @@ def _valid(tool: Tool, call: dict[str, Any]) -> bool:
 
 
 def _interact(
-    ctx: RunContext, tool: Tool, call: dict[str, Any], bench: Workbench, execute: Any
+    ctx: RunContext, tool: Tool, call: dict[str, Any], worksite: Worksite, execute: Any
 ) -> tuple[str, bool]:
     """A tool that talks to the owner (or starts sub-agents): its own journaled steps and waits,
     after validation. Its (output, is_error).
@@ -398,7 +398,7 @@ def _interact(
     if interact is None:  # the caller only sends tools that have one
         raise TypeError(f"{tool.name} does not talk to the owner")
     try:
-        return interact(ctx, bench, call["arguments"]), False
+        return interact(ctx, worksite, call["arguments"]), False
     except ToolError as error:
         refused = str(error)
         out = ctx.step(
@@ -416,7 +416,7 @@ def _executor(
     tool: Tool | None,
     tools: dict[str, Tool],
     run: Run,
-    bench: Workbench,
+    worksite: Worksite,
     verdict: dict[str, Any] | None,
     approval: dict[str, Any] | None,
     *,
@@ -462,17 +462,17 @@ def _executor(
         try:
             # The run's level (its mission's risk class), raised by the tool's minimum; refused
             # at level 0 unless the tool only reads, or where no node offers the level.
-            level = levels.require(tool, bench.sandbox_level)
+            level = levels.require(tool, worksite.sandbox_level)
             restore = None
-            if checkpoint is not None and bench.workspace is not None:
-                top = bench.workspace
+            if checkpoint is not None and worksite.workspace is not None:
+                top = worksite.workspace
 
                 def restore() -> None:
                     checkpoints.restore(
                         top, run_id=run.pk, checkpoint=checkpoint, stopping=step.stopping
                     )
 
-            env = bench.env(step, approval, level=level, restore=restore)
+            env = worksite.env(step, approval, level=level, restore=restore)
             answer = tool.run(env, arguments)
         except ToolError as error:
             return Done({"output": str(error), "is_error": True})
@@ -488,11 +488,11 @@ def _executor(
 
 
 def _probe(
-    tool: Tool, call: dict[str, Any], bench: Workbench, approval: dict[str, Any] | None
+    tool: Tool, call: dict[str, Any], worksite: Worksite, approval: dict[str, Any] | None
 ) -> Any:
     def probe(step: StepCall) -> Done | None:
         arguments = call["arguments"] or {}
-        env = bench.env(step, approval, level=levels.effective(tool, bench.sandbox_level))
+        env = worksite.env(step, approval, level=levels.effective(tool, worksite.sandbox_level))
         found = tool.probe(env, arguments) if tool.probe else None
         return Done({"output": found, "is_error": False}) if found is not None else None
 

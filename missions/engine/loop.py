@@ -43,7 +43,7 @@ from missions.engine.window import Window, append_user_text, from_owner, give_me
 from missions.providers import registry
 from missions.providers.base import Conversation, Options, Provider
 from tools import registry as tool_registry
-from tools.base import Risk, Tool, Workbench
+from tools.base import Risk, Tool, Worksite
 from tools.models import Decision
 
 NO_TOOL = Tool(
@@ -73,7 +73,7 @@ class Agent:
     provider: Provider
     window: Window
     by_name: dict[str, Tool]
-    bench: Workbench
+    worksite: Worksite
     watch: stalls.Watch | None
     refusals: int = 0
     # Look for owner messages at the first model call of this execution (they may have come
@@ -98,8 +98,8 @@ def _agent(ctx: RunContext) -> Outcome:
 
 
 def _start(ctx: RunContext, spec: Spec) -> Agent:
-    """The run's prompt, provider, opening thread, workbench and window (its steps in this order:
-    the prompt's fingerprint, the workbench's, the window's)."""
+    """The run's prompt, provider, opening thread, worksite and window (its steps in this order:
+    the prompt's fingerprint, the worksite's, the window's)."""
     names = list(spec.tools)
     if any((tool_registry.get(name) or NO_TOOL).deferred for name in names):
         names.append("load_tool_schema")
@@ -125,7 +125,7 @@ def _start(ctx: RunContext, spec: Spec) -> Agent:
         provider=provider.name, system=prefix.system, items=[provider.user_message(spec.goal)]
     )
     give_memory(provider, conversation.items, spec)
-    bench = harness.workbench(ctx, spec.repository, spec.base, spec.sandbox_level)
+    worksite = harness.worksite(ctx, spec.repository, spec.base, spec.sandbox_level)
     window = Window.open(ctx, provider, spec, prefix, options, conversation)
     return Agent(
         ctx=ctx,
@@ -133,7 +133,7 @@ def _start(ctx: RunContext, spec: Spec) -> Agent:
         provider=provider,
         window=window,
         by_name={tool.name: tool for tool in tools},
-        bench=bench,
+        worksite=worksite,
         watch=stalls.watch(ctx, tools=spec.tools) if spec.stalls else None,
     )
 
@@ -203,13 +203,13 @@ def _answered(run: Agent, text: str, number: int) -> Outcome | None:
 def _act(run: Agent, response: dict[str, Any], number: int) -> None:
     """Run the tool calls of a response, their results into the thread, then the stall watch."""
     calls = response["tool_calls"]
-    verdicts = response.get("permissions") or harness.judge(run.by_name, run.bench, calls)
+    verdicts = response.get("permissions") or harness.judge(run.by_name, run.worksite, calls)
     results = harness.run_tools(
         run.ctx,
         calls,
         verdicts,
         run.by_name,
-        run.bench,
+        run.worksite,
         response["text"],
         checkpointing=run.spec.checkpoints,
         framed=run.spec.data_framing,
@@ -301,5 +301,5 @@ def _model_step(run: Agent, conversation: Conversation, call: StepCall) -> Done:
         )
     # The harness's permission verdicts on the calls the model asked for are recorded with
     # its answer: journaled, and the same on a replay even if the rules changed since.
-    permissions = harness.judge(run.by_name, run.bench, done.result["tool_calls"])
+    permissions = harness.judge(run.by_name, run.worksite, done.result["tool_calls"])
     return Done({**done.result, "owner_messages": delivered, "permissions": permissions}, done.cost)

@@ -3,7 +3,7 @@
 The chaos harness kills workers at named crash points, and `make bench` prices each statement of
 a step: this trace pins both, for every step kind, fresh, replayed and resumed after a death
 mid-step. A change to `kernel.context` (or the modules it composes) that moves a crash point or
-adds a round trip shows up here, before the chaos matrix or the bench has to find it.
+adds a round trip shows up here, before the chaos matrix or the benchmark has to find it.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from tests.processes import stop
 from tests.tools.conftest import FINISH, calls, outputs
 from tests.tools.test_demo_mission import in_worktree, start_worker
 from tools import checkpoints, registry, workspace
-from tools.base import Risk, Tool, ToolEnv, ToolError, Workbench, text_of
+from tools.base import Risk, Tool, ToolEnv, ToolError, Worksite, text_of
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
 from tools.merging import MERGE_WORK, TRAILER
 
@@ -51,8 +51,8 @@ ENVELOPE = json.dumps(
 CHILD_DONE = {"text": ENVELOPE}
 
 
-def _spawn_writers(ctx: RunContext, bench: Workbench, arguments: dict[str, Any]) -> str:
-    top = bench.workspace
+def _spawn_writers(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
+    top = worksite.workspace
     assert top is not None
 
     def take(call: StepCall) -> Done:
