@@ -52,7 +52,7 @@ class World:
         assert response.status_code in (200, 201), response.content[:500]
 
     def call(self, response: Any) -> None:
-        assert response.status_code in (200, 201, 204), response.content[:500]
+        assert response.status_code in (200, 201, 202, 204), response.content[:500]
 
 
 @dataclass(frozen=True)
@@ -287,6 +287,19 @@ ACTIONS: dict[str, Action] = {
             "command": command("kill_switch", "--yes"),
         },
         setup=_schedule,
+    ),
+    # Removing the setup commands: the same action as saving them, without a build to queue.
+    "change_environment": Action(
+        AuditEvent.Kind.ENVIRONMENT_CHANGED,
+        lambda world: {"project": world.project.pk, "change": "removed"},
+        {
+            "console": lambda world: world.post(
+                reverse("console:project-environment", args=[world.project.pk]), {"setup": ""}
+            ),
+            "api": lambda world: world.call(
+                world.api.put(f"/projects/{world.project.pk}/environment", {"setup": ""})
+            ),
+        },
     ),
     "verify_note": Action(
         AuditEvent.Kind.MEMORY_CHANGED,
