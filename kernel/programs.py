@@ -31,11 +31,12 @@ Program = Callable[["RunContext"], Outcome]
 
 # Recorded on every run. Bump it (a whole number: versions are ordered) when a program's steps
 # change in a way that would not replay. A worker claims runs recorded by its own version, and
-# runs recorded by an earlier one whose program declares it `compatible`; a run that came up
+# runs recorded by an earlier one its program declares in `COMPATIBLE`; a run that came up
 # here recorded by an earlier version no program accepts is parked as "needs migration" for the
 # owner (`kernel.versions`). Runs recorded by a later version are left to that version's workers.
 ENGINE_VERSION = "1"
 
+# Program name -> the function a run of it executes (the apps add theirs from `ready()`).
 PROGRAMS: Registry[Program] = Registry("program")
 # Program name -> the earlier engine versions whose recorded runs it resumes as they are (declare
 # one only when its steps replay unchanged). Programs declaring none are not in it.
