@@ -6,8 +6,9 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals and owner questions"
 
     def ready(self) -> None:
+        # Here, not at the top: approvals.tools imports the models, which need the app registry.
         from approvals.tools import OWNER_TOOLS
-        from tools import registry
+        from tools.registry import TOOLS
 
         for tool in OWNER_TOOLS:
-            registry.register(tool)
+            TOOLS.add(tool.name, tool)

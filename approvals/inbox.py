@@ -90,7 +90,7 @@ def call_of(step: Step | None) -> dict[str, Any]:
 def subject(request: dict[str, Any]) -> str:
     """One line saying what an approval is about: the tool's own subject (the command, the
     path, the remote and branch), else its arguments."""
-    tool = registry.get(str(request.get("tool", "")))
+    tool = registry.TOOLS.get(str(request.get("tool", "")))
     arguments = request.get("arguments")
     if tool is not None and isinstance(arguments, dict):
         text = tool.subject_of(arguments)

@@ -256,7 +256,7 @@ def _always_allow(approval: Approval, actor: audit.Actor) -> None:
     from tools import registry
 
     request = approval.request
-    tool = registry.get(str(request.get("tool", "")))
+    tool = registry.TOOLS.get(str(request.get("tool", "")))
     if tool is None or request.get("project_id") is None:
         raise ApprovalError("This approval cannot become a project rule.", code="invalid_input")
     rule = PermissionRule(

@@ -285,7 +285,7 @@ def _approval_context(
         else None,
         "project": project,
         # "Always allow" writes a project rule for this tool and subject: only when both exist.
-        "can_always": project is not None and registry.get(tool_name) is not None,
+        "can_always": project is not None and registry.TOOLS.get(tool_name) is not None,
         "answer": answer,
         "form": form,
         "error": error,

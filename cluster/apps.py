@@ -6,7 +6,7 @@ class ClusterConfig(AppConfig):
     verbose_name = "Cluster and sandboxes"
 
     def ready(self) -> None:
-        from agentos.core import vault
+        from agentos.core.vault import VAULT_FIELDS
 
         # The control plane's SSH private key: re-encrypted by a vault rotation.
-        vault.register("cluster.ControlKey", "ciphertext")
+        VAULT_FIELDS.add("cluster.ControlKey", "ciphertext")

@@ -3,10 +3,10 @@ owned by the run's sandbox uid, bound in the sandbox at /run/agentos/egress.sock
 asyncio service on the control plane that answers as an HTTP proxy:
 
 - `CONNECT host:port` and absolute-URI plain HTTP, to hosts the run's policy allows (the policy
-  is registered by the application above: `register_policy`); anything else is refused with 403.
+  is registered by the application above, in `EGRESS_POLICY`); anything else is refused with 403.
   The service resolves names: the sandbox has no DNS and no route anywhere.
 - `http://<service>.bridge/<path>`: the API bridge. The bridge registered under that name
-  (`register_bridge`) gives the upstream URL and the credential headers, read from the vault here,
+  (`BRIDGES`) gives the upstream URL and the credential headers, read from the vault here,
   outside the sandbox; the sandbox never holds them.
 
 Every request carries the run's token (`cluster.run_tokens`) in `Proxy-Authorization` (Basic
@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from agentos.core.registries import Registry
 from cluster import proxy, run_tokens, trees
 from cluster.identity import SandboxUnavailable, identity
 from kernel import journal
@@ -80,37 +81,36 @@ class Upstream:
     headers: dict[str, str]
 
 
-# (run id, host, port) -> Verdict. Called in a worker thread (it may read the database).
-Policy = Callable[[int, str, int], Verdict]
 # (run id) -> Upstream, or raises LookupError with the reason (no key set...).
 Bridge = Callable[[int], Upstream]
 
-# (run id) -> the token scopes its sandboxes need ("egress", "bridge:<name>"); [] for none.
-Needs = Callable[[int], list[str]]
 
-_policy: list[Policy] = []
-_needs: list[Needs] = []
-_bridges: dict[str, Bridge] = {}
+@dataclass(frozen=True)
+class Policy:
+    """The allow-list. `decide(run id, host, port)` judges every direct destination of every run
+    (called in a worker thread: it may read the database); `needs(run id)` says which token scopes
+    a run's sandboxes get ("egress", "bridge:<name>"; [] for none: no network at all, no socket
+    opened)."""
 
-
-def register_policy(policy: Policy, *, needs: Needs | None = None) -> None:
-    """The allow-list: one function deciding every direct destination of every run; `needs`
-    says which scopes a run's sandboxes get (none: no network at all, no socket opened)."""
-    _policy[:] = [policy]
-    _needs[:] = [needs] if needs is not None else []
+    decide: Callable[[int, str, int], Verdict]
+    needs: Callable[[int], list[str]]
 
 
-def register_bridge(name: str, bridge: Bridge) -> None:
-    """`http://<name>.bridge/...` inside a sandbox reaches what `bridge` answers."""
-    if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
-        raise ValueError(f"a bridge name is lowercase letters, digits and dashes, not {name!r}")
-    _bridges[name] = bridge
+# One policy, registered by the application that knows the runs' tasks (by its name); none, or
+# more than one, and nothing is reachable.
+EGRESS_POLICY: Registry[Policy] = Registry("egress policy")
+# `http://<name>.bridge/...` inside a sandbox reaches what the bridge under that name answers.
+BRIDGES: Registry[Bridge] = Registry("bridge", name_pattern=r"[a-z][a-z0-9-]{0,30}")
 
 
 def decide(run_id: int, host: str, port: int) -> Verdict:
-    if not _policy:
+    policies = EGRESS_POLICY.values()
+    if not policies:
         return Verdict(False, "no egress policy is registered: nothing is reachable")
-    return _policy[0](run_id, host, port)
+    if len(policies) > 1:
+        named = ", ".join(EGRESS_POLICY.names())
+        return Verdict(False, f"several egress policies are registered ({named}): none is used")
+    return policies[0].decide(run_id, host, port)
 
 
 # --- Where the sockets are ------------------------------------------------------------------------
@@ -155,7 +155,8 @@ def attach_for_run(run_id: int, *, seconds: float) -> Attachment | None:
     """The egress of a command of `run_id` that may run `seconds`: None when the run needs no
     network (nothing on its allow-list, no bridge) or when the service does not answer (logged:
     the command then runs without network, as every sandbox does by default)."""
-    scopes = _needs[0](run_id) if _needs else []
+    policies = EGRESS_POLICY.values()
+    scopes = policies[0].needs(run_id) if len(policies) == 1 else []
     if not scopes:
         return None
     root_id = Run.objects.filter(pk=run_id).values_list("root_id", flat=True).first()
@@ -418,9 +419,11 @@ class Service:
         if tree.stopped:
             raise proxy.Refused(403, f"run {run_id}: {tree.stopped}")
         if bridge:
-            found = _bridges.get(name)
+            found = BRIDGES.get(name)
             if found is None:
-                raise proxy.Refused(404, f"no bridge named {name!r} (known: {sorted(_bridges)})")
+                raise proxy.Refused(
+                    404, f"no bridge named {name!r} (known: {sorted(BRIDGES.names())})"
+                )
             try:
                 upstream = await asyncio.to_thread(_in_thread, found, run_id)
             except LookupError as error:

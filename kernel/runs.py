@@ -34,7 +34,7 @@ def start_run(
     workspace: str = "",
 ) -> Run:
     """Create a runnable run (a root, or a child of `parent`) and ring the workers."""
-    if not programs.exists(program):
+    if program not in programs.PROGRAMS:
         raise KernelError(f"No program named {program!r}.", code="unknown_program")
     clean_caps = validate_caps(caps or {})
     depth = 0 if parent is None else parent.depth + 1

@@ -8,7 +8,7 @@ class MemoryConfig(AppConfig):
     def ready(self) -> None:
         # Here, not at the top: memory.tools imports the models, which need the app registry.
         from memory.tools import MEMORY_TOOLS
-        from tools import registry
+        from tools.registry import TOOLS
 
         for tool in MEMORY_TOOLS:
-            registry.register(tool)
+            TOOLS.add(tool.name, tool)

@@ -6,32 +6,31 @@ class MissionsConfig(AppConfig):
     verbose_name = "Missions and agent engine"
 
     def ready(self) -> None:
-        from agentos.core import scrubber
-        from kernel import programs
-        from missions import endpoints, keys
+        # Imported here, not at the top: these modules import the models, which Django loads
+        # after the app configs.
+        from agentos.core.scrubber import SECRET_SOURCES
+        from agentos.core.vault import VAULT_FIELDS
+        from cluster import egress
+        from kernel.programs import PROGRAMS
+        from missions import delegation, endpoints, envelopes, keys, network, verification
+        from missions.engine import loop
+        from missions.engine.spec import STOP_HOOKS
+        from missions.ledger import LEDGER_TOOLS
         from missions.providers import registry as providers
         from missions.tools import START_MISSION
-        from tools import registry
+        from tools.registry import TOOLS
 
-        programs.register("agent", "missions.engine.loop:agent")
-        # The stop hook `definition_of_done`: registered on import, where runs execute.
-        from missions import verification  # noqa: F401
-
-        registry.register(START_MISSION)
-        # Sub-agents: the `delegate` tool, and the stop hook holding a child to its envelope.
-        from missions import delegation, envelopes
-        from missions.engine.spec import STOP_HOOKS
-
-        registry.register(delegation.DELEGATE)
-        registry.register(delegation.CONSULT)
-        STOP_HOOKS[envelopes.HOOK] = envelopes.envelope_hook
-        from missions.ledger import LEDGER_TOOLS
-
-        for tool in LEDGER_TOOLS:
-            registry.register(tool)
-        scrubber.register(keys.values)
+        PROGRAMS.add("agent", loop.agent)
+        # Sub-agents: the `delegate` and `consult` tools, and the stop hook holding a child to its
+        # envelope; a mission's run is held to its definition of done.
+        for tool in (START_MISSION, delegation.DELEGATE, delegation.CONSULT, *LEDGER_TOOLS):
+            TOOLS.add(tool.name, tool)
+        STOP_HOOKS.add(verification.HOOK, verification.done_hook)
+        STOP_HOOKS.add(envelopes.HOOK, envelopes.envelope_hook)
+        SECRET_SOURCES.add("provider keys", keys.values)
+        VAULT_FIELDS.add("missions.ProviderKey", "ciphertext")
         providers.use(keys=keys.get, endpoints=endpoints.get)
         # The sandboxes' allow-list and API bridges (cluster.egress asks; it knows no mission).
-        from missions import network
-
-        network.register()
+        egress.EGRESS_POLICY.add("missions", network.POLICY)
+        for name, bridge in network.BRIDGES.items():
+            egress.BRIDGES.add(name, bridge)

@@ -306,7 +306,7 @@ def _tools(parent: Spec, task: dict[str, Any], writes: bool, problems: list[str]
 
 
 def _reads_only(name: str) -> bool:
-    tool = registry.get(name)
+    tool = registry.TOOLS.get(name)
     return tool is not None and tool.risk == Risk.READ and tool.effect == Effect.READ
 
 

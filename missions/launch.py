@@ -142,7 +142,7 @@ def _allowed(names: list[str], level: int) -> list[str]:
     return [
         name
         for name in names
-        if (tool := tool_registry.get(name)) is None or levels.allowed_at(tool, level)
+        if (tool := tool_registry.TOOLS.get(name)) is None or levels.allowed_at(tool, level)
     ]
 
 

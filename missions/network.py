@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agentos.core import vault
 from cluster import egress, run_tokens
 from kernel.models import Run
 from missions import keys
@@ -88,8 +89,6 @@ def provider_bridge(name: str) -> egress.Bridge:
 
 def git_bridge(run_id: int) -> egress.Upstream:
     """The project's origin over HTTPS with its token; SSH keys are not bridged."""
-    from agentos.core import vault
-
     account = Run.objects.filter(pk=run_id).values_list("account_id", flat=True).first()
     mission = Mission.objects.filter(pk=account or 0).select_related("project").first()
     if mission is None or not mission.project.clone_url.startswith(("https://", "http://")):
@@ -127,8 +126,6 @@ def needs(run_id: int) -> list[str]:
     return scopes
 
 
-def register() -> None:
-    egress.register_policy(decide, needs=needs)
-    for name in HEADERS:
-        egress.register_bridge(name, provider_bridge(name))
-    egress.register_bridge("git", git_bridge)
+# What the missions app registers with `cluster.egress` (from its `ready()`).
+POLICY = egress.Policy(decide=decide, needs=needs)
+BRIDGES = {**{name: provider_bridge(name) for name in HEADERS}, "git": git_bridge}

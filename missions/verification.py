@@ -27,18 +27,20 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cluster.sandbox import Limits, SandboxUnavailable, for_level
 from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, RunStatus, StepKind, Trust
 from kernel.runs import MAX_DEPTH
 from missions.engine import framing, harness
-from missions.engine.spec import STOP_HOOKS, ContextStopHook, Spec, StopCheck
+from missions.engine.spec import ContextStopHook, Spec, StopCheck
 from missions.errors import MissionError
 from missions.models import Mission
 from missions.providers.registry import ready
 from missions.routing import OTHER_PROVIDER, Route, failover_for, route_for
 from tools import shell, workspace
 from tools.base import ToolEnv, ToolError, Worksite
+from tools.git import INSIDE, sandbox_git
 
 HOOK = "definition_of_done"
 MAX_CRITERIA = 50
@@ -256,6 +258,10 @@ def check(ctx: RunContext, spec: Spec, answer: str, attempt: int) -> StopCheck:
     return StopCheck(str(summary["refusal"]), {**report, "missing": summary["missing"]})
 
 
+# The stop hook `definition_of_done` (the missions app registers it as `HOOK`).
+done_hook = ContextStopHook(check=check, exhausted=RunStatus.PARTIAL)
+
+
 def _refusal(missing: list[dict[str, Any]], *, framed: bool) -> str:
     lines = [f"{len(missing)} criterion(s) of the definition of done do not pass yet:"]
     for item in missing:
@@ -415,8 +421,6 @@ def evaluator_route(mission_id: int, spec: Spec) -> Route:
 def _changes(env: ToolEnv) -> list[str]:
     """The worktree's commits and changes since its base — new files not committed included —
     read by git inside the sandbox (never by a host process: the tree is the agent's)."""
-    from tools.git import INSIDE, sandbox_git
-
     base = workspace.BASE_REF
     try:
         log = sandbox_git(env, "log", "--oneline", f"{base}..HEAD")
@@ -440,8 +444,6 @@ def _changes(env: ToolEnv) -> list[str]:
 
 def _sandboxed(env: ToolEnv, script: str) -> str:
     """The standard output of `script` run in the run's sandbox, on its worktree."""
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     try:
         done = for_level(1).run(
             ["/bin/sh", "-c", script],
@@ -508,9 +510,6 @@ def _parse(text: str) -> list[Any] | None:
             return list(value["verdicts"])
         start = text.find("{", start + 1)
     return None
-
-
-STOP_HOOKS[HOOK] = ContextStopHook(check=check, exhausted=RunStatus.PARTIAL)
 
 
 def _bench(ctx: RunContext) -> Worksite:

@@ -22,7 +22,7 @@ class PermissionRuleForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean_tool(self) -> str:
         name = str(self.cleaned_data["tool"]).strip()
-        if name != "*" and registry.get(name) is None:
+        if name != "*" and registry.TOOLS.get(name) is None:
             raise forms.ValidationError(
                 _("No tool named %(name)s. Use a tool name or * for every tool."),
                 params={"name": name},

@@ -6,9 +6,15 @@ class ToolsConfig(AppConfig):
     verbose_name = "Tools and permissions"
 
     def ready(self) -> None:
-        from agentos.core import scrubber, vault
+        # Here, not at the top: these modules import the models, which need the app registry.
+        from agentos.core.scrubber import SECRET_SOURCES
+        from agentos.core.vault import VAULT_FIELDS
         from tools import remotes
+        from tools.builtin import BUILTIN
+        from tools.registry import TOOLS
 
+        for tool in BUILTIN:
+            TOOLS.add(tool.name, tool)
         # A vault rotation re-encrypts the remotes' credentials too.
-        vault.register("tools.RemoteCredential", "ciphertext")
-        scrubber.register(remotes.values)
+        VAULT_FIELDS.add("tools.RemoteCredential", "ciphertext")
+        SECRET_SOURCES.add("remote credentials", remotes.values)

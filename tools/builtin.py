@@ -6,8 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kernel.models import Effect
+from kernel import artifacts
+from kernel.models import Artifact, Effect, Run
 from tools.base import Risk, Tool, ToolEnv
+from tools.files import FILE_TOOLS
+from tools.git import GIT_TOOLS
+from tools.merging import MERGE_WORK
+from tools.registry import TOOLS
+from tools.shell import SHELL
 
 
 def _noop(env: ToolEnv, arguments: dict[str, Any]) -> str:
@@ -33,9 +39,6 @@ def _read_artifact(env: ToolEnv, arguments: dict[str, Any]) -> str:
     """Only the artifacts of the calling run's account, i.e. its mission (its runs' offloaded
     outputs, previews): another mission's answers exactly as a missing one, so existence is not
     confirmed either."""
-    from kernel import artifacts
-    from kernel.models import Artifact, Run
-
     account_id = Run.objects.values_list("account_id", flat=True).get(pk=env.run_id)
     found = Artifact.objects.filter(sha256=arguments["sha256"], run__account_id=account_id).first()
     if found is None:
@@ -69,9 +72,7 @@ READ_ARTIFACT = Tool(
 
 
 def _load_tool_schema(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    from tools import registry
-
-    tool = registry.get(arguments["name"])
+    tool = TOOLS.get(arguments["name"])
     if tool is None:
         return f"No tool named {arguments['name']!r}."
     return json.dumps({"name": tool.name, "input_schema": tool.input_schema})
@@ -95,27 +96,15 @@ LOAD_TOOL_SCHEMA = Tool(
 )
 
 
-def _families() -> list[Tool]:
-    from tools.files import FILE_TOOLS
-    from tools.git import GIT_TOOLS
-    from tools.shell import SHELL
-
-    return [*FILE_TOOLS, SHELL, *GIT_TOOLS]
-
-
-def _merging() -> list[Tool]:
-    from tools.merging import MERGE_WORK
-
-    return [MERGE_WORK]
-
-
-BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_families(), *_merging()]
+_FAMILIES = [*FILE_TOOLS, SHELL, *GIT_TOOLS]
+# Added to the registry by the tools app's `ready()`.
+BUILTIN = [NOOP, READ_ARTIFACT, LOAD_TOOL_SCHEMA, *_FAMILIES, MERGE_WORK]
 # What a run that delegates to writer sub-agents gets besides: merging their work.
-MERGING_TOOLS = [tool.name for tool in _merging()]
+MERGING_TOOLS = [MERGE_WORK.name]
 # What a coding mission gets unless it says otherwise: the workspace tools, and the owner tools
 # the approvals app registers (`approvals.tools`).
 CODING_TOOLS = [
-    *(tool.name for tool in _families()),
+    *(tool.name for tool in _FAMILIES),
     "ask_owner",
     "request_approval",
     "notify_owner",

@@ -29,7 +29,7 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs: Mode
         super().__init__(*args, **kwargs)
         project = self.fields["project"]
         project.empty_label = _("every project")  # type: ignore[attr-defined]  # a ModelChoiceField
-        names = sorted(tool.name for tool in registry.every())
+        names = sorted(tool.name for tool in registry.TOOLS.values())
         self.fields["tool"] = forms.ChoiceField(
             label=_("tool"),
             choices=[("*", _("* (every tool)")), *((name, name) for name in names)],
@@ -50,7 +50,7 @@ def tools_screen(request: HttpRequest) -> HttpResponse:
         "screen": SCREENS_BY_SLUG["tools"],
         "tools": [
             {"tool": tool, "default": Decision(DEFAULTS[Risk(tool.risk)]).label}
-            for tool in sorted(registry.every(), key=lambda tool: tool.name)
+            for tool in sorted(registry.TOOLS.values(), key=lambda tool: tool.name)
         ],
         "rules": PermissionRule.objects.select_related("project").order_by(
             "project__name", "tool", "pattern"

@@ -11,6 +11,6 @@ class CoreConfig(AppConfig):
     verbose_name = "agentos: owner and access"
 
     def ready(self) -> None:
-        from agentos.core.vault import register
+        from agentos.core.vault import VAULT_FIELDS
 
-        register("agentos.PushState", "vapid_private")  # rotated with the other secrets
+        VAULT_FIELDS.add("agentos.PushState", "vapid_private")  # rotated with the other secrets

@@ -2,8 +2,8 @@
 commonly take, replaced by `[secret]` before a text is written where a model, a log or the owner's
 memory could read it back.
 
-Apps register where their secrets are (`register`: a function returning the current values, e.g.
-the provider keys). Two speeds:
+Apps register where their secrets are in `SECRET_SOURCES` (by name, a function returning the
+current values, e.g. the provider keys), from their `AppConfig.ready()`. Two speeds:
 - `scrub` asks every source at each call: a key set a moment ago, in any process, is known at
   once. For rare writes (memory notes, commit messages, error texts).
 - `scrub_value` (the journal's results and events, provider requests, logs) uses the known values
@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from agentos.core.registries import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +85,6 @@ SHAPES = re.compile(
     )
 )
 
-_sources: list[Callable[[], Iterable[str]]] = []
 _ANCHORS = [anchor for anchors, _pattern, _replacement in _FAST for anchor in anchors]
 
 
@@ -118,17 +119,15 @@ _cache_lock = threading.Lock()
 _asking = threading.local()
 
 
-def register(source: Callable[[], Iterable[str]]) -> None:
-    """Add a source of secret values."""
-    if source not in _sources:
-        _sources.append(source)
-        forget()
-
-
 def forget() -> None:
     """Ask the sources again at the next `scrub_value` (a secret was just set here)."""
     global _known_cache
     _known_cache = (float("-inf"), _known_cache[1])
+
+
+# Where the secret values are: name -> a function returning the current ones. A source added or
+# removed is asked at the next `scrub_value`.
+SECRET_SOURCES: Registry[Callable[[], Iterable[str]]] = Registry("secret source", on_change=forget)
 
 
 def scrub(text: str) -> str:
@@ -252,7 +251,7 @@ def _in_event_loop() -> bool:
 
 def _known() -> list[str]:
     found: set[str] = set()
-    for source in list(_sources):
+    for source in SECRET_SOURCES.values():
         try:
             found.update(v for v in source() if v and len(v) >= MIN_SECRET)
         except Exception:  # a source that cannot answer must not stop a write

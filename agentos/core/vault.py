@@ -9,8 +9,8 @@ Keys are Fernet keys, the first one primary (it encrypts; every one decrypts):
 
 Rotating the secret key loses nothing here. `rotate()` puts a new primary key first and keeps
 the old ones; `reencrypt()` rewrites every registered field with the primary key (both are run
-by `manage.py vault_rotate`). A field is registered by label, from its app's `ready()` or below:
-`vault.register("tools.RepositoryCredential", "secret")`.
+by `manage.py vault_rotate`). A field is registered from its app's `ready()`, by model label:
+`VAULT_FIELDS.add("tools.RemoteCredential", "ciphertext")`.
 
 Keys are read from their source on each call, never cached: after a rotation in another process
 this one encrypts with the new primary key at once.
@@ -29,6 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 
 from agentos.core import private
+from agentos.core.registries import Registry
 
 ENV = "AGENTOS_VAULT_KEYS"
 FILE_NAME = "vault.keys"
@@ -41,18 +42,9 @@ class Unreadable(Exception):
     """A ciphertext that no known key opens (made with a key since lost, or not ours)."""
 
 
-# (app_label.ModelName, field name) of every encrypted field, re-encrypted by `reencrypt()`.
-_FIELDS: list[tuple[str, str]] = [("missions.ProviderKey", "ciphertext")]
-
-
-def register(model_label: str, field_name: str) -> None:
-    """Declare a BinaryField holding `encrypt()`'s output, so a rotation re-encrypts it."""
-    if (model_label, field_name) not in _FIELDS:
-        _FIELDS.append((model_label, field_name))
-
-
-def registered() -> list[tuple[str, str]]:
-    return list(_FIELDS)
+# app_label.ModelName -> its BinaryField holding `encrypt()`'s output, re-encrypted by
+# `reencrypt()` (every such model has one).
+VAULT_FIELDS: Registry[str] = Registry("vault field")
 
 
 def encrypt(plaintext: str) -> bytes:
@@ -99,7 +91,7 @@ def reencrypt() -> Reencrypted:
     with transaction.atomic():
         _lock()
         multi = _multi()
-        for label, name in registered():
+        for label, name in VAULT_FIELDS.items():
             model = apps.get_model(label)
             rows = model._default_manager.select_for_update().values_list("pk", name)
             for pk, ciphertext in rows:

@@ -8,20 +8,18 @@ stack a test starts whole installs `ProvingConfig` (`kernel.proving.apps`) inste
 
 from __future__ import annotations
 
-# name -> "module:function" in `kernel.proving.chaos`, imported on first use like any program.
-PROGRAMS = {
-    "chaos.workflow": "kernel.proving.chaos:workflow",
-    "chaos.child": "kernel.proving.chaos:child",
-    "chaos.noop": "kernel.proving.chaos:noop",
-    "chaos.busy": "kernel.proving.chaos:busy",
-}
-
 
 def register() -> None:
-    """Name the chaos workload's programs in the kernel's registry (idempotent)."""
+    """Add the chaos workload's programs to the kernel's registry (again: a no-op)."""
     # Imported here, not above: Django imports this package (for `ProvingConfig`) while it loads
     # the apps, before `kernel.programs`' models may be imported.
-    from kernel import programs
+    from kernel.programs import PROGRAMS
+    from kernel.proving import chaos
 
-    for name, target in PROGRAMS.items():
-        programs.register(name, target)
+    for name, program in {
+        "chaos.workflow": chaos.workflow,
+        "chaos.child": chaos.child,
+        "chaos.noop": chaos.noop,
+        "chaos.busy": chaos.busy,
+    }.items():
+        PROGRAMS.add(name, program)

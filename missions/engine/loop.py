@@ -101,7 +101,7 @@ def _start(ctx: RunContext, spec: Spec) -> Agent:
     """The run's prompt, provider, opening thread, worksite and window (its steps in this order:
     the prompt's fingerprint, the worksite's, the window's)."""
     names = list(spec.tools)
-    if any((tool_registry.get(name) or NO_TOOL).deferred for name in names):
+    if any((tool_registry.TOOLS.get(name) or NO_TOOL).deferred for name in names):
         names.append("load_tool_schema")
     tools = tool_registry.frozen(names)
     prefix = assemble(

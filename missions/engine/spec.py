@@ -1,6 +1,6 @@
 """What a run of the agent loop is (`Spec`, from the input recorded when it started) and the
-hooks that may refuse to let it end (`STOP_HOOKS`, filled by the apps that define them:
-`missions.verification` registers the definition of done's)."""
+hooks that may refuse to let it end (`STOP_HOOKS`, filled from the `ready()` of the apps that
+define them: the missions app adds the definition of done's and the sub-agents' envelope's)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentos.core.registries import Registry
 from kernel.context import RunContext
 from kernel.exceptions import StepFailed
 from kernel.models import RunStatus
@@ -39,7 +40,7 @@ class ContextStopHook:
     exhausted: str = RunStatus.BLOCKED
 
 
-STOP_HOOKS: dict[str, StopHook | ContextStopHook] = {}
+STOP_HOOKS: Registry[StopHook | ContextStopHook] = Registry("stop hook")
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,6 @@ def deployment_worker(argv: list[str]) -> None:
     declared = json.loads(argv[0])
     programs.ENGINE_VERSION = str(declared["engine"])
     for name, versions in declared["compatible"].items():
-        # What that deployment's `programs.register(..., compatible=...)` would say.
-        programs._COMPATIBLE[name] = frozenset(versions)
+        # What that deployment's `programs.COMPATIBLE.add(...)` would say.
+        programs.COMPATIBLE.add(name, frozenset(versions))
     call_command("kernel_worker", *argv[1:])

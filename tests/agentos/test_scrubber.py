@@ -26,12 +26,8 @@ def known() -> Iterator[list[str]]:
     def source() -> list[str]:
         return values
 
-    scrubber.register(source)
-    try:
+    with scrubber.SECRET_SOURCES.registered("test values", source):
         yield values
-    finally:
-        scrubber._sources.remove(source)
-        scrubber.forget()
 
 
 def test_it_returns_a_clean_result_as_the_same_object_and_its_json(known: list[str]) -> None:

@@ -33,7 +33,7 @@ def asks(ctx: RunContext) -> Outcome:
     return Outcome(output=waited)
 
 
-programs.register("test.approvals.asks", "tests.approvals.factories:asks")
+programs.PROGRAMS.add("test.approvals.asks", asks)
 
 
 def make_mission(goal: str = "Publish the 1.3 release notes") -> Mission:

@@ -19,7 +19,7 @@ from kernel import crashpoints, runs, statements
 from kernel.budgets import NO_COST, Cost
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.models import Effect, Run, RunStatus, StepKind, Wait
-from kernel.programs import Outcome, register
+from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
 from tests.kernel.factories import start
 
@@ -125,8 +125,8 @@ def every_kind(ctx: RunContext) -> Outcome:
     return Outcome(output="done")
 
 
-register("test.every_kind", "tests.kernel.test_context:every_kind")
-register("test.leaf", "tests.kernel.test_context:leaf")
+PROGRAMS.add("test.every_kind", every_kind)
+PROGRAMS.add("test.leaf", leaf)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import JournalMismatch, KernelError, LeaseLost
 from kernel.journal import Fence
 from kernel.models import Effect, Run, Step, StepKind
-from kernel.programs import Outcome, register
+from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
 from tests.kernel.factories import make_mission, start
 
@@ -47,7 +47,7 @@ def counting(ctx: RunContext) -> Outcome:
     return Outcome(output=results)
 
 
-register("test.counting", "tests.kernel.test_journal:counting")
+PROGRAMS.add("test.counting", counting)
 
 
 def claim(run: Run) -> Fence:

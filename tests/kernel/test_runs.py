@@ -14,7 +14,7 @@ from kernel.budgets import Cost
 from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import KernelError
 from kernel.models import Effect, Event, GlobalBudget, Run, Step, StepKind, Wait
-from kernel.programs import Outcome, register
+from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
 from tests.kernel.factories import make_mission, start
 from tests.kernel.test_journal import counting  # also registers the "test.counting" program
@@ -68,8 +68,8 @@ def stuck(ctx: RunContext) -> Outcome:
     return Outcome(output="finished anyway")
 
 
-for name in ("asker", "napper", "spender", "spawner", "stuck"):
-    register(f"test.{name}", f"tests.kernel.test_runs:{name}")
+for program in (asker, napper, spender, spawner, stuck):
+    PROGRAMS.add(f"test.{program.__name__}", program)
 
 
 def work() -> list[str]:
@@ -343,7 +343,7 @@ def patient(ctx: RunContext) -> Outcome:
     return Outcome(output=[first, second])
 
 
-register("test.patient", "tests.kernel.test_runs:patient")
+PROGRAMS.add("test.patient", patient)
 
 
 def test_it_interrupts_the_running_step_and_goes_on() -> None:
@@ -417,7 +417,7 @@ def payer(ctx: RunContext) -> Outcome:
     )
 
 
-register("test.payer", "tests.kernel.test_runs:payer")
+PROGRAMS.add("test.payer", payer)
 
 
 def test_it_asks_the_owner_again_after_a_second_interruption() -> None:

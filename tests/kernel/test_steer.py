@@ -58,64 +58,65 @@ def test_pausing_a_running_run_parks_it_after_the_step_under_way(seeded_catalog:
         release.wait(10)
         return "slow done"
 
-    if registry.get("slow_step") is None:
-        registry.register(
-            Tool(
-                name="slow_step",
-                description="Waits for the test.",
-                input_schema={"type": "object"},
-                effect=Effect.IDEMPOTENT_WRITE,
-                risk=Risk.READ,
-                run=slow,
-            )
-        )
-    run = runs.start_run(
-        account=make_mission(),
-        program="agent",
-        input={
-            "goal": "Slowly.",
-            "provider": "scripted",
-            "model": "scripted",
-            "tools": ["slow_step", "noop"],
-            "script": {
-                "turns": [
-                    {"tool_calls": [{"name": "slow_step", "arguments": {}}]},
-                    NOOP_TURN,
-                    {"text": "Done."},
-                ]
+    tool = Tool(
+        name="slow_step",
+        description="Waits for the test.",
+        input_schema={"type": "object"},
+        effect=Effect.IDEMPOTENT_WRITE,
+        risk=Risk.READ,
+        run=slow,
+    )
+    with registry.TOOLS.registered(tool.name, tool):
+        run = runs.start_run(
+            account=make_mission(),
+            program="agent",
+            input={
+                "goal": "Slowly.",
+                "provider": "scripted",
+                "model": "scripted",
+                "tools": ["slow_step", "noop"],
+                "script": {
+                    "turns": [
+                        {"tool_calls": [{"name": "slow_step", "arguments": {}}]},
+                        NOOP_TURN,
+                        {"text": "Done."},
+                    ]
+                },
             },
-        },
-    )
-    outcome: list[list[str]] = []
-    worker = threading.Thread(
-        target=lambda: outcome.append(Worker(lease_seconds=0.6).run_until_idle())
-    )
-    worker.start()
-    assert started.wait(10)
-    runs.pause_run(run.pk)
-    # A lease renewal (every 0.2 s) reads the pause with the lease it extends, then relays it to
-    # the executing run before its next renewal: two renewals after the pause, and it is relayed.
-    leases = [Run.objects.get(pk=run.pk).lease_expires_at]
+        )
+        outcome: list[list[str]] = []
+        worker = threading.Thread(
+            target=lambda: outcome.append(Worker(lease_seconds=0.6).run_until_idle())
+        )
+        worker.start()
+        assert started.wait(10)
+        runs.pause_run(run.pk)
+        # A lease renewal (every 0.2 s) reads the pause with the lease it extends, then relays it
+        # to the executing run before its next renewal: two renewals after the pause, and it is
+        # relayed.
+        leases = [Run.objects.get(pk=run.pk).lease_expires_at]
 
-    def renewed_twice() -> bool:
-        lease = Run.objects.get(pk=run.pk).lease_expires_at
-        if lease != leases[-1]:
-            leases.append(lease)
-        return len(leases) >= 3
+        def renewed_twice() -> bool:
+            lease = Run.objects.get(pk=run.pk).lease_expires_at
+            if lease != leases[-1]:
+                leases.append(lease)
+            return len(leases) >= 3
 
-    wait_for(renewed_twice, timeout=10, message="two lease renewals after the pause", interval=0.01)
-    release.set()
-    worker.join(10)
+        wait_for(
+            renewed_twice, timeout=10, message="two lease renewals after the pause", interval=0.01
+        )
+        release.set()
+        worker.join(10)
 
-    run.refresh_from_db()
-    assert outcome == [["waiting"]]
-    assert run.paused
-    slow_step = Step.objects.get(run=run, name="slow_step")
-    assert slow_step.result == {"output": "slow done", "is_error": False}  # it finished
-    assert not Step.objects.filter(run=run, seq__gt=slow_step.seq).exists()  # nothing after
+        run.refresh_from_db()
+        assert outcome == [["waiting"]]
+        assert run.paused
+        slow_step = Step.objects.get(run=run, name="slow_step")
+        assert slow_step.result == {"output": "slow done", "is_error": False}  # it finished
+        assert not Step.objects.filter(run=run, seq__gt=slow_step.seq).exists()  # nothing after
 
-    runs.resume_run(run.pk)
-    assert Worker(lease_seconds=30).run_until_idle() == ["done"]
+        runs.resume_run(run.pk)
+        assert Worker(lease_seconds=30).run_until_idle() == ["done"]
 
 
 def test_pausing_an_ended_run_is_refused(seeded_catalog: None) -> None:

@@ -38,10 +38,9 @@ def asks_between(ctx: RunContext) -> Outcome:
     return Outcome(output=[first, answer, second])
 
 
-programs.register(
-    "test.versions.resumable", "tests.kernel.test_versions:asks_between", compatible={"1"}
-)
-programs.register("test.versions.strict", "tests.kernel.test_versions:asks_between")
+programs.PROGRAMS.add("test.versions.resumable", asks_between)
+programs.COMPATIBLE.add("test.versions.resumable", frozenset({"1"}))
+programs.PROGRAMS.add("test.versions.strict", asks_between)
 
 
 def work() -> list[str]:
@@ -120,9 +119,8 @@ def test_it_resumes_a_parked_run_once_a_later_deployment_declares_it_compatible(
     monkeypatch.setattr(programs, "ENGINE_VERSION", "2")
     answer(run)
     assert work() == []
-    monkeypatch.setitem(programs._COMPATIBLE, "test.versions.strict", frozenset({"1"}))
-
-    assert work() == ["done"]
+    with programs.COMPATIBLE.registered("test.versions.strict", frozenset({"1"})):
+        assert work() == ["done"]
 
     run.refresh_from_db()
     assert (run.needs_migration, run.engine_version) == (False, "2")

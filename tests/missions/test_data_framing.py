@@ -51,43 +51,40 @@ def _hostile(env: ToolEnv, arguments: dict[str, Any]) -> str:
     return HOSTILE
 
 
-registry.register(
-    Tool(
-        name="fetch_page",
-        description="Fetch a page (returns a hostile one).",
-        input_schema={"type": "object"},
-        effect=Effect.READ,
-        risk=Risk.READ,
-        run=_hostile,
-    )
+FETCH_PAGE = Tool(
+    name="fetch_page",
+    description="Fetch a page (returns a hostile one).",
+    input_schema={"type": "object"},
+    effect=Effect.READ,
+    risk=Risk.READ,
+    run=_hostile,
 )
+registry.TOOLS.add(FETCH_PAGE.name, FETCH_PAGE)
 
 
 def _refusing(env: ToolEnv, arguments: dict[str, Any]) -> str:
     raise ToolError(HOSTILE)
 
 
-registry.register(
-    Tool(
-        name="refuse_page",
-        description="Fetch a page (fails, saying a hostile one).",
-        input_schema={"type": "object"},
-        effect=Effect.READ,
-        risk=Risk.READ,
-        run=_refusing,
-    )
+REFUSE_PAGE = Tool(
+    name="refuse_page",
+    description="Fetch a page (fails, saying a hostile one).",
+    input_schema={"type": "object"},
+    effect=Effect.READ,
+    risk=Risk.READ,
+    run=_refusing,
 )
+registry.TOOLS.add(REFUSE_PAGE.name, REFUSE_PAGE)
 
-registry.register(
-    Tool(
-        name="send_page",
-        description="Send a page out (asks the owner first).",
-        input_schema={"type": "object"},
-        effect=Effect.NON_IDEMPOTENT,
-        risk=Risk.EXTERNAL,
-        run=_hostile,
-    )
+SEND_PAGE = Tool(
+    name="send_page",
+    description="Send a page out (asks the owner first).",
+    input_schema={"type": "object"},
+    effect=Effect.NON_IDEMPOTENT,
+    risk=Risk.EXTERNAL,
+    run=_hostile,
 )
+registry.TOOLS.add(SEND_PAGE.name, SEND_PAGE)
 
 BLOCK = re.compile(
     r'\A<data-(?P<token>[0-9a-f]{16}) source="(?P<source>[^"]*)" trust="(?P<trust>[a-z]+)">\n'

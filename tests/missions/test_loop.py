@@ -24,20 +24,19 @@ def _note(env: ToolEnv, arguments: dict[str, Any]) -> str:
     return "noted"
 
 
-NOTE = registry.register(
-    Tool(
-        name="note",
-        description="Write a note.",
-        input_schema={
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "required": ["text"],
-        },
-        effect=Effect.IDEMPOTENT_WRITE,
-        risk=Risk.WORKSPACE_WRITE,
-        run=_note,
-    )
+NOTE = Tool(
+    name="note",
+    description="Write a note.",
+    input_schema={
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    },
+    effect=Effect.IDEMPOTENT_WRITE,
+    risk=Risk.WORKSPACE_WRITE,
+    run=_note,
 )
+registry.TOOLS.add(NOTE.name, NOTE)
 
 
 def agent_run(turns: list[dict[str, Any]], *, tools: list[str], **extra: Any) -> Run:
@@ -165,38 +164,37 @@ def test_it_offloads_a_big_tool_result_to_an_artifact_readable_back() -> None:
     from kernel.models import Artifact
 
     big = "line of output\n" * 2000  # ~30,000 characters, over the ~3,000-token limit
-    registry.register(
-        Tool(
-            name="dump",
-            description="Print a lot.",
-            input_schema={"type": "object"},
-            effect=Effect.READ,
-            risk=Risk.READ,
-            run=lambda call, arguments: big,
+    tool = Tool(
+        name="dump",
+        description="Print a lot.",
+        input_schema={"type": "object"},
+        effect=Effect.READ,
+        risk=Risk.READ,
+        run=lambda call, arguments: big,
+    )
+    with registry.TOOLS.registered(tool.name, tool):
+        run = agent_run(
+            [
+                {"text": "Dumping.", "tool_calls": [{"name": "dump", "arguments": {}}]},
+                {
+                    "text": "Reading.",
+                    "tool_calls": [
+                        {
+                            "name": "read_artifact",
+                            "arguments": {
+                                "sha256": __import__("hashlib").sha256(big.encode()).hexdigest(),
+                                "offset": 15,
+                                "length": 14,
+                            },
+                        }
+                    ],
+                },
+                {"text": "Done."},
+            ],
+            tools=["dump", "read_artifact"],
         )
-    )
-    run = agent_run(
-        [
-            {"text": "Dumping.", "tool_calls": [{"name": "dump", "arguments": {}}]},
-            {
-                "text": "Reading.",
-                "tool_calls": [
-                    {
-                        "name": "read_artifact",
-                        "arguments": {
-                            "sha256": __import__("hashlib").sha256(big.encode()).hexdigest(),
-                            "offset": 15,
-                            "length": 14,
-                        },
-                    }
-                ],
-            },
-            {"text": "Done."},
-        ],
-        tools=["dump", "read_artifact"],
-    )
 
-    assert work() == ["done"]
+        assert work() == ["done"]
 
     dumped, read_back = Step.objects.filter(run=run, kind="tool_call").order_by("seq")
     assert isinstance(dumped.result, dict)
@@ -289,24 +287,23 @@ def test_it_refuses_empty_messages_and_messages_to_ended_runs() -> None:
 def test_it_clears_old_tool_results_in_a_batch_before_compacting() -> None:
     from missions.engine import relief
 
-    registry.register(
-        Tool(
-            name="page",
-            description="A page of text.",
-            input_schema={"type": "object"},
-            effect=Effect.READ,
-            risk=Risk.READ,
-            run=lambda call, arguments: "word " * 400,
-        )
+    tool = Tool(
+        name="page",
+        description="A page of text.",
+        input_schema={"type": "object"},
+        effect=Effect.READ,
+        risk=Risk.READ,
+        run=lambda call, arguments: "word " * 400,
     )
     turns: list[dict[str, Any]] = [
         {"text": f"Page {n}.", "tool_calls": [{"name": "page", "arguments": {}}]}
         for n in range(1, 10)
     ]
     turns.append({"echo_context": True})
-    run = agent_run(turns, tools=["page"], context_window=12000)
+    with registry.TOOLS.registered(tool.name, tool):
+        run = agent_run(turns, tools=["page"], context_window=12000)
 
-    assert work() == ["done"]
+        assert work() == ["done"]
 
     run.refresh_from_db()
     assert isinstance(run.output, dict)
@@ -317,34 +314,33 @@ def test_it_clears_old_tool_results_in_a_batch_before_compacting() -> None:
 
 
 def test_it_lists_a_deferred_tool_without_its_schema_and_loads_it_on_demand() -> None:
-    registry.register(
-        Tool(
-            name="big_api",
-            description="A tool with a large schema.",
-            deferred=True,
-            input_schema={
-                "type": "object",
-                "properties": {"q": {"type": "string"}},
-                "required": ["q"],
-            },
-            effect=Effect.READ,
-            risk=Risk.READ,
-            run=lambda call, arguments: "answered",
+    tool = Tool(
+        name="big_api",
+        description="A tool with a large schema.",
+        deferred=True,
+        input_schema={
+            "type": "object",
+            "properties": {"q": {"type": "string"}},
+            "required": ["q"],
+        },
+        effect=Effect.READ,
+        risk=Risk.READ,
+        run=lambda call, arguments: "answered",
+    )
+    with registry.TOOLS.registered(tool.name, tool):
+        run = agent_run(
+            [
+                {
+                    "text": "Schema?",
+                    "tool_calls": [{"name": "load_tool_schema", "arguments": {"name": "big_api"}}],
+                },
+                {"text": "Now.", "tool_calls": [{"name": "big_api", "arguments": {"q": "x"}}]},
+                {"echo_context": True},
+            ],
+            tools=["big_api"],
         )
-    )
-    run = agent_run(
-        [
-            {
-                "text": "Schema?",
-                "tool_calls": [{"name": "load_tool_schema", "arguments": {"name": "big_api"}}],
-            },
-            {"text": "Now.", "tool_calls": [{"name": "big_api", "arguments": {"q": "x"}}]},
-            {"echo_context": True},
-        ],
-        tools=["big_api"],
-    )
 
-    assert work() == ["done"]
+        assert work() == ["done"]
 
     results = Step.objects.filter(run=run, kind="tool_call").values_list("result", flat=True)
     outputs = [result["output"] for result in results if result is not None]
@@ -355,16 +351,17 @@ def test_it_lists_a_deferred_tool_without_its_schema_and_loads_it_on_demand() ->
 def test_it_lets_a_stop_hook_refuse_an_answer_until_it_is_satisfied() -> None:
     from missions.engine import spec
 
-    spec.STOP_HOOKS["needs-tests"] = lambda answer, _input: (
-        None if "tests pass" in answer else "run the tests and say that they pass"
-    )
-    run = agent_run(
-        [{"text": "Done, I think."}, {"text": "Done: tests pass."}],
-        tools=[],
-        stop_hook="needs-tests",
-    )
+    def needs_tests(answer: str, _input: dict[str, Any]) -> str | None:
+        return None if "tests pass" in answer else "run the tests and say that they pass"
 
-    assert work() == ["done"]
+    with spec.STOP_HOOKS.registered("needs-tests", needs_tests):
+        run = agent_run(
+            [{"text": "Done, I think."}, {"text": "Done: tests pass."}],
+            tools=[],
+            stop_hook="needs-tests",
+        )
+
+        assert work() == ["done"]
 
     run.refresh_from_db()
     assert isinstance(run.output, dict)
@@ -379,10 +376,10 @@ def test_it_lets_a_stop_hook_refuse_an_answer_until_it_is_satisfied() -> None:
 def test_it_ends_blocked_when_the_stop_hook_keeps_refusing() -> None:
     from missions.engine import spec
 
-    spec.STOP_HOOKS["never"] = lambda answer, _input: "not good enough"
-    run = agent_run([{"text": "Done."}] * 4, tools=[], stop_hook="never")
+    with spec.STOP_HOOKS.registered("never", lambda answer, _input: "not good enough"):
+        run = agent_run([{"text": "Done."}] * 4, tools=[], stop_hook="never")
 
-    assert work() == ["blocked"]
+        assert work() == ["blocked"]
     assert Run.objects.get(pk=run.pk).output == {
         "refused_by_stop_hook": "not good enough",
         "turn": 3,
@@ -396,26 +393,25 @@ def test_it_delivers_a_message_sent_while_the_run_executes() -> None:
         steering.send_message(run_id=env.run_id, text="Stop after this, please.")
         return "ok"
 
-    registry.register(
-        Tool(
-            name="slow",
-            description="Takes a while.",
-            input_schema={"type": "object"},
-            effect=Effect.READ,
-            risk=Risk.READ,
-            run=owner_writes_meanwhile,
+    tool = Tool(
+        name="slow",
+        description="Takes a while.",
+        input_schema={"type": "object"},
+        effect=Effect.READ,
+        risk=Risk.READ,
+        run=owner_writes_meanwhile,
+    )
+    with registry.TOOLS.registered(tool.name, tool):
+        run = agent_run(
+            [
+                {"text": "One.", "tool_calls": [{"name": "noop", "arguments": {}}]},
+                {"text": "Two.", "tool_calls": [{"name": "slow", "arguments": {}}]},
+                {"echo_context": True},
+            ],
+            tools=["noop", "slow"],
         )
-    )
-    run = agent_run(
-        [
-            {"text": "One.", "tool_calls": [{"name": "noop", "arguments": {}}]},
-            {"text": "Two.", "tool_calls": [{"name": "slow", "arguments": {}}]},
-            {"echo_context": True},
-        ],
-        tools=["noop", "slow"],
-    )
 
-    assert work() == ["done"]
+        assert work() == ["done"]
 
     run.refresh_from_db()
     assert isinstance(run.output, dict)

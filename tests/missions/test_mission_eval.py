@@ -169,13 +169,13 @@ def test_the_supervisor_mode_delegates_and_completes() -> None:
     assert Run.objects.filter(parent__isnull=False).count() >= 3  # the workers of both missions
 
 
-def test_the_multi_mode_is_refused_without_the_delegate_tool(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delitem(registry._builtins(), "delegate", raising=False)  # as before sub-agents
-
-    with pytest.raises(CommandError, match=r"The multi mode needs the delegate tool"):
-        mission_eval("default", "--mode", "multi")
+def test_the_multi_mode_is_refused_without_the_delegate_tool() -> None:
+    delegate = registry.TOOLS.remove("delegate")  # as before sub-agents
+    try:
+        with pytest.raises(CommandError, match=r"The multi mode needs the delegate tool"):
+            mission_eval("default", "--mode", "multi")
+    finally:
+        registry.TOOLS.add(delegate.name, delegate)
     assert not Mission.objects.exists()
 
 

@@ -38,8 +38,10 @@ def _tool(name: str, level: int) -> Tool:
 
 
 # Registered once per process: the registry refuses a second tool under the same name.
-GUI_VM_ONLY = registry.register(_tool("gui_vm_only", 3))
-CONFINED = registry.register(_tool("confined", 1))
+GUI_VM_ONLY = _tool("gui_vm_only", 3)
+registry.TOOLS.add(GUI_VM_ONLY.name, GUI_VM_ONLY)
+CONFINED = _tool("confined", 1)
+registry.TOOLS.add(CONFINED.name, CONFINED)
 
 
 def run_calling(tool: str, **spec: Any) -> Run:
@@ -106,17 +108,17 @@ def test_it_runs_a_sandboxed_tool_where_the_level_is_offered() -> None:
     assert len(RAN) == 1
 
 
-READER = registry.register(_tool("plain_reader", 0))
-WRITER = registry.register(
-    Tool(
-        name="plain_writer",
-        description="Writes the workspace.",
-        input_schema={"type": "object"},
-        effect=Effect.IDEMPOTENT_WRITE,
-        risk=Risk.WORKSPACE_WRITE,
-        run=_confined,
-    )
+READER = _tool("plain_reader", 0)
+registry.TOOLS.add(READER.name, READER)
+WRITER = Tool(
+    name="plain_writer",
+    description="Writes the workspace.",
+    input_schema={"type": "object"},
+    effect=Effect.IDEMPOTENT_WRITE,
+    risk=Risk.WORKSPACE_WRITE,
+    run=_confined,
 )
+registry.TOOLS.add(WRITER.name, WRITER)
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from datetime import timedelta
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext, StepCall
 from kernel.models import Effect, StepKind
-from kernel.programs import Outcome, register
+from kernel.programs import PROGRAMS, Outcome
 
 # Slow steps with `"gate": true` wait here (at most 30 s) until a test opens it.
 GATE = threading.Event()
@@ -70,4 +70,4 @@ def story(ctx: RunContext) -> Outcome:
     return Outcome(output="told")
 
 
-register("test.stream.story", "tests.stream.programs:story")
+PROGRAMS.add("test.stream.story", story)

@@ -75,17 +75,16 @@ def _spawn_writers(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any
     return f"Writers ended: {ids}"
 
 
-SPAWN_WRITERS = registry.register(
-    Tool(
-        name="spawn_writers",
-        description="Start writer sub-agents and wait for them (tests only).",
-        input_schema={"type": "object"},
-        effect=Effect.READ,
-        risk=Risk.READ,
-        run=lambda env, arguments: "",
-        interact=_spawn_writers,
-    )
+SPAWN_WRITERS = Tool(
+    name="spawn_writers",
+    description="Start writer sub-agents and wait for them (tests only).",
+    input_schema={"type": "object"},
+    effect=Effect.READ,
+    risk=Risk.READ,
+    run=lambda env, arguments: "",
+    interact=_spawn_writers,
 )
+registry.TOOLS.add(SPAWN_WRITERS.name, SPAWN_WRITERS)
 
 
 def child_input(

@@ -32,16 +32,15 @@ def _plant(env: ToolEnv, arguments: dict[str, Any]) -> str:
     return "planted"
 
 
-PLANT = registry.register(
-    Tool(
-        name="plant_file",
-        description="Write a file, whatever it is (tests only).",
-        input_schema={"type": "object"},
-        effect=Effect.IDEMPOTENT_WRITE,
-        risk=Risk.WORKSPACE_WRITE,
-        run=_plant,
-    )
+PLANT = Tool(
+    name="plant_file",
+    description="Write a file, whatever it is (tests only).",
+    input_schema={"type": "object"},
+    effect=Effect.IDEMPOTENT_WRITE,
+    risk=Risk.WORKSPACE_WRITE,
+    run=_plant,
 )
+registry.TOOLS.add(PLANT.name, PLANT)
 
 
 def context_after_compaction(mission: Mission, repo: Path, planted: bool) -> dict[str, Any]:

@@ -64,7 +64,7 @@ class Command(BaseCommand):
             chosen = loaded.select(names)
         except SuiteError as error:
             raise CommandError(str(error)) from None
-        if mode == "multi" and registry.get("delegate") is None:
+        if mode == "multi" and registry.TOOLS.get("delegate") is None:
             raise CommandError(
                 "The multi mode needs the delegate tool (sub-agents), which is not available in"
                 " this installation; run --mode single."
