@@ -1,16 +1,17 @@
 """The REST API at /api/v1: one NinjaAPI, owner authentication, and every error mapped here.
 
 - Callers: a personal API token (`Authorization: Bearer aos_…`; reads need its `read` scope,
-  writes `act`) or the owner's console session, signed in with the second factor and
-  CSRF-checked.
+  writes `act`, the owner's decisions `approve`) or the owner's console session, signed in with
+  the second factor and CSRF-checked.
 - Every write is idempotent under an `Idempotency-Key` (`agentos.core.idempotency`, installed here
   around every operation, whichever router adds it).
 - Error bodies always have the shape `{"error": {"code": ..., "message": ..., "details": ...}}`,
   whatever answered: a route, ninja, Django or a middleware (`json_errors` rewrites the rest);
   a service's `DomainError` keeps its own code and status.
 - Routes of its own: health (no authentication), who is calling, and API tokens (from a console
-  session only: a leaked token must not mint others). Each app's router is mounted at the end
-  of this module by dotted path; `agentos.urls` mounts `api` at /api/v1 (docs/design.md §21).
+  session only: a leaked token must not mint others). Each app's router, and the shell's event
+  stream (`agentos.events`), is mounted at the end of this module by dotted path; `agentos.urls`
+  mounts `api` at /api/v1 (docs/design.md §21).
 """
 
 from __future__ import annotations

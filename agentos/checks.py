@@ -10,6 +10,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.utils import DatabaseError
 
+from agentos.core import vault
+from kernel.telemetry import EXPORTERS
+
 MIN_POSTGRES = 160000
 
 
@@ -42,8 +45,6 @@ def check_https(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
 def check_vault(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """Vault keys that cannot be used (malformed, or a key file others could read) fail at
     start-up rather than when a provider key is first needed."""
-    from agentos.core import vault
-
     try:
         vault.check()
     except ImproperlyConfigured as error:
@@ -71,8 +72,6 @@ def check_settings(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
         messages.append(
             Error("The channels-postgres layer CONFIG needs a TIME_ZONE key.", id="agentos.E006")
         )
-    from kernel.telemetry import EXPORTERS
-
     if settings.OTEL_EXPORTER not in EXPORTERS:
         messages.append(
             Error(

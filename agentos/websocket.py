@@ -38,10 +38,12 @@ from urllib.parse import urlsplit
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.routing import URLRouter
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http.request import split_domain_port, validate_host
+from django.urls import path
 from django.utils.http import is_same_domain
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
@@ -309,9 +311,6 @@ def _next_page(after: int, *, sequence: bool) -> list[stream.StreamEvent]:
 
 
 def websocket_application() -> Any:
-    from channels.routing import URLRouter
-    from django.urls import path
-
     return AuditedOriginValidator(
         AuthMiddlewareStack(URLRouter([path("ws/events", EventsConsumer.as_asgi())]))
     )

@@ -20,7 +20,7 @@ from approvals.models import Approval, Question, Reconciliation, Verdict
 from kernel import runs
 from kernel.context import DONE, NOT_DONE, Done, RunContext, StepCall
 from kernel.models import Effect, RunStatus, StepKind
-from tools import actions, permissions
+from tools import actions, permissions, registry
 from tools.base import Tool, ToolError, Worksite, arguments_hash
 from tools.models import Decision, PermissionRule
 
@@ -253,8 +253,6 @@ def _refuse_closed(wait: Approval | Question, consequence: str) -> None:
 
 
 def _always_allow(approval: Approval, actor: audit.Actor) -> None:
-    from tools import registry
-
     request = approval.request
     tool = registry.TOOLS.get(str(request.get("tool", "")))
     if tool is None or request.get("project_id") is None:

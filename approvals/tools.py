@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from approvals.service import ask_approval, ask_question
+from kernel import journal
 from kernel.context import Done, RunContext
 from kernel.models import Effect, StepKind
 from tools.base import Risk, Tool, ToolEnv, Worksite
@@ -31,8 +32,6 @@ def _request_approval(ctx: RunContext, worksite: Worksite, arguments: dict[str, 
 
 
 def _notify(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
-    from kernel import journal
-
     def send(call: Any) -> Done:
         journal.append_event(
             "owner.notified",

@@ -274,6 +274,7 @@ def rejoin(node: Any) -> list[str]:
 
     The protocol moves a runner's fence only through `run`: the fence is carried by a run of
     `/bin/true` under a key of its own (`fence-sync:<step>:<fence>`), no workdir."""
+    # Here: the registry's models, as in `execute`; and `cluster.sandbox` imports this module.
     from cluster import nodes, sandbox
     from cluster.models import Placement
 
@@ -307,7 +308,7 @@ def recorded(step: StepRef) -> dict[str, Any] | None:
     """The result a node already wrote for this step's key (an attempt that ran it and died
     before the journal recorded it), or None. Asks the nodes the step was placed on, latest
     first (the local node when it was never placed); an unreachable node is skipped."""
-    from cluster import nodes, placement
+    from cluster import nodes, placement  # the registry's models: here, as in `execute`
 
     asked: list[str] = []
     for attempt in reversed(placement.attempts(step.step_id)):

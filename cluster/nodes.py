@@ -247,7 +247,7 @@ def hello(node: Node) -> Node:
     was_lost = Node.objects.filter(pk=node.pk, status=Node.Status.LOST).exists()
     node = record_hello(node=node, answer=answer)
     if was_lost:
-        from cluster import dispatch  # above this module: it places steps on nodes
+        from cluster import dispatch  # a cycle: cluster.dispatch imports this module
 
         dispatch.rejoin(node)
     return node

@@ -2,18 +2,22 @@
 caps accepted from a contract or a form (`validate_caps`), and the global governors
 (`GlobalBudget`: a daily spend cap and a cap on runs executing at once), read and changed here.
 
-The debits are `kernel.journal`'s (one statement with the step's result, up the run tree); the
-checks against the caps are `kernel.metering.Meter`'s, and the concurrency caps are applied by
-the claim (`kernel.scheduler`). See docs/design.md §10.
+The debits are `kernel.debits`' statements, which `kernel.journal` sends with the step's result
+(one statement, up the run tree); the checks against the caps are `kernel.metering.Meter`'s, and
+the concurrency caps are applied by the claim (`kernel.scheduler`). See docs/design.md §10.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from agentos.core.audit import Actor
+from django.db import transaction
+
+from agentos.core import audit
+from agentos.core.models import AuditEvent
+from kernel.exceptions import KernelError
+from kernel.models import GlobalBudget
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,6 @@ class Ledger:
 
 def validate_caps(caps: dict[str, Any]) -> dict[str, int | None]:
     """Caps from a contract or a form: known names only, non-negative integers or None."""
-    from kernel.exceptions import KernelError
-
     clean: dict[str, int | None] = {}
     for name, value in caps.items():
         if name not in (*CAP_FIELDS, "max_seconds"):
@@ -103,31 +105,24 @@ def validate_caps(caps: dict[str, Any]) -> dict[str, int | None]:
 
 
 # The global governors (`GlobalBudget`, one row): a daily spend cap in micro-dollars (null: none)
-# and a cap on runs executing at once across every account (0 holds every run back).
+# and a cap on runs executing at once across every account (0 holds every run back); each name
+# maps to the largest value its column holds.
 GLOBAL_CAPS = {"daily_usd_micros": 2**63 - 1, "max_running_runs": 2**31 - 1}
 
 
 def global_caps() -> dict[str, int | None]:
     """The global caps in force: the row's, or the model's defaults while none was saved."""
-    from kernel.models import GlobalBudget
-
     budget = GlobalBudget.objects.order_by("pk").first() or GlobalBudget()
     return {name: getattr(budget, name) for name in GLOBAL_CAPS}
 
 
-def set_global_caps(changes: dict[str, Any], *, actor: Actor) -> dict[str, int | None]:
-    """Change some global caps (the console's Agents screen and the API's PATCH); all or nothing,
-    with its `policy.changed` event (the caps in force after the change) in the same transaction.
+def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str, int | None]:
+    """Change some global caps (the console's Agents screen, the admin and the API's PATCH); all
+    or nothing, with its `policy.changed` event (the caps in force after the change) in the same
+    transaction.
 
     Readers (`kernel.scheduler`, `kernel.metering`) take the row of lowest id, as written here.
     """
-    from django.db import transaction
-
-    from agentos.core import audit
-    from agentos.core.models import AuditEvent
-    from kernel.exceptions import KernelError
-    from kernel.models import GlobalBudget
-
     for name, value in changes.items():
         if name not in GLOBAL_CAPS:
             raise KernelError(

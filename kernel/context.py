@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.db import connection
 from django.utils import timezone
 
 from kernel import crashpoints, journal, runs, scheduler, telemetry, waits
@@ -45,8 +46,6 @@ DONE, NOT_DONE = "done", "not_done"
 
 
 def _in_thread(execute: Executor, call: StepCall) -> Done:
-    from django.db import connection
-
     try:
         return execute(call)
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from django.db import DatabaseError
+from django.db import DatabaseError, close_old_connections
 from huey import crontab
 from huey.contrib.djhuey import HUEY, db_periodic_task
 
@@ -25,8 +25,6 @@ _beating = threading.Event()
 def start_worker() -> None:
     """Report at once, then start this process's heartbeat and kernel loop."""
     global _kernel_loop
-    from django.db import close_old_connections
-
     close_old_connections()
     heartbeats.record_beat(started=True)
     # Each process beats for itself: the periodic task below runs on one worker only, so it

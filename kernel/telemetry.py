@@ -69,6 +69,7 @@ def _provider(processor: SpanProcessor) -> TracerProvider:
 
 def _exporter(name: str) -> SpanExporter | None:
     if name == "otlp":
+        # Imported here: slow to import (protobuf, requests), and only this exporter needs it.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter()

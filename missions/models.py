@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -63,10 +65,6 @@ class Project(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from pathlib import Path
-
-        from django.core.exceptions import ValidationError
-
         if not self.repository:
             return
         path = Path(self.repository)

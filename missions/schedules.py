@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from missions.cron import parse_cron
 from missions.errors import MissionError
+from missions.launch import create_mission
 from missions.models import Project, Schedule
 
 logger = logging.getLogger(__name__)
@@ -21,8 +22,6 @@ logger = logging.getLogger(__name__)
 def fire_due(now: datetime | None = None) -> list[int]:
     """Start a mission for each enabled schedule due this minute, once (a row lock and the
     minute it last fired make a second worker, or a retry, a no-op). Returns the missions."""
-    from missions.launch import create_mission
-
     minute = (now or timezone.now()).replace(second=0, microsecond=0)
     started: list[int] = []
     for schedule_id in Schedule.objects.filter(enabled=True).values_list("pk", flat=True):

@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from cluster.sandbox import Limits, SandboxUnavailable, for_level, give
 from tools import workspace
 from tools.base import ToolError
 from tools.git import INSIDE
@@ -93,8 +94,6 @@ def restore(
 def _sandboxed(
     worktree: Path, run_id: int, script: str, *args: str, stopping: threading.Event | None = None
 ) -> str:
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     try:
         done = for_level(1).run(
             ["/bin/sh", "-c", script, "sh", *args],
@@ -125,8 +124,6 @@ def fork_worktree(
     The copy is data only (`cp -a` recreates links and FIFOs without following or opening
     them); what the source may have written since the checkpoint is undone by the checkpoint.
     """
-    from cluster.sandbox import give
-
     path = workspace.root() / "worktrees" / f"run-{run_id}"
     marker = path.with_name(path.name + workspace.READY)
     identity = json.dumps({"fork_of": source_run, "checkpoint": checkpoint["commit"]})

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cluster.identity import SandboxUnavailable, give
+from cluster.sandbox import Limits, run_as_builder
 from tools import workspace
 from tools.base import ToolError
 
@@ -68,8 +69,6 @@ def checkout(repository: str, commit: str) -> Iterator[Path]:
 
 
 def _check_out(path: Path) -> None:
-    from cluster.sandbox import Limits, run_as_builder
-
     done = run_as_builder(
         ["git", "reset", "--hard", "--quiet", "HEAD"],
         workdir=path,

@@ -19,6 +19,7 @@ import stat
 import time
 from typing import Any
 
+from cluster.sandbox import Limits, SandboxUnavailable, for_level, identity
 from kernel.models import Effect
 from tools import permissions, safefs, workspace
 from tools.base import Risk, Tool, ToolEnv, ToolError
@@ -116,8 +117,6 @@ def _entry(base: str, name: str) -> str:
 def _search(env: ToolEnv, arguments: dict[str, Any]) -> str:
     """ripgrep runs in the sandbox, as the run's sandbox user: it reads what the agent wrote
     (ignore files, which may be FIFOs, nested repositories), so never on the host."""
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     top = env.need_workspace()
     with safefs.locate(top, arguments.get("path", ".")) as found:
         info = found.lstat()
@@ -160,8 +159,6 @@ def _owner(env: ToolEnv) -> tuple[int, int] | None:
     """Who files the harness creates in the worktree belong to: the run's sandbox user."""
     if os.geteuid() != 0:
         return None
-    from cluster.sandbox import identity
-
     return identity(env.run_id)
 
 

@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel.models import Effect
+from cluster.sandbox import Limits, SandboxUnavailable, for_level
+from kernel import artifacts
+from kernel.models import Effect, Run
 from tools import outgoing as pushed
 from tools import remotes, workspace
 from tools.base import Risk, Tool, ToolEnv, ToolError
@@ -57,8 +59,6 @@ INSIDE = (
 def _sandboxed(env: ToolEnv, argv: list[str], *, writable: bool, stdin: bytes = b"") -> Result:
     """Run `argv` in the run's sandbox on its worktree, with stderr apart; cancelled or timed
     out is a ToolError."""
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     try:
         done = for_level(1).run(
             argv,
@@ -181,8 +181,6 @@ def _committed(env: ToolEnv) -> str | None:
 
 
 def _staging(env: ToolEnv) -> Path:
-    from kernel.models import Run
-
     spec = Run.objects.filter(pk=env.run_id).values_list("input", flat=True).first() or {}
     repository = spec.get("repository") if isinstance(spec, dict) else None
     if not repository:
@@ -282,9 +280,6 @@ def _push_preview(env: ToolEnv, arguments: dict[str, Any]) -> dict[str, Any]:
     """What the owner approves: the one commit that will be pushed (its hash, tree, parent and
     whole message, made from the worktree's HEAD), every changed path with its size and type,
     and the diff, bounded whatever the worktree holds (`tools.outgoing`)."""
-    from kernel import artifacts
-    from kernel.models import Run
-
     head, stage = export_commit(env)
     outgoing = pushed.make(stage, run_id=env.run_id, head=head)
     remote = _remote_sha(env, stage, arguments)

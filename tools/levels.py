@@ -14,6 +14,7 @@ a precise error the model reads, instead of running unconfined or failing somewh
 
 from __future__ import annotations
 
+from cluster import placement
 from tools.base import Risk, Tool, ToolError
 
 # The mission's risk class → its runs' sandbox level.
@@ -51,8 +52,6 @@ def unavailable(level: int) -> str | None:
     from each enabled node's telemetry (asked again when stale)."""
     if level <= 0:
         return None
-    from cluster import placement
-
     try:
         placement.choose(placement.Needs(level))
     except placement.NoNode as error:

@@ -27,7 +27,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kernel.models import Effect
+from cluster.sandbox import Limits, SandboxUnavailable, for_level
+from kernel.models import Effect, Run
 from tools.base import Risk, Tool, ToolEnv, ToolError
 from tools.git import INSIDE, SHA, copied_bundle, sandbox_git
 from tools.workspace import GIT_TIMEOUT
@@ -182,8 +183,6 @@ def _named(env: ToolEnv, arguments: dict[str, Any]) -> int:
         raise ToolError("Say whose work to merge: its task's name (task) or its run id (run).")
     if "run" in arguments:
         return int(arguments["run"])
-    from kernel.models import Run
-
     task = str(arguments["task"])
     parent = Run.objects.filter(pk=env.run_id).values_list("parent_id", flat=True).first()
     for owner in (env.run_id, parent):
@@ -202,8 +201,6 @@ def _named(env: ToolEnv, arguments: dict[str, Any]) -> int:
 def _child(env: ToolEnv, child_id: int) -> dict[str, Any]:
     """The run to merge: a writer sub-agent of this run that has ended — or, when this run is a
     writer itself (a resolver), a writer sibling that has ended."""
-    from kernel.models import Run
-
     me = Run.objects.filter(pk=env.run_id).values_list("parent_id", "input").first()
     run = Run.objects.filter(pk=child_id).exclude(pk=env.run_id).first()
     sibling = (
@@ -286,8 +283,6 @@ def _export(env: ToolEnv, child: dict[str, Any]) -> tuple[str, int, list[str], b
 def _in_sandbox(
     top: Path, env: ToolEnv, argv: list[str], *, run_id: int | None = None, stdin: bytes = b""
 ) -> Any:
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     try:
         done = for_level(1).run(
             argv,

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db.models.signals import post_delete, post_save
 
-from tools import workspace
+from tools import safefs, workspace
 from tools.base import Risk, Tool, ToolError
 from tools.models import Decision, PermissionRule
 
@@ -113,8 +113,6 @@ def protected_in(workspace: Path, path: str) -> str | None:
     why = protected(path)
     if why:
         return why
-    from tools import safefs
-
     try:
         real = safefs.resolved(workspace, path)
     except (ToolError, OSError):

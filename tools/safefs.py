@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.base import ToolError
-from tools.workspace import SANDBOX_MOUNT, relative
+from tools.workspace import SANDBOX_MOUNT, relative, root
 
 MAX_LINKS = 40  # as the kernel's own limit on symbolic links in one lookup
 DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -223,8 +223,6 @@ def read_file(top: Path, path: str, limit: int) -> tuple[str, bytes]:
 def host_dir(name: str) -> Path:
     """`root()/<name>`, a directory only this process's user reaches (0700, made by us): where the
     harness keeps what the sandbox must never see or change. Refused if someone else made it."""
-    from tools.workspace import root
-
     path = root() / name
     try:
         path.mkdir(mode=0o700)

@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kernel.models import Effect
+from cluster import dispatch, egress, sandbox
+from cluster.dispatch import StepRef
+from cluster.sandbox import Limits, SandboxUnavailable, for_level
+from kernel.models import Effect, Run
 from kernel.steps import StepCall
 from tools import snapshots
 from tools.base import Output, Risk, Tool, ToolEnv, ToolError
@@ -31,9 +34,6 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
     The node keeps the command's result under the step (`step_ref`) before it answers: a replay
     whose earlier attempt got that far answers it instead of running the command again (the
     harness does not put the worktree back to its checkpoint then either: `recorded`)."""
-    from cluster import egress, sandbox
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     top = env.need_workspace()
     step = step_ref(env.call, before_retry=env.restore)
     stored = recorded(env.call)
@@ -73,9 +73,6 @@ def step_ref(call: StepCall, *, before_retry: Callable[[], None] | None = None) 
     """The step as its node knows it. Run ids start again in a new database while a node's
     fences and results stay, so the run's creation time is part of both names. `before_retry`
     undoes a lost attempt's writes before the step is placed on another node."""
-    from cluster.dispatch import StepRef
-    from kernel.models import Run
-
     created = Run.objects.values_list("created_at", flat=True).get(pk=call.run_id)
     incarnation = int(created.timestamp() * 1_000_000)
     return StepRef(
@@ -91,8 +88,6 @@ def recorded(call: StepCall) -> dict[str, Any] | None:
     worker died before the journal recorded it), else None."""
     if not call.replay:
         return None
-    from cluster import dispatch
-
     return dispatch.recorded(step_ref(call))
 
 

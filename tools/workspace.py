@@ -34,6 +34,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from cluster.sandbox import Limits, SandboxUnavailable, for_level, give
+from kernel.models import Run
 from tools.base import ToolError
 
 SANDBOX_MOUNT = "/workspace"  # where the sandbox sees the worktree
@@ -354,8 +356,6 @@ def ensure_worktree(run_id: int, repository: str, base: str = "HEAD") -> Path:
     4. It is renamed into place, then the marker is written. A crash before the marker leaves
        nothing that counts: the next attempt starts again from 2.
     """
-    from cluster.sandbox import give
-
     stage = staging(repository)
     with _locked(stage):
         _fetch_project(stage, repository)
@@ -466,15 +466,11 @@ def _resolve_base(project: Path, base: str) -> str:
 
 
 def _run_identity(run_id: int) -> str:
-    from kernel.models import Run
-
     created = Run.objects.filter(pk=run_id).values_list("created_at", flat=True).first()
     return created.isoformat() if created else ""
 
 
 def _checkout(path: Path, run_id: int) -> None:
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     try:
         done = for_level(1).run(
             ["git", "reset", "--hard", "--quiet", "HEAD"],

@@ -9,11 +9,13 @@ start it.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from agentos.core import private
@@ -107,8 +109,6 @@ def parse_url(url: str) -> dict[str, Any]:
 
 def build_url(entry: dict[str, Any]) -> str:
     """The inverse of `parse_url`, for handing a (test) database to a child process."""
-    from urllib.parse import quote, urlencode
-
     auth = quote(entry["USER"] or "")
     if entry.get("PASSWORD"):
         auth += ":" + quote(entry["PASSWORD"])
@@ -131,10 +131,7 @@ def crash_and_restart_embedded() -> None:
     For the chaos tests: committed intents and results must survive. Only for the embedded
     server this process started (settings read its data dir and socket).
     """
-    import subprocess
-
-    from django.conf import settings
-    from pgserver._commands import POSTGRES_BIN_PATH
+    from pgserver._commands import POSTGRES_BIN_PATH  # heavy, as in `embedded_url`
 
     if os.environ.get("DATABASE_URL"):
         raise ImproperlyConfigured("Only the embedded database can be crashed and restarted.")
@@ -174,6 +171,7 @@ def _adopt_restarted(pgdata: Path) -> None:
     when the process exits, as it would have stopped the first one. The handle remembers the
     postmaster it started, which the crash killed: left alone, it would see no server to stop
     and `make chaos` would leave the new one running."""
+    # Imported here: heavy, and only the embedded server needs them (as in `embedded_url`).
     from pgserver.postgres_server import PostgresServer
     from pgserver.utils import PostmasterInfo
 

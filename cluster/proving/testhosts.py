@@ -30,6 +30,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from cluster import deploy, nodes
 from cluster.runner import deploy as runner_deploy
 
 SSHD = "/usr/sbin/sshd"
@@ -171,8 +172,6 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
     key_file.write_bytes(private.encode())
     key_file.chmod(0o600)
     node.host_key = public
-    from cluster import nodes  # the line documented for real nodes
-
     authorized = node.ssh_dir / "authorized_keys"
     line = nodes.authorized_keys_line(
         name=node.name,
@@ -213,8 +212,6 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
 
 def _first_install(runner: Path) -> str:
     """Copy the runner's tree as its first version (later ones go through its `install`)."""
-    from cluster import deploy
-
     tree = deploy.runner_tree()
     version = deploy.version_of(tree)
     target = runner / "versions" / version

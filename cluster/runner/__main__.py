@@ -9,7 +9,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from cluster.runner import deploy
+from cluster.runner import deploy, handler, protocol, relay, server
 
 
 def main(argv: list[str]) -> int:
@@ -25,8 +25,6 @@ def main(argv: list[str]) -> int:
         return self_test()
     if args.state is None:
         parser.error("--state is required")
-    from cluster.runner import handler, relay, server
-
     try:
         # sshd's forced command runs us whatever the session asked; a relay is asked by name.
         wanted = relay.parse_command(os.environ.get("SSH_ORIGINAL_COMMAND", ""))
@@ -45,8 +43,6 @@ def main(argv: list[str]) -> int:
 def self_test() -> int:
     """Every module imports, a handler answers `hello` and refuses a bad `run` precisely: what
     `install` requires of a new tree before it becomes `current`."""
-    from cluster.runner import handler, protocol, server
-
     with tempfile.TemporaryDirectory(prefix="agentos-runner-self-test-") as state:
         node = handler.Handler(Path(state), "self-test")
         hello = server.respond(

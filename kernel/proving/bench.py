@@ -36,6 +36,7 @@ from pathlib import Path
 
 import psycopg
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 from psycopg.rows import TupleRow
@@ -553,8 +554,6 @@ def run(
 
 def call_migrate() -> None:
     """A new benchmark data dir starts empty."""
-    from django.core.management import call_command
-
     call_command("migrate", verbosity=0, interactive=False)
 
 

@@ -19,6 +19,7 @@ from kernel import artifacts
 from kernel.models import Artifact, Run, Trust
 from missions.engine import framing
 from missions.providers.base import ServerClearing
+from tools import safefs
 from tools.base import ToolError
 
 CHARS_PER_TOKEN = 4
@@ -202,8 +203,6 @@ def inherit_baseline(source_run: int, run_id: int) -> None:
 
 
 def _keep_baseline(run_id: int, hashes: dict[str, str | None]) -> None:
-    from tools import safefs
-
     home = safefs.host_dir("baselines")
     temp = home / f".run-{run_id}.{secrets.token_hex(4)}"
     temp.write_text(json.dumps(hashes))
@@ -244,8 +243,6 @@ def rehydrate(workspace: str, *, run_id: int | None = None) -> dict[str, Any]:
 
 def _read(top: Path, name: str) -> bytes | None:
     """The file's bytes, None if there is none; a `ToolError` if it is not one to read."""
-    from tools import safefs
-
     with safefs.locate(top, name) as found:
         if found.lstat() is None:
             return None
@@ -260,8 +257,6 @@ def _baseline(run_id: int | None) -> dict[str, str | None]:
     """The hashes `record_baseline` kept; none (every file the agent's) when there are none."""
     if run_id is None:
         return {}
-    from tools import safefs
-
     try:
         found = json.loads((safefs.host_dir("baselines") / f"run-{run_id}.json").read_text())
     except (OSError, ValueError):

@@ -18,6 +18,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster.sandbox import Limits, SandboxUnavailable, for_level
+
 ORACLE_SECONDS = 300
 DETAIL_LINES = 12
 
@@ -46,8 +48,6 @@ def run_tests(
 ) -> Verdict:
     """The task's test command on the last commit of `worktree`, in the sandbox of `run_id` (the
     sandbox user's without one)."""
-    from cluster.sandbox import Limits, SandboxUnavailable, for_level
-
     if not worktree.is_dir():
         return Verdict(False, "the mission's run has no worktree to test")
     try:

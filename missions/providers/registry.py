@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from missions.providers.base import AuthenticationFailed, BadRequest, Provider
+from missions.providers.scripted import ScriptedProvider
 
 # The environment variable that, when set, wins over a key stored from the console. The
 # compatible endpoint's is ours, not OPENAI_API_KEY: the two must never be mixed up.
@@ -63,9 +64,8 @@ def ready(provider: str) -> bool:
 
 
 def build(name: str, *, script: dict[str, Any] | None = None) -> Provider:
+    # The adapters are imported here: each imports its SDK, slow to import and unused offline.
     if name == "scripted":
-        from missions.providers.scripted import ScriptedProvider
-
         return ScriptedProvider(script or {})
     api_key = key(name)
     if name in KEYS and name not in KEY_OPTIONAL and api_key is None:

@@ -15,6 +15,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentos import credentials
 from agentos.core import owner
 from agentos.processes import Child, ProcessGroup
+from missions import demo
+from missions.models import Mission
 
 
 class Command(BaseCommand):
@@ -95,9 +97,6 @@ class Command(BaseCommand):
         """While nothing was ever asked of agentos (no mission yet): the demo project and its
         mission (see missions.demo). Decided from the data, not from "the owner was just
         created", so a start killed between the two still gets its demo."""
-        from missions import demo
-        from missions.models import Mission
-
         if Mission.objects.exists():
             return
         try:
