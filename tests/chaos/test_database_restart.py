@@ -14,7 +14,9 @@ from django.conf import settings
 # Above the 120 s its restarting process may take, so that its own failure is the one reported.
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 
-RESTART = "from agentos.core import database; database.crash_and_restart_embedded(); print('restarted')"
+RESTART = (
+    "from agentos.core import database; database.crash_and_restart_embedded(); print('restarted')"
+)
 
 
 def postmaster_pid(pgdata: Path) -> int | None:
