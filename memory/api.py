@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import AwareDatetime, ConfigDict
 
-from agentos.core import audit, tokens
+from agentos.core import audit
 from agentos.core.schemas import Text
 from memory import curation, overview, search
 from memory.models import Note
@@ -170,16 +170,6 @@ def note_out(note: Note, *, scope: str, body: bool = True) -> dict[str, Any]:
     return out
 
 
-def _who(request: HttpRequest) -> dict[str, Any]:
-    return {
-        "by": tokens.actor(request),
-        # The owner behind the session or the token (ninja's `request.auth`); with a token,
-        # `request.user` is anonymous.
-        "username": str((getattr(request, "auth", None) or request.user).get_username()),
-        "address": audit.client_address(request),
-    }
-
-
 @router.get("/memory/scopes", response=list[ScopeOut], summary="Memory scopes, by name")
 def list_scopes(request: HttpRequest) -> list[overview.ScopeSummary]:
     return overview.scopes()
@@ -255,7 +245,7 @@ def add_note(request: HttpRequest, payload: NoteIn) -> Status[dict[str, Any]]:
         body=payload.body,
         type=payload.type,
         valid_from=payload.valid_from,
-        **_who(request),
+        actor=audit.Actor.of(request),
     )
     return Status(201, note_out(note, scope=note.scope.name))
 
@@ -267,7 +257,9 @@ def add_note(request: HttpRequest, payload: NoteIn) -> Status[dict[str, Any]]:
     " saying who wrote it); 409 if already verified or no longer holding",
 )
 def verify_note(request: HttpRequest, payload: VerifyIn) -> dict[str, Any]:
-    note = curation.verify_note(scope=payload.scope, path=payload.path, **_who(request))
+    note = curation.verify_note(
+        scope=payload.scope, path=payload.path, actor=audit.Actor.of(request)
+    )
     return note_out(note, scope=note.scope.name)
 
 
@@ -278,6 +270,6 @@ def verify_note(request: HttpRequest, payload: VerifyIn) -> dict[str, Any]:
 )
 def invalidate_note(request: HttpRequest, payload: InvalidateIn) -> dict[str, Any]:
     note = curation.invalidate_note(
-        scope=payload.scope, path=payload.path, reason=payload.reason, **_who(request)
+        scope=payload.scope, path=payload.path, reason=payload.reason, actor=audit.Actor.of(request)
     )
     return note_out(note, scope=note.scope.name)

@@ -31,9 +31,7 @@ def add_note(
     body: str,
     type: str,
     valid_from: datetime | None = None,
-    by: str,
-    username: str,
-    address: str | None,
+    actor: audit.Actor,
 ) -> Note:
     """A verified note of the owner in an existing scope (or one that always exists); the note
     as indexed. The same note written twice is one note."""
@@ -50,7 +48,7 @@ def add_note(
         body,
         type=type,
         valid_from=valid_from,
-        verified_by=by,
+        verified_by=actor.by,
         verified_at=timezone.now(),
         confidence=1.0,
     )
@@ -59,19 +57,11 @@ def add_note(
             (path,) = store.write(name, [draft], author=AUTHOR, message=f"Owner: {title}")
         except NoteError as error:
             raise MemoryRefused(str(error)) from None
-        audit.record(
-            AuditEvent.Kind.MEMORY_CHANGED,
-            username=username,
-            address=address,
-            scope=name,
-            path=path,
-            change="added",
-            by=by,
-        )
+        _changed(actor, name, path, "added")
     return Note.objects.select_related("scope").get(scope__name=name, path=path)
 
 
-def verify_note(*, scope: str, path: str, by: str, username: str, address: str | None) -> Note:
+def verify_note(*, scope: str, path: str, actor: audit.Actor) -> Note:
     """The owner's act on one note: it is verified from now, `verified_by` naming who (the
     owner, or the owner's token by its name), in the scope's history and the security log. 409
     if it is already verified or no longer holds."""
@@ -82,25 +72,15 @@ def verify_note(*, scope: str, path: str, by: str, username: str, address: str |
         raise conflict(f"{path} no longer holds: only a note that holds is verified.")
     with transaction.atomic():
         try:
-            store.verify(found.scope.name, path, by=by)
+            store.verify(found.scope.name, path, by=actor.by)
         except NoteError as error:
             # Checked above: what is left is a change since (verified or invalidated meanwhile).
             raise conflict(str(error)) from None
-        audit.record(
-            AuditEvent.Kind.MEMORY_CHANGED,
-            username=username,
-            address=address,
-            scope=found.scope.name,
-            path=path,
-            change="verified",
-            by=by,
-        )
+        _changed(actor, found.scope.name, path, "verified")
     return Note.objects.select_related("scope").get(scope=found.scope, path=path)
 
 
-def invalidate_note(
-    *, scope: str, path: str, reason: str, by: str, username: str, address: str | None
-) -> Note:
+def invalidate_note(*, scope: str, path: str, reason: str, actor: audit.Actor) -> Note:
     """The note marked as no longer holding from now, with the owner's reason in its commit;
     the note as indexed. 409 if it is already invalid."""
     found = overview.note(scope, path)
@@ -118,13 +98,12 @@ def invalidate_note(
             # Checked above: what is left is a change since (invalidated meanwhile, or a note
             # that only begins later than now).
             raise conflict(str(error)) from None
-        audit.record(
-            AuditEvent.Kind.MEMORY_CHANGED,
-            username=username,
-            address=address,
-            scope=found.scope.name,
-            path=path,
-            change="invalidated",
-            by=by,
-        )
+        _changed(actor, found.scope.name, path, "invalidated")
     return Note.objects.select_related("scope").get(scope=found.scope, path=path)
+
+
+def _changed(actor: audit.Actor, scope: str, path: str, change: str) -> None:
+    # The note's path, not the request's: `record_by` keeps a detail the caller gave.
+    audit.record_by(
+        AuditEvent.Kind.MEMORY_CHANGED, actor, scope=scope, path=path, change=change, by=actor.by
+    )

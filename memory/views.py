@@ -21,9 +21,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods, require_safe
 
-from agentos.core import audit, tokens
+from agentos.core import audit
 from agentos.core.diffs import diff_lines
-from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
+from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from memory import curation, overview, search
 from memory.errors import MemoryRefused
 from memory.models import Scope
@@ -142,7 +142,7 @@ def memory_scope(request: HttpRequest, scope: str) -> HttpResponse:
                     body=form.cleaned_data["body"],
                     type=form.cleaned_data["type"],
                     valid_from=form.cleaned_data["valid_from"],
-                    **_who(request),
+                    actor=audit.Actor.of(request),
                 )
             except MemoryRefused as refused:
                 form.add_error(None, refused.message)
@@ -191,7 +191,7 @@ def memory_note(request: HttpRequest, scope: str, path: str) -> HttpResponse:
                     scope=note.scope.name,
                     path=note.path,
                     reason=form.cleaned_data["reason"],
-                    **_who(request),
+                    actor=audit.Actor.of(request),
                 )
             except MemoryRefused as refused:
                 form.add_error(None, refused.message)
@@ -220,7 +220,7 @@ def memory_note_verify(request: HttpRequest, scope: str, path: str) -> HttpRespo
     except MemoryRefused as refused:
         return _refused_page(request, refused)
     try:
-        curation.verify_note(scope=note.scope.name, path=note.path, **_who(request))
+        curation.verify_note(scope=note.scope.name, path=note.path, actor=audit.Actor.of(request))
     except MemoryRefused as refused:
         context = {
             "screen": SCREENS_BY_SLUG["memory"],
@@ -248,14 +248,6 @@ def _refused_page(request: HttpRequest, refused: MemoryRefused) -> HttpResponse:
         raise Http404(refused.message)
     context = {"status": 404, "heading": _("Not in memory"), "message": refused.message}
     return render(request, "console/error.html", context, status=404)
-
-
-def _who(request: HttpRequest) -> dict[str, Any]:
-    return {
-        "by": tokens.actor(request),
-        "username": signed_in(request).get_username(),
-        "address": audit.client_address(request),
-    }
 
 
 def _offset(request: HttpRequest, name: str) -> int:
