@@ -1,17 +1,20 @@
-"""The processes a test starts: Django scripts on the test database, and stopping whatever a
-test started, whatever state it is in."""
+"""The processes a test starts: Django scripts on the test database, a worker loop in a thread,
+and stopping whatever a test started, whatever state it is in."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 
 from django.conf import settings
 from django.db import connection
 
 from agentos.core import database
+from kernel.worker import Worker
 
 
 def run_django(
@@ -37,6 +40,21 @@ def run_django(
         timeout=timeout,
         check=check,
     )
+
+
+@contextlib.contextmanager
+def worker_thread(*, lease_seconds: float = 30.0, max_runs: int = 2) -> Iterator[Worker]:
+    """A worker loop (doorbell included) in a thread of this process, stopped on the way out;
+    a loop that does not stop within 30 s fails the test."""
+    loop = Worker(lease_seconds=lease_seconds, poll_seconds=0.5, max_runs=max_runs)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.stopping.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive(), "the worker loop did not stop"
 
 
 def stop(process: subprocess.Popen[bytes], *, grace: float = 15) -> None:

@@ -4,9 +4,6 @@ it stopped, and is in the security log."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
 from concurrent import futures
 
 import pytest
@@ -20,20 +17,9 @@ from missions.models import Project, Schedule
 from tests.approvals.factories import make_approval
 from tests.kernel.factories import start
 from tests.polling import wait_for
+from tests.processes import worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@contextlib.contextmanager
-def worker() -> Iterator[Worker]:
-    loop = Worker(lease_seconds=30, poll_seconds=0.5, max_runs=3)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield loop
-    finally:
-        loop.stopping.set()
-        thread.join(timeout=30)
 
 
 def waiting_for_approval() -> Approval:
@@ -60,7 +46,7 @@ def test_it_stops_every_run_takes_the_leases_back_and_pauses_the_schedules(
     owner_client: Client,
 ) -> None:
     approval = waiting_for_approval()
-    with worker() as loop:
+    with worker_thread(max_runs=3) as loop:
         stop_everything_while_a_step_is_stuck(owner_client, approval, loop)
 
 

@@ -3,7 +3,6 @@ renewal (a third of the 30 s lease): the database notifies the worker executing 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -15,6 +14,7 @@ from kernel.models import Run, RunStatus, Step
 from kernel.worker import Worker
 from tests.kernel.factories import start
 from tests.polling import wait_for
+from tests.processes import worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,14 +24,8 @@ SLOW_READ_SEQ = 2  # chaos.workflow's read that waits on `stopping`
 
 @pytest.fixture
 def worker() -> Iterator[Worker]:
-    """A worker loop (doorbell included) in a thread of this process."""
-    loop = Worker(lease_seconds=LEASE_SECONDS, poll_seconds=0.5, max_runs=2)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.stopping.set()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
+    with worker_thread(lease_seconds=LEASE_SECONDS) as loop:
+        yield loop
 
 
 def slow_read_under_way() -> Run:

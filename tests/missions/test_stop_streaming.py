@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from tests.api.conftest import Api
 from tests.factories import Owner
 from tests.kernel.factories import make_mission
 from tests.polling import wait_for
+from tests.processes import worker_thread
 from tests.providers import anthropic_wire, compatible_wire, openai_wire
 from tests.providers.wire import Stream, WireServer, wire_server
 
@@ -131,14 +131,8 @@ def api(client: Client, owner: Owner) -> Api:
 
 @pytest.fixture
 def worker() -> Iterator[Worker]:
-    """A worker loop (doorbell included) in a thread of this process."""
-    loop = Worker(lease_seconds=LEASE_SECONDS, poll_seconds=0.5, max_runs=2)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.stopping.set()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
+    with worker_thread(lease_seconds=LEASE_SECONDS) as loop:
+        yield loop
 
 
 @pytest.fixture(params=sorted(PROVIDERS))

@@ -15,6 +15,7 @@ from kernel.models import Run, Step
 from kernel.worker import Worker
 from missions.models import Mission
 from tests.polling import wait_for
+from tests.processes import worker_thread
 from tests.tools.conftest import FINISH, calls
 from tools.builtin import CODING_TOOLS
 
@@ -84,10 +85,7 @@ def test_a_stop_kills_the_sandbox_within_a_second_of_the_request(
             "repository": str(repo),
         },
     )
-    worker = Worker(lease_seconds=30, poll_seconds=0.5, max_runs=2)
-    loop = threading.Thread(target=worker.run_forever, daemon=True)
-    loop.start()
-    try:
+    with worker_thread():
         wait_for(
             lambda: any("sleep 302" in line for line in sandbox_processes(run.pk)),
             timeout=30,
@@ -107,7 +105,4 @@ def test_a_stop_kills_the_sandbox_within_a_second_of_the_request(
             timeout=asked + 1.25 - time.monotonic(),
             message="the run to end within a second of the stop",
         )
-    finally:
-        worker.stopping.set()
-        loop.join(timeout=30)
     assert Run.objects.get(pk=run.pk).status == "cancelled"
