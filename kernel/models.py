@@ -124,6 +124,8 @@ class Run(models.Model):
     # end it if asked to stop, until the owner restarts, forks or stops it (`kernel.versions`).
     # A database default too: a worker of the previous version still inserts runs without it.
     needs_migration = models.BooleanField(default=False, db_default=False)
+    # The rule of two (`kernel.exposure`): which of its three flags this run set, by which step.
+    exposure = models.JSONField(default=dict, blank=True)
     prompt_hash = models.CharField(max_length=64, blank=True)
     tools_hash = models.CharField(max_length=64, blank=True)
 

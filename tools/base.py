@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jsonschema
 
 from kernel.context import StepCall
-from kernel.models import Effect
+from kernel.models import Effect, Trust
 
 if TYPE_CHECKING:
     from cluster.environments import Environment
@@ -139,6 +139,12 @@ class Tool:
     preview: Callable[[ToolEnv, dict[str, Any]], dict[str, Any]] | None = None
     interact: Callable[[RunContext, Worksite, dict[str, Any]], str] | None = None
     deferred: bool = False  # only name and description in context; schema loaded on demand
+    # How far the model may trust its output (`missions.engine.framing`): a tool's by default,
+    # the Web's for content from outside (a fetched page, an untrusted MCP server, an A2A agent).
+    trust: Trust = Trust.TOOL
+    # The rule-of-two flags a call sets when it runs (`kernel.exposure`): a call that would set
+    # the third flag of its run's tree waits for the owner, whatever the permission rules say.
+    exposes: frozenset[str] = frozenset()
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
