@@ -27,6 +27,8 @@ class Project(models.Model):
     description = models.TextField(_("description"), blank=True)
     # A local git repository: each writing run works in its own worktree of it.
     repository = models.CharField(_("git repository (local path)"), max_length=500, blank=True)
+    # The MCP servers every mission of the project may use (`tools.mcp`), by name.
+    mcp_servers = models.JSONField(_("MCP servers"), default=list, blank=True)
     # Where `repository` was cloned from, when the owner gave a URL: its `origin`.
     clone_url = models.CharField(_("cloned from"), max_length=500, blank=True, editable=False)
     # Its frozen environment (`cluster.environments`): built once per version of (these
@@ -120,6 +122,14 @@ class Mission(Account):
     # Per-role overrides of the routing defaults: {"executor": {"provider": ..., "model": ...,
     # "effort": ...}}.
     routes = models.JSONField(default=dict, blank=True)
+    # What the mission may reach beyond its project (docs/design.md §13, §14): the MCP servers
+    # its agents may use (with its project's), the API bridges its sandboxes may call, and the
+    # extra hosts they may reach; the owner's rules still decide each request.
+    mcp_servers = models.JSONField(_("MCP servers"), default=list, blank=True)
+    bridges = models.JSONField(_("bridges"), default=list, blank=True)
+    allowed_hosts = models.JSONField(_("extra hosts"), default=list, blank=True)
+    # Plan, then execute: the plan is fixed before any untrusted content is read.
+    sensitive = models.BooleanField(_("sensitive"), default=False)
 
     class Meta:
         ordering = ["-created_at"]
