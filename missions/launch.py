@@ -3,6 +3,7 @@ API, schedule, another agent), so billing, journal and telemetry are the same wh
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -10,11 +11,12 @@ from django.urls import reverse
 
 from kernel import runs
 from kernel.budgets import CAP_FIELDS, validate_caps
-from kernel.models import Run
+from kernel.models import Run, Trust
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
 from missions import verification
+from missions.engine import framing
 from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
@@ -52,11 +54,12 @@ def start_mission(
     offline: str | None = None,
     max_turns: int = 50,
     criteria: list[dict[str, Any]] | None = None,
+    brief: Brief | None = None,
 ) -> Run:
     """Start the mission's executor run on its route (the scripted model when the route's
     provider has no key: then `script` is what it plays, or the offline mission `offline`'s).
     With `criteria` (validated: `verification.validate`), the run ends `done` only when each
-    passes."""
+    passes. A `brief` follows the goal in the first message, as data (`with_brief`)."""
     route = route_for(mission, "executor")
     criteria = criteria or list(mission.criteria or [])
     level = levels.level_for(mission.risk_class)
@@ -78,7 +81,7 @@ def start_mission(
         constraints.append(verification.constraint(criteria))
     repository = mission.project.repository
     spec: dict[str, Any] = {
-        "goal": mission.goal,
+        "goal": with_brief(mission.goal, brief),
         "provider": route.provider,
         "model": route.model,
         "effort": route.effort,
@@ -94,6 +97,8 @@ def start_mission(
                 *(MERGING_TOOLS if repository else []),
                 *MEMORY_TOOL_NAMES,
                 *LEDGER_TOOL_NAMES,
+                # Work from outside may need a question answered: its sender answers (A2A).
+                *(["ask_owner"] if brief is not None and not repository else []),
                 "delegate",
                 "consult_advisor",
             ],
@@ -135,6 +140,24 @@ def start_mission(
             **({"offline": offline} if offline is not None else {}),
         },
     )
+
+
+@dataclass(frozen=True)
+class Brief:
+    """Text from outside that a mission works on (an A2A caller's task): its source and trust
+    name it in its data block."""
+
+    text: str
+    source: str
+    trust: Trust = Trust.WEB
+
+
+def with_brief(goal: str, brief: Brief | None) -> str:
+    """The first message of a mission's run: our goal, then the brief as a data block — never
+    in the system prompt, never as the owner's words (docs/design.md §12)."""
+    if brief is None:
+        return goal
+    return f"{goal}\n\n{framing.render(brief.text, trust=brief.trust, source=brief.source)}"
 
 
 def _allowed(names: list[str], level: int) -> list[str]:
@@ -190,6 +213,7 @@ def create_mission(
     offline: str | None = None,
     criteria: Any = None,
     risk_class: str = levels.DEFAULT_RISK_CLASS,
+    brief: Brief | None = None,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
@@ -200,7 +224,8 @@ def create_mission(
 
     `criteria` is the definition of done as criteria (`missions.verification`), checked before
     anything else: the root run ends `done` only when each passes. `risk_class` (a key of
-    `tools.levels.RISK_CLASSES`) sets the sandbox level its runs work at."""
+    `tools.levels.RISK_CLASSES`) sets the sandbox level its runs work at. `brief`: text from
+    outside the mission works on, given to the model as data after the goal (`with_brief`)."""
     clean_criteria = _criteria(criteria, project)
     if risk_class not in levels.RISK_CLASSES:
         raise MissionError(
@@ -250,7 +275,12 @@ def create_mission(
             **clean_caps,
         )
         run = start_mission(
-            mission, trigger=trigger, script=script, offline=offline, criteria=clean_criteria
+            mission,
+            trigger=trigger,
+            script=script,
+            offline=offline,
+            criteria=clean_criteria,
+            brief=brief,
         )
     return mission, run
 
