@@ -124,8 +124,12 @@ def get(stack: Stack, token: str, task_id: str) -> Task:
 
 
 def until(stack: Stack, token: str, task_id: str, state: int, message: str) -> Task:
+    def reached() -> Task | None:
+        task = get(stack, token, task_id)
+        return task if task.status.state == state else None
+
     found: Task = wait_for(
-        lambda: (task := get(stack, token, task_id)).status.state == state and task,
+        reached,
         timeout=90,
         interval=0.5,
         message=message,
