@@ -5,7 +5,9 @@ of it in A2A's words (`agentos.a2a` serves them).
   project named `PROJECT` (made on first use; the owner gives it instructions, an environment,
   a repository as to any project). Its goal is ours (`GOAL`); the caller's text follows it in
   the first message as a data block of trust `web` (`launch.Brief`): never the system prompt,
-  never the owner's words. The run is marked untrusted from its start (`kernel.exposure`).
+  never the owner's words. The run is marked untrusted and outward from its start
+  (`kernel.exposure`): it reads the caller's text and its answer goes back to the caller, so
+  reading anything private then asks the owner.
 - A question the run asks (`ask_owner`) is the task's `input-required`: the caller's next
   message on the task answers it, framed as data (the caller is not the owner). Approvals stay
   the owner's: the task is `working`, waiting for the owner's approval.
@@ -128,7 +130,8 @@ def receive(caller: Caller, message: Message) -> A2ATask:
 
 
 def start(caller: Caller, text: str, *, context_id: str = "") -> A2ATask:
-    """Launch the task's mission, mark its run untrusted and record the task, or none of it."""
+    """Launch the task's mission, mark its run (untrusted, outward) and record the task, or
+    none of it."""
     project, _created = Project.objects.get_or_create(
         name=PROJECT,
         defaults={"description": "Where tasks sent by outside agents (A2A) run as missions."},
@@ -141,8 +144,9 @@ def start(caller: Caller, text: str, *, context_id: str = "") -> A2ATask:
                 trigger=TRIGGER,
                 brief=Brief(text=text, source=SOURCE, trust=Trust.WEB),
             )
-            # Before its first step: the whole tree read content from outside (the rule of two).
-            exposure.mark(run.pk, {exposure.UNTRUSTED}, seq=0, by="A2A task")
+            # Before its first step (the rule of two): the tree reads the caller's text, and
+            # what it answers goes back to the caller — out, to whoever holds the token.
+            exposure.mark(run.pk, {exposure.UNTRUSTED, exposure.OUTWARD}, seq=0, by="A2A task")
             return A2ATask.objects.create(
                 context_id=(context_id or str(uuid.uuid4()))[:200],
                 mission=mission,

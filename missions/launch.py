@@ -105,8 +105,11 @@ def start_mission(
             level,
         ),
         # Frozen at launch: the notes of global and this project's memory the owner verified,
-        # given to the model as data with their provenance (`memory_as_data`).
-        "memory_index": memory_store.prompt_index(memory_scopes(mission)),
+        # given to the model as data with their provenance (`memory_as_data`). A mission on a
+        # brief from outside answers its sender: the owner's global notes stay out of it.
+        "memory_index": memory_store.prompt_index(
+            [scope for scope in memory_scopes(mission) if brief is None or scope != "global"]
+        ),
         "memory_as_data": True,
         "constraints": constraints,
         "instructions": "\n".join(

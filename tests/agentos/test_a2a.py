@@ -33,6 +33,8 @@ from agentos.core import tokens
 from agentos.core.owner import get_owner
 from agentos.models import A2ATask
 from kernel.models import Run, RunStatus
+from memory import store
+from memory.store import Draft
 from missions import endpoints
 from missions.models import RoleRoute
 from tests.factories import make_owner
@@ -324,3 +326,32 @@ def test_another_token_sees_no_task_of_this_one(
 
     assert answer.json()["error"]["code"] == -32001
     sdk(stack, act_token, lambda client: client.cancel_task(CancelTaskRequest(id=task.id)))
+
+
+def test_a_task_s_mission_starts_exposed_without_the_owner_s_global_notes(
+    settings: Any, tmp_path: Path, owner: User
+) -> None:
+    settings.MEMORY_DIR = tmp_path / "memory"
+    store.write(
+        "global",
+        [Draft("Owner's bank", "IBAN DE00 1234.", verified_by="owner")],
+        author="owner",
+        message="a private note",
+    )
+    # Nothing answers there: the module's stack may start the run, never to any effect here.
+    endpoints.put(base_url="http://127.0.0.1:9/v1", model=MODEL)
+    RoleRoute.objects.update_or_create(
+        role="executor", defaults={"provider": "compatible", "model": MODEL, "effort": ""}
+    )
+    token = tokens.create_token(owner=owner, name="peer", scopes=["act"]).token
+    caller = a2a_tasks.Caller(token_id=token.pk, name=token.name)
+
+    row = a2a_tasks.start(caller, HOSTILE)
+
+    run = Run.objects.get(account_id=row.mission_id)
+    assert row.mission.goal == a2a_tasks.GOAL
+    assert set(run.exposure) == {"untrusted", "outward"}
+    assert "ask_owner" in run.input["tools"]
+    assert "Owner's bank" in store.prompt_index(["global"])  # what other missions are given
+    assert "Owner's bank" not in run.input["memory_index"]
+    assert HOSTILE not in run.input["instructions"]
