@@ -264,8 +264,15 @@ def test_a_cancelled_task_stops_its_mission(stack: Stack, wire: WireServer, act_
     assert until(stack, act_token, task.id, TaskState.TASK_STATE_CANCELED, "a cancelled task")
 
 
-def rpc(stack: Stack, body: Any, *, token: str | None, raw: bytes | None = None) -> httpx.Response:
-    headers = {**VERSION, **({"Authorization": f"Bearer {token}"} if token else {})}
+def rpc(
+    stack: Stack,
+    body: Any,
+    *,
+    token: str | None,
+    raw: bytes | None = None,
+    version: dict[str, str] = VERSION,
+) -> httpx.Response:
+    headers = {**version, **({"Authorization": f"Bearer {token}"} if token else {})}
     content = raw if raw is not None else json.dumps(body).encode()
     headers["Content-Type"] = "application/json"
     return httpx.post(f"{stack.url}/a2a", content=content, headers=headers, timeout=30)
@@ -312,6 +319,33 @@ def test_malformed_json_rpc_gets_the_spec_s_error_codes(
     assert answer.status_code == 200
     assert answer.json()["error"]["code"] == code
     assert not A2ATask.objects.exists()
+
+
+def test_a_caller_must_speak_the_protocol_s_version_and_answer_only_a_question(
+    stack: Stack, wire: WireServer, act_token: str
+) -> None:
+    body = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "x"}}
+    assert rpc(stack, body, token=act_token, version={}).json()["error"]["code"] == -32009
+
+    wire.queue(Chat().text("Done at once.").finish())
+    task = send(stack, act_token, message("Say done."))
+    until(stack, act_token, task.id, TaskState.TASK_STATE_COMPLETED, "the task to end")
+    late = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "late",
+                "role": "ROLE_USER",
+                "taskId": task.id,
+                "parts": [{"text": "One more thing."}],
+            }
+        },
+    }
+    refused = rpc(stack, late, token=act_token).json()["error"]
+    assert refused["code"] == -32004
+    assert "is completed" in refused["message"]
 
 
 def test_another_token_sees_no_task_of_this_one(
