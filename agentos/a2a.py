@@ -1,10 +1,12 @@
-"""A2A at the edge: agentos as an agent other agents call (the A2A protocol, 1.0, JSON-RPC).
+"""A2A at the edge: agentos as an agent other agents call (the A2A protocol, JSON-RPC: 1.0, and
+0.3 through the SDK's adapter).
 
 - `GET /.well-known/agent-card.json`: the agent card (public): one skill, carrying out a
   mission; JSON-RPC at `RPC_PATH`; streaming; a bearer token.
 - `POST /a2a`: JSON-RPC (`SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
-  `SubscribeToTask`), from a caller with an API token holding the `act` scope: none or a bad
-  one is answered 401, one without `act` 403 (each with its `WWW-Authenticate` challenge).
+  `SubscribeToTask`; 0.3's `message/send`, `message/stream`, `tasks/get`...), from a caller
+  with an API token holding the `act` scope: none or a bad one is answered 401, one without
+  `act` 403 (each with its `WWW-Authenticate` challenge).
 
 The SDK's own JSON-RPC dispatcher (`a2a.server.routes.jsonrpc_dispatcher`) parses and answers
 the protocol — its error codes, its version header, its SSE framing — so this module only
@@ -58,6 +60,7 @@ from a2a.types import (
 )
 from a2a.utils.constants import (
     AGENT_CARD_WELL_KNOWN_PATH,
+    PROTOCOL_VERSION_0_3,
     PROTOCOL_VERSION_CURRENT,
     TransportProtocol,
 )
@@ -98,12 +101,14 @@ def card(base_url: str) -> AgentCard:
             " its agents, within the owner's budgets and approvals."
         ),
         version="1",
+        # The same endpoint speaks 0.3 (`message/send`...), which many agents still do.
         supported_interfaces=[
             AgentInterface(
                 url=f"{base_url}{RPC_PATH}",
                 protocol_binding=TransportProtocol.JSONRPC.value,
-                protocol_version=PROTOCOL_VERSION_CURRENT,
+                protocol_version=version,
             )
+            for version in (PROTOCOL_VERSION_CURRENT, PROTOCOL_VERSION_0_3)
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         security_schemes={
@@ -281,7 +286,9 @@ class _CallerContext(DefaultServerCallContextBuilder):
         return context
 
 
-DISPATCHER = JsonRpcDispatcher(request_handler=MissionHandler(), context_builder=_CallerContext())
+DISPATCHER = JsonRpcDispatcher(
+    request_handler=MissionHandler(), context_builder=_CallerContext(), enable_v0_3_compat=True
+)
 
 
 def _refusal(status: int, code: str, message: str, *, challenge: str = "") -> JSONResponse:

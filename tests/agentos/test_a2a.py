@@ -151,9 +151,10 @@ def test_the_card_says_where_and_how_to_call(stack: Stack) -> None:
 
     card = asyncio.run(fetch())
 
-    (interface,) = card.supported_interfaces
-    assert interface.url == f"{stack.url}/a2a"
-    assert (interface.protocol_binding, interface.protocol_version) == ("JSONRPC", "1.0")
+    assert [(i.url, i.protocol_binding, i.protocol_version) for i in card.supported_interfaces] == [
+        (f"{stack.url}/a2a", "JSONRPC", "1.0"),
+        (f"{stack.url}/a2a", "JSONRPC", "0.3"),
+    ]
     assert card.capabilities.streaming is True
     assert [skill.name for skill in card.skills] == ["Carry out a mission"]
     scheme = card.security_schemes["bearer"].http_auth_security_scheme
@@ -348,8 +349,39 @@ def test_a_caller_must_speak_the_protocol_s_version_and_answer_only_a_question(
     assert "is completed" in refused["message"]
 
 
+def test_a_caller_speaking_0_3_is_understood(
+    stack: Stack, wire: WireServer, act_token: str
+) -> None:
+    wire.queue(Chat().text("Hello back.").finish())
+    body = {
+        "jsonrpc": "2.0",
+        "id": "old-1",
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "messageId": "m-03",
+                "role": "user",
+                "parts": [{"kind": "text", "text": "Hello from 0.3."}],
+            },
+            "configuration": {"blocking": False},
+        },
+    }
+
+    answer = rpc(stack, body, token=act_token, version={}).json()
+
+    task = answer["result"]
+    assert task["kind"] == "task"
+    assert task["status"]["state"] in ("submitted", "working")
+    row = A2ATask.objects.get(task_id=task["id"])
+    goal = Run.objects.get(account_id=row.mission_id).input["goal"]
+    assert 'trust="web">\nHello from 0.3.\n</data-' in goal
+    done = until(stack, act_token, task["id"], TaskState.TASK_STATE_COMPLETED, "the task to end")
+    assert done.artifacts[0].parts[0].text == "Hello back."
+
+
 def test_another_token_sees_no_task_of_this_one(
-    stack: Stack, wire: WireServer, owner: User, act_token: str, tmp_path: Path
+    stack: Stack, wire: WireServer, owner: User, act_token: str
 ) -> None:
     a_question_then_an_answer(wire, "mine")
     task = send(stack, act_token, message("Mine only."))
