@@ -89,6 +89,12 @@ class Spec:
     # only, 1 a bubblewrap sandbox, 2 a virtual machine per task. 1 for runs started before it
     # was recorded.
     sandbox_level: int = 1
+    # What its sandboxes may reach besides the owner's egress rules (`missions.network` reads
+    # them from the run's input): API bridges by name, and extra hosts.
+    bridges: list[str] = field(default_factory=list)
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Plan, then execute: the run's plan is fixed before it reads untrusted content.
+    sensitive: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
