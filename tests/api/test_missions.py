@@ -353,7 +353,7 @@ def test_a_mission_names_the_bridges_and_hosts_it_needs_and_its_run_gets_them(
     ):
         refused = api.post("/missions", {"project_id": project.pk, **MISSION, **bad})
         assert refused.status_code == 400, refused.json()
-        assert why in error_of(refused)["message"]
+        assert why in str(error_of(refused)["message"])
     assert not Mission.objects.exists()
     response = api.post(
         "/missions",
