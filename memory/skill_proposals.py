@@ -280,7 +280,7 @@ def decide(ident: str, *, approve: bool, actor: audit.Actor) -> Proposal:
             change="skill approved" if approve else "skill refused", by=actor.by, proposal=ident,
         )  # fmt: skip
         # Last: a decision cut short before this is finished by the next one.
-        transaction.on_commit(lambda: repository.drop(SCOPE, branch))
+        repository.drop(SCOPE, branch)
     return found
 
 
