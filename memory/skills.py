@@ -156,7 +156,13 @@ def from_repository(path: str) -> tuple[str, list[dict[str, Any]], list[str]]:
         commit = workspace.pin_project_head(path, PIN_REF)
     except ToolError:
         return "", [], []  # no commit yet: nothing to offer
-    stage = workspace.staging(path)
+    try:
+        return _read_repository(workspace.staging(path), commit)
+    except ToolError as error:  # git stopped (too slow): the run starts without them
+        return commit, [], [f"The project's repository: {error}"]
+
+
+def _read_repository(stage: Path, commit: str) -> tuple[str, list[dict[str, Any]], list[str]]:
     listed = bounded_git.run(
         stage, "ls-tree", "-r", "-z", "-l", "--full-tree", commit, "--", *REPOSITORY_ROOTS,
         limit=MAX_LISTING,
@@ -171,6 +177,8 @@ def from_repository(path: str) -> tuple[str, list[dict[str, Any]], list[str]]:
             problems.append(f"{name}: not a plain file.")
         elif int(size) > MAX_SKILL_MD:
             problems.append(f"{name}: larger than {MAX_SKILL_MD // 1024} KiB.")
+        elif len(wanted) >= MAX_SKILLS:
+            problems.append(f"{name}: more than {MAX_SKILLS} skills, left out.")
         else:
             wanted[root] = (blob, name)
     texts = _blobs(stage, [blob for blob, _ in wanted.values()])
@@ -315,7 +323,7 @@ def _blobs(stage: Path, blobs: list[str]) -> dict[str, bytes]:
     wanted = sorted(set(blobs))
     done = bounded_git.run(
         stage, "cat-file", "--batch", stdin="\n".join(wanted).encode() + b"\n",
-        limit=len(wanted) * (MAX_SKILL_MD + MAX_FILE + 200),
+        limit=len(wanted) * (max(MAX_SKILL_MD, MAX_FILE) + 200),
     )  # fmt: skip
     out, position, found = done.out, 0, {}
     for blob in wanted:
