@@ -20,17 +20,18 @@ from django.test import Client
 
 from agentos.core import audit, tokens
 from agentos.core.models import AuditEvent
+from kernel import runs
 from kernel.models import Run, Step
 from kernel.worker import Worker
-from memory import repository, skill_proposals, skills
+from memory import repository, skill_proposals, skills, store
 from missions.engine import framing
 from missions.launch import create_mission
-from missions.models import Project
+from missions.models import Mission, Project
 from missions.providers import scripted
 from tests.api.conftest import Api
 from tests.factories import Owner
 from tests.missions.test_data_framing import echoed, parse_block
-from tests.tools.conftest import calls
+from tests.tools.conftest import FINISH, calls
 from tools import workspace
 
 LINT = """\
@@ -290,11 +291,12 @@ def served(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_imported_skill_is_offered_only_once_the_owner_approves_it(
+def test_imported_skills_are_offered_only_once_the_owner_approves_them(
     seeded_catalog: None, api: Api, served: str, tmp_path: Path
 ) -> None:
     project = Project.objects.create(name="shop")
     url = f"{served}/deploy/SKILL.md"
+    tidy = folder(tmp_path, LINT.replace("lint", "tidy"), **{"notes.txt": "mark-tidy-notes\n"})
 
     created = api.post("/skills/import", {"url": url})
     assert created.status_code == 201, created.content
@@ -305,40 +307,67 @@ def test_an_imported_skill_is_offered_only_once_the_owner_approves_it(
     assert "b/skills/deploy/SKILL.md" in proposal["diff"]
     # The same bytes again: the same proposal.
     assert api.post("/skills/import", {"url": url}).json()["id"] == proposal["id"]
+    from_path = api.post("/skills/import", {"path": str(tidy)})
+    assert from_path.status_code == 201, from_path.content
+    assert (from_path.json()["source"], from_path.json()["files"]) == (
+        str(tidy),
+        ["SKILL.md", "notes.txt"],
+    )
+    assert "+mark-tidy-notes" in from_path.json()["diff"]
     assert AuditEvent.objects.filter(kind=AuditEvent.Kind.MEMORY_CHANGED,
-                                     detail__change="skill proposed").count() == 2  # fmt: skip
+                                     detail__change="skill proposed").count() == 3  # fmt: skip
 
     # Pending: listed, not offered.
     listed = api.get("/skills").json()
-    assert ([p["id"] for p in listed["proposals"]], listed["skills"]) == ([proposal["id"]], [])
+    assert {p["id"] for p in listed["proposals"]} == {proposal["id"], from_path.json()["id"]}
+    assert listed["skills"] == []
     before = offered_run(project, [{"echo_context": True}])
     assert before.input.get("skills") is None
     assert "load_skill" not in before.input["tools"]
     assert "deploy" not in json.dumps(echoed(before))
+    assert "tidy" not in json.dumps(echoed(before))
 
-    decided = api.post(f"/skills/proposals/{proposal['id']}/decision", {"approve": True})
-    assert decided.status_code == 200, decided.content
-    assert decided.json()["status"] == "approved"
-    assert (
-        api.post(f"/skills/proposals/{proposal['id']}/decision", {"approve": True}).status_code
-        == 404
-    )
+    for ident in (proposal["id"], from_path.json()["id"]):
+        decided = api.post(f"/skills/proposals/{ident}/decision", {"approve": True})
+        assert decided.status_code == 200, decided.content
+        assert decided.json()["status"] == "approved"
+        again = api.post(f"/skills/proposals/{ident}/decision", {"approve": True})
+        assert again.status_code == 404
 
     listed = api.get("/skills").json()
     assert listed["proposals"] == []
     assert [(s["name"], s["source"], s["path"]) for s in listed["skills"]] == [
-        ("deploy", "memory", "skills/deploy")
+        ("deploy", "memory", "skills/deploy"),
+        ("tidy", "memory", "skills/tidy"),
     ]
     after = offered_run(
-        project, [calls(("load_skill", {"name": "deploy"})), {"echo_context": True}]
+        project,
+        [
+            calls(
+                ("load_skill", {"name": "deploy"}),
+                ("load_skill", {"name": "tidy", "file": "notes.txt"}),
+            ),
+            {"echo_context": True},
+        ],
     )
-    assert [s["name"] for s in after.input["skills"]] == ["deploy"]
-    result = parse_block(tool_results(echoed(after)["items"])[0])["body"]
-    assert "memory's skills scope at" in result
-    assert "mark-deploy-body" in result
-    assert "write it with write_file" in result
+    assert [s["name"] for s in after.input["skills"]] == ["deploy", "tidy"]
+    seen = echoed(after)
+    index = parse_block(seen["items"][1]["text"].partition("\n")[2])["body"]
+    assert index == (
+        "- deploy (memory): Deploy the shop with blue-green.\n"
+        "- tidy (memory): Lint the project's Python files with the house rules."
+    )
+    deploy, notes = (parse_block(text)["body"] for text in tool_results(seen["items"]))
+    assert "memory's skills scope at" in deploy
+    assert "mark-deploy-body" in deploy
+    assert "write it with write_file" in deploy
+    assert notes.endswith("approved by the owner):\nmark-tidy-notes\n")
     # Beside the scope's notes, never among them.
-    assert set(repository.files("skills", repository.head("skills"))) == {"skills/deploy/SKILL.md"}
+    assert set(repository.files("skills", repository.head("skills"))) == {
+        "skills/deploy/SKILL.md",
+        "skills/tidy/SKILL.md",
+        "skills/tidy/notes.txt",
+    }
 
 
 @pytest.mark.django_db
@@ -423,3 +452,85 @@ def test_an_agent_s_proposal_waits_like_an_import(tmp_path: Path) -> None:
     with pytest.raises(skills.SkillError, match="already exactly this"):
         skill_proposals.propose(files, author="run:7", source="run:7")
     assert framing.skills("") == ""
+
+
+def proposing(mission: Mission, turns: list[dict[str, Any]]) -> Run:
+    run = runs.start_run(
+        account=mission,
+        program="agent",
+        input={
+            "goal": "Share what you learnt.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": ["skill_propose"],
+            "script": {"turns": turns},
+        },
+    )
+    Worker(lease_seconds=30).run_until_idle()
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_proposes_a_skill_with_skill_propose_and_it_waits_for_the_owner(
+    seeded_catalog: None,
+) -> None:
+    mission = Mission.objects.create(project=Project.objects.create(name="p"), goal="g")
+    run = proposing(
+        mission,
+        [
+            calls(
+                (
+                    "skill_propose",
+                    {
+                        "name": "deploy",
+                        "description": "Deploy:\n  blue-green.\n---",
+                        "body": "Switch the router last.",
+                        "files": {"scripts/check.sh": "echo ok\n"},
+                    },
+                ),
+                (
+                    "skill_propose",
+                    {"name": "bad", "description": "x", "body": "", "files": {"../escape.sh": "x"}},
+                ),
+            ),
+            FINISH,
+        ],
+    )
+
+    run.refresh_from_db()
+    assert run.status == "done", run.error
+    results = [s.result for s in Step.objects.filter(run=run, kind="tool_call").order_by("seq")]
+    assert "Proposed skill deploy as deploy-" in str(results[0]), results
+    assert "'../escape.sh' leaves the skill's folder" in str(results[1]), results
+    (proposal,) = skill_proposals.pending()
+    assert (proposal.name, proposal.author, proposal.description) == (
+        "deploy",
+        f"run:{run.pk}",
+        "Deploy: blue-green. ---",
+    )
+    assert proposal.files == ["SKILL.md", "scripts/check.sh"]
+    assert skills.from_memory() == ([], [])
+    skill_proposals.decide(proposal.id, approve=True, actor=OWNER)
+    assert [s["name"] for s in skills.from_memory()[0]] == ["deploy"]
+
+
+@pytest.mark.django_db
+def test_an_approval_cut_short_before_its_branch_was_dropped_is_finished_by_the_next(
+    tmp_path: Path,
+) -> None:
+    proposal = skill_proposals.import_skill(path=str(folder(tmp_path, DEPLOY)), url="", actor=OWNER)
+    # As if the decision had committed the skill and died before dropping the branch.
+    branch = skill_proposals.PREFIX + proposal.id
+    with store.locked("skills") as row:
+        tip = repository.head("skills", branch)
+        row.head = repository.commit(
+            "skills", row.head, [repository.Change("skills/deploy/SKILL.md",
+            repository.read("skills", [f"{tip}:skills/deploy/SKILL.md"]).__next__()[1])], "landed"
+        )  # fmt: skip
+        row.save()
+    landed = repository.head("skills")
+
+    skill_proposals.decide(proposal.id, approve=True, actor=OWNER)
+
+    assert repository.head("skills") == landed  # nothing committed twice
+    assert repository.branches("skills", skill_proposals.PREFIX) == []
