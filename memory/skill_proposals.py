@@ -59,6 +59,7 @@ FETCH_SECONDS = 10.0
 MAX_REDIRECTS = 3
 MAX_SOURCE = 500
 DIGEST = re.compile(r"[0-9a-f]{16}")
+MAX_PENDING = 50  # proposals waiting at once: an agent looping on skill_propose stops there
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,11 @@ def propose(files: dict[str, bytes], *, author: str, source: str) -> Proposal:
     branch = PREFIX + ident
     with store.locked(SCOPE) as row:
         if not repository.head(SCOPE, branch):
+            if len(repository.branches(SCOPE, PREFIX)) >= MAX_PENDING:
+                raise SkillError(
+                    f"{MAX_PENDING} skill proposals already wait for the owner: no more until"
+                    " some are decided."
+                )
             changes = _changes(_files_at(row.head, skill.name), clean, skill.name)
             if not changes:
                 raise SkillError(f"The skill {skill.name} is already exactly this.")

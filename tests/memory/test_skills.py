@@ -534,3 +534,17 @@ def test_an_approval_cut_short_before_its_branch_was_dropped_is_finished_by_the_
 
     assert repository.head("skills") == landed  # nothing committed twice
     assert repository.branches("skills", skill_proposals.PREFIX) == []
+
+
+@pytest.mark.django_db
+def test_proposals_stop_at_a_bound_until_the_owner_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(skill_proposals, "MAX_PENDING", 1)
+    first = skill_proposals.propose({"SKILL.md": DEPLOY.encode()}, author="run:1", source="run:1")
+    other = DEPLOY.replace("blue-green", "canaries").encode()
+
+    with pytest.raises(skills.SkillError, match="1 skill proposals already wait for the owner"):
+        skill_proposals.propose({"SKILL.md": other}, author="run:1", source="run:1")
+    skill_proposals.decide(first.id, approve=False, actor=OWNER)
+    assert skill_proposals.propose({"SKILL.md": other}, author="run:1", source="run:1").id
