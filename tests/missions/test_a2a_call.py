@@ -22,7 +22,7 @@ from tests.cluster.egress_fixtures import egress_dir, service  # noqa: F401  # e
 from tests.kernel.factories import make_mission
 from tests.live import free_port
 from tools.base import ToolError
-from tools.models import Decision, PermissionRule
+from tools.models import PermissionRule
 from tools.registry import TOOLS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,8 +42,8 @@ def elsewhere() -> Iterator[a2a_agent.Agent]:
         yield running
 
 
-def calling(url: str, text: str) -> Run:
-    """A scripted agent that calls `url` once, then echoes what it was given."""
+def calling(url: str, text: str, *, hosts: list[str]) -> Run:
+    """A scripted agent, allowed `hosts`, that calls `url` once, then echoes what it was given."""
     # The owner lets agents call other agents (the tool asks by default: it is network).
     PermissionRule.objects.create(
         tool=a2a_call.NAME, pattern="http://127.0.0.1:*", decision="allow"
@@ -57,6 +57,7 @@ def calling(url: str, text: str) -> Run:
             "model": "scripted",
             "tools": [a2a_call.NAME],
             "data_framing": True,
+            "allowed_hosts": hosts,
             "script": {
                 "turns": [
                     {
@@ -72,11 +73,8 @@ def calling(url: str, text: str) -> Run:
     )
 
 
-def allow_host(agent: a2a_agent.Agent) -> None:
-    # The owner's egress rule for this host: the run's allow-list (`missions.network`).
-    PermissionRule.objects.create(
-        tool="egress", pattern=agent.url.removeprefix("http://"), decision=Decision.ALLOW
-    )
+def host(agent: a2a_agent.Agent) -> str:
+    return agent.url.removeprefix("http://")
 
 
 def tool_result(run: Run) -> str:
@@ -101,8 +99,7 @@ def test_it_is_registered_as_a_network_call_whose_answer_is_the_web_s() -> None:
 def test_an_agent_calls_another_through_egress_and_reads_its_answer_as_data(
     agent: a2a_agent.Agent,
 ) -> None:
-    allow_host(agent)
-    run = calling(agent.url, "Paris")
+    run = calling(agent.url, "Paris", hosts=[host(agent)])
 
     assert Worker(lease_seconds=30).run_until_idle() == ["done"]
 
@@ -118,31 +115,20 @@ def test_an_agent_calls_another_through_egress_and_reads_its_answer_as_data(
     seen = tool_result(run)
     assert "Forecast for 'Paris': sunny." in seen
     assert "State: completed" in seen
-    # The other agent's words come inside a data block, never as instructions.
-    assert "<data-" in seen
+    # The other agent's words come inside a data block of the Web's, never as instructions.
+    assert seen.startswith("<data-")
+    assert 'source="tool a2a_call" trust="web">' in seen
     assert a2a_agent.HOSTILE in seen
-
-
-@pytest.mark.xfail(
-    strict=True, reason="the harness frames a tool's output by Tool.trust (the lead's change)"
-)
-@EGRESS
-def test_the_answer_is_framed_as_the_web_s(agent: a2a_agent.Agent) -> None:
-    allow_host(agent)
-    run = calling(agent.url, "Lyon")
-
-    assert Worker(lease_seconds=30).run_until_idle() == ["done"]
-
-    assert 'trust="web"' in tool_result(run)
+    assert set(run.exposure) == {"outward", "untrusted"}
 
 
 @EGRESS
 def test_a_host_not_allowed_is_refused_and_never_reached(
     agent: a2a_agent.Agent, elsewhere: a2a_agent.Agent
 ) -> None:
-    allow_host(agent)  # another host is allowed: not this one
     asked_before = list(elsewhere.executor.asked)
-    run = calling(f"{elsewhere.url}/.well-known/agent-card.json", "Rome")
+    # Another host is allowed: not this one.
+    run = calling(f"{elsewhere.url}/.well-known/agent-card.json", "Rome", hosts=[host(agent)])
 
     assert Worker(lease_seconds=30).run_until_idle() == ["done"]
 
