@@ -170,7 +170,7 @@ def find(caller: Caller, task_id: str) -> A2ATask:
 
 
 def root_run(row: A2ATask) -> Run:
-    """The mission's latest root run: the one the task follows (a relaunch starts another)."""
+    """The mission's root run (its latest, should there ever be more): the one the task follows."""
     run = Run.objects.filter(account_id=row.mission_id, parent__isnull=True).order_by("-pk").first()
     if run is None:  # made with its mission, in one transaction: never seen without one
         raise TaskNotFoundError(message=f"Task {row.task_id} has no run.")

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from kernel import runs
+from approvals.models import Approval
+from kernel import exposure, runs
 from kernel.models import Event, Run, RunStatus, Step
 from kernel.worker import Worker
 from missions import a2a_call
@@ -149,3 +150,20 @@ def test_a_host_not_allowed_is_refused_and_never_reached(
 def test_a_url_that_is_no_agent_s_is_refused_before_any_request(url: str, why: str) -> None:
     with pytest.raises(ToolError, match=re.escape(why)):
         a2a_call.split(url)
+
+
+def test_a_run_holding_private_data_asks_the_owner_before_it_calls_out(
+    agent: a2a_agent.Agent,
+) -> None:
+    asked_before = list(agent.executor.asked)
+    run = calling(agent.url, "Oslo", hosts=[host(agent)])
+    exposure.mark(run.pk, {exposure.PRIVATE}, seq=0, by="a bridge with credentials")
+
+    Worker(lease_seconds=30).run_until_idle()
+
+    # The call would set the third flag: it waits for the owner, allow rule or not.
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING
+    (approval,) = Approval.objects.filter(run=run)
+    assert approval.request["tool"] == a2a_call.NAME
+    assert agent.executor.asked == asked_before
