@@ -32,7 +32,7 @@ from agentos import a2a_tasks
 from agentos.core import tokens
 from agentos.core.owner import get_owner
 from agentos.models import A2ATask
-from kernel.models import Run, RunStatus
+from kernel.models import Event, Run, RunStatus
 from memory import store
 from memory.store import Draft
 from missions import endpoints
@@ -200,6 +200,8 @@ def test_a_task_asks_the_caller_takes_the_answer_and_completes(
     row = A2ATask.objects.get(task_id=task.id)
     run = Run.objects.get(account_id=row.mission_id, parent__isnull=True)
     assert run.exposure["untrusted"]["by"] == "A2A task"
+    answered = Event.objects.get(run=run, kind="wait.answered")
+    assert (answered.trust, answered.data["by"]) == ("web", "a2a:peer agent")
     assert run.input["goal"].startswith(a2a_tasks.GOAL)
 
 
