@@ -397,7 +397,7 @@ def test_another_token_sees_no_task_of_this_one(
 
 
 def test_a_task_s_mission_starts_exposed_without_the_owner_s_global_notes(
-    settings: Any, tmp_path: Path, owner: User
+    settings: Any, tmp_path: Path, owner: User, wire: WireServer
 ) -> None:
     settings.MEMORY_DIR = tmp_path / "memory"
     store.write(
@@ -406,11 +406,7 @@ def test_a_task_s_mission_starts_exposed_without_the_owner_s_global_notes(
         author="owner",
         message="a private note",
     )
-    # Nothing answers there: the module's stack may start the run, never to any effect here.
-    endpoints.put(base_url="http://127.0.0.1:9/v1", model=MODEL)
-    RoleRoute.objects.update_or_create(
-        role="executor", defaults={"provider": "compatible", "model": MODEL, "effort": ""}
-    )
+    wire.queue(Chat().text("Noted.").finish())  # the module's stack runs it meanwhile
     token = tokens.create_token(owner=owner, name="peer", scopes=["act"]).token
     caller = a2a_tasks.Caller(token_id=token.pk, name=token.name)
 
