@@ -200,8 +200,8 @@ def test_a_task_asks_the_caller_takes_the_answer_and_completes(
     row = A2ATask.objects.get(task_id=task.id)
     run = Run.objects.get(account_id=row.mission_id, parent__isnull=True)
     assert run.exposure["untrusted"]["by"] == "A2A task"
-    answered = Event.objects.get(run=run, kind="wait.answered")
-    assert (answered.trust, answered.data["by"]) == ("web", "a2a:peer agent")
+    journaled = Event.objects.get(run=run, kind="wait.answered")
+    assert (journaled.trust, journaled.data["by"]) == ("web", "a2a:peer agent")
     assert run.input["goal"].startswith(a2a_tasks.GOAL)
 
 
