@@ -89,6 +89,9 @@ class Spec:
     # only, 1 a bubblewrap sandbox, 2 a virtual machine per task. 1 for runs started before it
     # was recorded.
     sandbox_level: int = 1
+    # Its mission is sensitive (`Mission.sensitive`): it plans before it reads untrusted content,
+    # and its plan is frozen once its tree has read some (`missions.ledger`).
+    sensitive: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
