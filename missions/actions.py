@@ -1,7 +1,8 @@
 """The owner's changes to the model providers: a key set or forgotten, the OpenAI-compatible
-endpoint set or removed; and to the Web search backend (logged as the provider "web search"). One function per change, each its own transaction with its security-log
-event (`provider.changed`: by whom, never what), called alike by the Settings screen
-(`missions.provider_views`) and the API (`missions.api`)."""
+endpoint set or removed; and to the Web search backend (logged as the provider "web search").
+One function per change, each its own transaction with its security-log event
+(`provider.changed`: by whom, never what), called alike by the Settings screen
+(`missions.provider_views`, `missions.web_views`) and the API (`missions.api`)."""
 
 from __future__ import annotations
 

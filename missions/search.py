@@ -108,14 +108,18 @@ def search(run_id: int, query: str, count: int) -> list[Result]:
         )
     count = max(1, min(count, MAX_RESULTS))
     if backend.kind == SearchBackend.Kind.SEARXNG:
-        base = backend.url if urlsplit(backend.url).path.endswith("/search") else (
-            backend.url + "/search"
+        base = (
+            backend.url
+            if urlsplit(backend.url).path.endswith("/search")
+            else (backend.url + "/search")
         )
         answer = web_pages.get_json(run_id, base, {"q": query, "format": "json"})
     else:
         path = urlsplit(backend.url).path or "/"
         bridged = f"http://{backend.bridge}.bridge{path}"
-        answer = web_pages.get_json(run_id, bridged, {"q": query, "count": str(count)})
+        answer = web_pages.get_json(
+            run_id, bridged, {"q": query, "count": str(count)}, bridge=backend.bridge
+        )
     return _results(answer)[:count]
 
 

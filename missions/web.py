@@ -144,7 +144,7 @@ def _schema(given: dict[str, Any] | None) -> dict[str, Any]:
     except jsonschema.exceptions.SchemaError as error:
         raise ToolError(f"{FETCH}: the schema is not a JSON schema: {error.message}.") from None
     if given.get("type") != "object":
-        raise ToolError(f"{FETCH}: the schema describes a JSON object (\"type\": \"object\").")
+        raise ToolError(f'{FETCH}: the schema describes a JSON object ("type": "object").')
     return given
 
 

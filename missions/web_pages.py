@@ -90,29 +90,41 @@ def fetch(run_id: int, url: str) -> Page:
     return Page(url=url, final_url=final, content_type=content_type, text=text, title=title)
 
 
-def get_json(run_id: int, url: str, params: dict[str, str]) -> Any:
-    """A JSON answer of `url` (a search backend's), fetched like a page."""
+def get_json(run_id: int, url: str, params: dict[str, str], *, bridge: str = "") -> Any:
+    """A JSON answer of `url` (a search backend's), fetched like a page; through `bridge`
+    (its name) when the URL is a bridge's."""
     full = str(httpx.URL(url, params=params))
-    body, _final, _type, charset = get(run_id, full, types=("application/json",))
+    scopes = ["egress", f"bridge:{bridge}"] if bridge else None
+    body, _final, _type, charset = get(run_id, full, types=("application/json",), scopes=scopes)
     try:
         return json.loads(body.decode(charset or "utf-8", errors="replace"))
     except json.JSONDecodeError as error:
         raise ToolError(f"The search backend did not answer JSON: {error}.") from None
 
 
-def get(run_id: int, url: str, *, types: tuple[str, ...]) -> tuple[bytes, str, str, str]:
+def get(
+    run_id: int, url: str, *, types: tuple[str, ...], scopes: list[str] | None = None
+) -> tuple[bytes, str, str, str]:
     """(body, final URL, content type, charset) of a GET of `url`, redirects followed."""
     current = check_url(url)
-    with outbound.client(run_id, seconds=SECONDS) as client:
+    try:
+        http = outbound.client(run_id, seconds=SECONDS, scopes=scopes)
+    except outbound.Unavailable as error:
+        raise ToolError(f"The Web cannot be reached now: {error}.") from None
+    except ValueError as error:  # a bridge the egress tokens do not know
+        raise ToolError(f"The Web cannot be reached this way: {error}.") from None
+    with http:
         for _hop in range(MAX_REDIRECTS + 1):
             try:
-                with client.stream("GET", current, follow_redirects=False) as response:
+                with http.stream("GET", current) as response:
                     if response.status_code in REDIRECTS and "location" in response.headers:
                         current = check_url(urljoin(current, response.headers["location"]))
                         continue
                     return _body(response, current, types)
             except httpx.ProxyError as error:
-                raise ToolError(f"{_host(current)} was refused by the egress policy: {error}.") from None
+                raise ToolError(
+                    f"{_host(current)} was refused by the egress policy: {error}."
+                ) from None
             except httpx.TimeoutException:
                 raise ToolError(f"{current} did not answer within {SECONDS} seconds.") from None
             except httpx.HTTPError as error:

@@ -92,6 +92,10 @@ class Spec:
     # Its mission is sensitive (`Mission.sensitive`): it plans before it reads untrusted content,
     # and its plan is frozen once its tree has read some (`missions.ledger`).
     sensitive: bool = False
+    # What its tree may reach besides the owner's egress rules (`missions.network`: hosts, and
+    # the bridges its requests may go through), from its mission.
+    allowed_hosts: list[str] = field(default_factory=list)
+    bridges: list[str] = field(default_factory=list)
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
