@@ -114,6 +114,7 @@ class AuditEvent(models.Model):
             "environment.changed",
             _("a project's environment setup saved or rebuilt"),
         )
+        BRIDGE_CHANGED = "bridge.changed", _("an API bridge added, changed or removed")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)
