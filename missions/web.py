@@ -7,12 +7,13 @@ having read untrusted content (`kernel.exposure.UNTRUSTED`).
 
 `web_fetch` never gives the acting agent the page. As journaled steps of its run:
 
-1. `web-fetch-page` (a read): marks the tree untrusted, fetches the page, stores its text as an
-   artifact — the step's result holds the artifact's hash, never the text. A replay (a crash
-   before the reader was spawned) returns that result: the page is not fetched twice;
+1. `web-fetch-page`: marks the tree untrusted, fetches the page, stores it as an artifact — the
+   step's result holds the artifact's hash, never the text. A replay (a crash before the reader
+   was spawned) returns that result: the page is not fetched twice;
 2. spawns the reader (`missions.web_reader`), a child run without tools whose input holds the
    page as a data block, and joins it (a durable wait);
-3. records the reader's checked, structured answer as the call's result.
+3. `web-fetch-answer` checks the reader's answer (its schema, its quotes), and the call's
+   result is that structured answer, or the error saying why there is none.
 
 A sensitive run (its mission's `sensitive`, `Spec.sensitive`) plans before it reads: both tools
 refuse until its mission's ledger has a plan (`missions.ledger.sensitive_refusal`).
@@ -99,7 +100,10 @@ def _fetch(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> st
     schema = _schema(arguments.get("schema"))
     fetched = ctx.step(
         StepKind.CHECKPOINT,
-        effect=Effect.READ,
+        # Its result is recorded at once, not held back with the next step's intent as a free
+        # read's is: a crash after it never fetches the page again. Storing the page is an
+        # idempotent write (content-addressed); a fetch cut short is asked again.
+        effect=Effect.IDEMPOTENT_WRITE,
         name="web-fetch-page",
         request={"url": url},
         execute=lambda call: Done(_page_step(ctx, call, url)),
@@ -115,21 +119,28 @@ def _fetch(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> st
     child = ctx.spawn("agent", reader, caps=web_reader.CAPS)
     ctx.join([child])
 
-    def gather(call: StepCall) -> Done:
+    def judge(call: StepCall) -> Done:
         answer, problem = web_reader.result(Run.objects.get(pk=child), page)
-        if answer is None:
-            return Done({"output": f"{FETCH}: {problem}.", "is_error": True})
-        return Done({"output": json.dumps(answer, ensure_ascii=False, indent=1), "is_error": False})
+        return Done({"answer": answer} if answer is not None else {"error": f"{FETCH}: {problem}."})
 
+    judged = ctx.step(
+        StepKind.CHECKPOINT,
+        effect=Effect.READ,
+        name="web-fetch-answer",
+        request={"reader": child},
+        execute=judge,
+    )
+    if "error" in judged:
+        raise ToolError(judged["error"])
+    text = json.dumps(judged["answer"], ensure_ascii=False, indent=1)
+    # The call's result: the reader's checked answer, the only thing of the page the model reads.
     result = ctx.step(
         StepKind.TOOL_CALL,
         effect=Effect.READ,
         name=FETCH,
         request={"url": url, "reader": child},
-        execute=gather,
+        execute=lambda call: Done({"output": text, "is_error": False}),
     )
-    if result["is_error"]:
-        raise ToolError(str(result["output"]))
     return str(result["output"])
 
 
@@ -161,10 +172,12 @@ def _page_step(ctx: RunContext, call: StepCall, url: str) -> dict[str, Any]:
         page = FETCHER(ctx.run_id, url)
     except ToolError as error:
         return {"error": f"{FETCH}: {error}"}
+    # The page as the reader will read it, in one artifact: the parent's journal holds its
+    # hash, never a word of it (not even its title).
     stored = artifacts.store(
-        content=page.text.encode(),
+        content=json.dumps(page.as_dict(), ensure_ascii=False).encode(),
         name=f"web page {page.final_url}"[: artifacts.NAME_MAX],
-        media_type="text/plain",
+        media_type="application/json",
         run=ctx.run,
         preview_chars=0,
     )
@@ -172,24 +185,16 @@ def _page_step(ctx: RunContext, call: StepCall, url: str) -> dict[str, Any]:
         "url": page.url,
         "final_url": page.final_url,
         "content_type": page.content_type,
-        "title": page.title,
-        "text_sha256": stored.sha256,
+        "page_sha256": stored.sha256,
         "chars": len(page.text),
     }
 
 
 def _page_of(fetched: dict[str, Any]) -> Page:
-    """The page the step recorded, its text read back from its artifact."""
-    stored = Artifact.objects.get(sha256=fetched["text_sha256"])
+    """The page the step stored, read back from its artifact."""
+    stored = Artifact.objects.get(sha256=fetched["page_sha256"])
     with artifacts.open_artifact(stored) as handle:
-        text = handle.read().decode()
-    return Page(
-        url=fetched["url"],
-        final_url=fetched["final_url"],
-        content_type=fetched["content_type"],
-        text=text,
-        title=fetched["title"],
-    )
+        return Page(**json.load(handle))
 
 
 WEB_FETCH = Tool(

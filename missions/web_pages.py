@@ -152,12 +152,14 @@ def _body(
         )
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BYTES:
-        raise ToolError(f"{url} is {int(declared)} bytes; at most {MAX_BYTES} are read.")
+        raise ToolError(f"{url} is {int(declared)} bytes; at most {MAX_BYTES} bytes are read.")
     body = bytearray()
     for chunk in response.iter_bytes():
         body += chunk
         if len(body) > MAX_BYTES:
-            raise ToolError(f"{url} is larger than {MAX_BYTES} bytes; at most that is read.")
+            raise ToolError(
+                f"{url} is more than {MAX_BYTES} bytes; at most {MAX_BYTES} bytes are read."
+            )
     charset = re.search(r"charset=\"?([A-Za-z0-9._-]+)", params)
     name = charset.group(1) if charset else ""
     try:

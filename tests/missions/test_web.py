@@ -59,7 +59,8 @@ class Site:
                 status, kind, body, extra = answer(path, parse_qs(urlsplit(self.path).query))
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
+                if "X-No-Length" not in extra:
+                    self.send_header("Content-Length", str(len(body)))
                 for name, value in extra.items():
                     self.send_header(name, value)
                 self.end_headers()
@@ -85,6 +86,8 @@ def answer(path: str, query: dict[str, list[str]]) -> tuple[int, str, bytes, dic
         return 302, html, b"", {"Location": "/loop"}
     if path == "/big":
         return 200, "text/plain", b"a" * (web_pages.MAX_BYTES + 1), {}
+    if path == "/endless":  # no length said: the reader stops at the bound
+        return 200, "text/plain", b"a" * (web_pages.MAX_BYTES + 1), {"X-No-Length": "1"}
     if path == "/image":
         return 200, "image/png", b"\x89PNG....", {}
     if path == "/missing":
@@ -195,8 +198,10 @@ def test_the_acting_agent_reads_the_reader_s_facts_never_the_page(
     assert got["dropped"] == 1
     assert got["final_url"] == f"{site.url}/page"
     assert "Version 4.2 came out on 3 March." in seen
-    # Nothing of the page reached the acting agent: not its model input, not its journal.
-    journal = json.dumps([[s.request, s.result] for s in Step.objects.filter(run=run)])
+    # Nothing of the page reached the acting agent: not its model input, not its journal (but
+    # for its spawn step, which records the reader's input as every spawn records its child's).
+    steps = Step.objects.filter(run=run).exclude(kind="spawn")
+    journal = json.dumps([[s.request, s.result] for s in steps])
     for text in (seen, journal):
         assert INJECTION not in text
         assert "Release notes" not in text
@@ -248,7 +253,8 @@ def test_a_host_not_on_the_allow_list_is_refused_by_the_proxy(
 @pytest.mark.parametrize(
     ("path", "said"),
     [
-        ("/big", f"is larger than {web_pages.MAX_BYTES} bytes"),
+        ("/big", f"/big is {web_pages.MAX_BYTES + 1} bytes; at most {web_pages.MAX_BYTES} bytes"),
+        ("/endless", f"/endless is more than {web_pages.MAX_BYTES} bytes; at most"),
         ("/image", "is image/png; only text/html, text/plain, application/json are read"),
         ("/missing", "answered HTTP 404"),
         ("/loop", f"redirects more than {web_pages.MAX_REDIRECTS} times"),
@@ -282,7 +288,8 @@ def test_html_becomes_text_without_scripts_styles_or_links() -> None:
     assert title == "Release notes"
     assert "document.write" not in text
     assert "color: red" not in text
-    assert "evil.example" not in text
+    assert "x.png" not in text
+    assert "href" not in text
     assert text.splitlines()[0] == "Release 4.2"
     assert "Version 4.2 was released on 3 March." in text
     assert "logo" in text and "read more" in text
