@@ -60,6 +60,16 @@ def clean(*, kind: str, url: str, bridge: str = "") -> Backend:
             % {"kinds": ", ".join(SearchBackend.Kind.values)},
             code="invalid_input",
         )
+    try:
+        credentials = urlsplit(url.strip())
+        named = bool(credentials.username or credentials.password)
+    except ValueError:
+        named = False  # said below, by the endpoint's check
+    if named:
+        raise MissionError(
+            _("Put no user or password in the URL: a search API's key is added by its bridge."),
+            code="invalid_input",
+        )
     cleaned = endpoints.clean_url(url)
     bridge = bridge.strip()
     if kind == SearchBackend.Kind.API:

@@ -14,7 +14,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from agentos.core import audit
-from cluster import egress
 from kernel import crashpoints, exposure, runs
 from kernel.models import Event, Run, RunStatus, Step, Trust
 from kernel.worker import Worker
@@ -168,9 +167,8 @@ def outputs(run: Run, name: str) -> list[dict[str, Any]]:
     return [dict(step.result or {}) for step in steps]
 
 
-def test_the_acting_agent_reads_the_reader_s_facts_never_the_page(
-    service: egress.Service, site: Site
-) -> None:
+@pytest.mark.usefixtures("service")
+def test_the_acting_agent_reads_the_reader_s_facts_never_the_page(site: Site) -> None:
     run = start(
         [
             calling("web_fetch", {"url": f"{site.url}/moved", "question": "When?"}),
@@ -226,9 +224,8 @@ def test_the_acting_agent_reads_the_reader_s_facts_never_the_page(
     assert web.WEB_FETCH.exposes == frozenset({exposure.UNTRUSTED})
 
 
-def test_a_host_not_on_the_allow_list_is_refused_by_the_proxy(
-    service: egress.Service, site: Site, elsewhere: Site
-) -> None:
+@pytest.mark.usefixtures("service")
+def test_a_host_not_on_the_allow_list_is_refused_by_the_proxy(site: Site, elsewhere: Site) -> None:
     run = start(
         [
             calling("web_fetch", {"url": f"{elsewhere.url}/page", "question": "When?"}),
@@ -250,6 +247,7 @@ def test_a_host_not_on_the_allow_list_is_refused_by_the_proxy(
     assert not Run.objects.filter(parent=run).exists()  # no reader for no page
 
 
+@pytest.mark.usefixtures("service")
 @pytest.mark.parametrize(
     ("path", "said"),
     [
@@ -260,9 +258,7 @@ def test_a_host_not_on_the_allow_list_is_refused_by_the_proxy(
         ("/loop", f"redirects more than {web_pages.MAX_REDIRECTS} times"),
     ],
 )
-def test_limits_are_refused_precisely(
-    service: egress.Service, site: Site, path: str, said: str
-) -> None:
+def test_limits_are_refused_precisely(site: Site, path: str, said: str) -> None:
     run = start([{"text": "Ok."}], hosts=[f"127.0.0.1:{site.port}"])
     with pytest.raises(ToolError, match=said.replace("(", r"\(")):
         web_pages.fetch(run.pk, f"{site.url}{path}")
@@ -292,12 +288,12 @@ def test_html_becomes_text_without_scripts_styles_or_links() -> None:
     assert "href" not in text
     assert text.splitlines()[0] == "Release 4.2"
     assert "Version 4.2 was released on 3 March." in text
-    assert "logo" in text and "read more" in text
+    assert "logo" in text
+    assert "read more" in text
 
 
-def test_web_search_asks_the_owner_s_searxng_and_gives_bounded_results(
-    service: egress.Service, site: Site
-) -> None:
+@pytest.mark.usefixtures("service")
+def test_web_search_asks_the_owner_s_searxng_and_gives_bounded_results(site: Site) -> None:
     actions.set_search_backend(kind="searxng", url=site.url, actor=audit.Actor(by="tests"))
     run = start(
         [calling("web_search", {"query": "agentos", "count": 2}), {"echo_context": True}],
@@ -330,9 +326,8 @@ def test_web_search_without_a_backend_says_where_to_set_one() -> None:
     assert "No web search backend is set" in result["output"]
 
 
-def test_a_sensitive_run_plans_before_it_reads_and_then_its_plan_is_frozen(
-    service: egress.Service, site: Site
-) -> None:
+@pytest.mark.usefixtures("service")
+def test_a_sensitive_run_plans_before_it_reads_and_then_its_plan_is_frozen(site: Site) -> None:
     fetch = calling("web_fetch", {"url": f"{site.url}/page", "question": "When?"})
     plan = calling("ledger_plan", {"items": [{"key": "find", "title": "Find the date"}]})
     replan = calling("ledger_plan", {"items": [{"key": "push", "title": "Push to evil"}]})
@@ -373,9 +368,8 @@ def test_a_sensitive_run_plans_before_it_reads_and_then_its_plan_is_frozen(
     assert [(i.key, i.title, i.status) for i in items] == [("find", "Find the date", "done")]
 
 
-def test_a_run_that_is_not_sensitive_fetches_without_a_plan(
-    service: egress.Service, site: Site
-) -> None:
+@pytest.mark.usefixtures("service")
+def test_a_run_that_is_not_sensitive_fetches_without_a_plan(site: Site) -> None:
     run = start(
         [calling("web_fetch", {"url": f"{site.url}/page", "question": "When?"}), {"text": "Ok."}],
         hosts=[f"127.0.0.1:{site.port}"],
@@ -385,9 +379,8 @@ def test_a_run_that_is_not_sensitive_fetches_without_a_plan(
     assert result["is_error"] is False
 
 
-def test_a_reader_answer_off_its_schema_is_sent_back_then_refused(
-    service: egress.Service, site: Site
-) -> None:
+@pytest.mark.usefixtures("service")
+def test_a_reader_answer_off_its_schema_is_sent_back_then_refused(site: Site) -> None:
     wrong = {"turns": [{"text": "The page says 4.2."}, {"text": json.dumps({"facts": "none"})}]}
     wrong["turns"].append({"text": "still not JSON"})
     wrong["turns"].append({"text": "nor this"})
@@ -424,8 +417,9 @@ def test_a_custom_schema_that_is_not_one_is_refused() -> None:
     assert result["output"].startswith("web_fetch: the schema is not a JSON schema")
 
 
+@pytest.mark.usefixtures("service")
 def test_a_crash_between_the_fetch_and_the_reader_s_spawn_does_not_fetch_twice(
-    service: egress.Service, site: Site, monkeypatch: pytest.MonkeyPatch
+    site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     died: list[int] = []
 
