@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema
 
-from kernel import artifacts, exposure
+from kernel import artifacts, exposure, runs
 from kernel.context import Done, RunContext, StepCall
 from kernel.models import Artifact, Effect, Run, StepKind, Trust
 from missions import ledger, search, web_pages, web_reader
@@ -98,6 +98,12 @@ WEB_SEARCH = Tool(
 def _fetch(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
     url, question = arguments["url"], arguments["question"]
     schema = _schema(arguments.get("schema"))
+    if ctx.run.depth >= runs.MAX_DEPTH:
+        raise ToolError(
+            f"{FETCH}: this run is at depth {ctx.run.depth} of its run tree, the deepest a run"
+            " tree goes: the reader a page needs cannot be started here. Ask your parent to"
+            " fetch it."
+        )
     fetched = ctx.step(
         StepKind.CHECKPOINT,
         # Its result is recorded at once, not held back with the next step's intent as a free

@@ -502,3 +502,18 @@ def test_the_reader_runs_on_the_mission_s_cheapest_callable_route(
     chosen = web_reader.route(mission)
     # Of the seeded routes, the cheapest by input price (both $0.10): the role names decide.
     assert (chosen.provider, chosen.model) == ("openai", "gpt-6-luna")
+
+
+def test_a_run_at_the_deepest_level_is_told_its_reader_cannot_start() -> None:
+    run = start(
+        [calling("web_fetch", {"url": "http://x.example/", "question": "q"}), {"text": "Ok."}],
+        hosts=[],
+    )
+    Run.objects.filter(pk=run.pk).update(depth=runs.MAX_DEPTH)
+
+    work()
+
+    (result,) = outputs(run, "web_fetch")
+    assert result["is_error"] is True
+    assert f"this run is at depth {runs.MAX_DEPTH} of its run tree" in result["output"]
+    assert not Step.objects.filter(run=run, name="web-fetch-page").exists()
