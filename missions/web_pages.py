@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from html.parser import HTMLParser
@@ -154,8 +155,12 @@ def _body(
     if declared.isdigit() and int(declared) > MAX_BYTES:
         raise ToolError(f"{url} is {int(declared)} bytes; at most {MAX_BYTES} bytes are read.")
     body = bytearray()
+    # httpx's timeout bounds each read; a page sent a byte at a time is bounded here.
+    deadline = time.monotonic() + SECONDS
     for chunk in response.iter_bytes():
         body += chunk
+        if time.monotonic() > deadline:
+            raise ToolError(f"{url} took more than {SECONDS} seconds to send; not read further.")
         if len(body) > MAX_BYTES:
             raise ToolError(
                 f"{url} is more than {MAX_BYTES} bytes; at most {MAX_BYTES} bytes are read."

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -59,6 +60,15 @@ class Site:
                 path = urlsplit(self.path).path
                 hits[path] = hits.get(path, 0) + 1
                 headers.append(dict(self.headers.items()))
+                if path == "/drip":  # a byte at a time, each within the read timeout
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    for _byte in range(30):
+                        self.wfile.write(b"a")
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                    return
                 status, kind, body, extra = answer(path, parse_qs(urlsplit(self.path).query))
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
@@ -273,6 +283,16 @@ def test_limits_are_refused_precisely(site: Site, path: str, said: str) -> None:
     run = start([{"text": "Ok."}], hosts=[f"127.0.0.1:{site.port}"])
     with pytest.raises(ToolError, match=said.replace("(", r"\(")):
         web_pages.fetch(run.pk, f"{site.url}{path}")
+
+
+@pytest.mark.usefixtures("service")
+def test_a_page_sent_too_slowly_is_cut_at_the_deadline(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_pages, "SECONDS", 1)
+    run = start([{"text": "Ok."}], hosts=[f"127.0.0.1:{site.port}"])
+    with pytest.raises(ToolError, match="/drip took more than 1 seconds to send; not read further"):
+        web_pages.fetch(run.pk, f"{site.url}/drip")
 
 
 @pytest.mark.parametrize(
