@@ -58,8 +58,7 @@ def upstream(run_id: int, name: str) -> Upstream:
         return registered(run_id)
     bridge = ApiBridge.objects.filter(name=name).first()
     if bridge is None:
-        known = sorted({*BRIDGES.names(), *ApiBridge.objects.values_list("name", flat=True)})
-        raise NoBridge(f"no bridge named {name!r} (known: {known})")
+        raise NoBridge(f"no bridge named {name!r} (known: {names()})")
     try:
         secret = vault.decrypt(bytes(bridge.ciphertext))
     except vault.Unreadable:
@@ -92,6 +91,11 @@ def destination(name: str, found: Upstream, method: str, path: str) -> proxy.Des
         name,
         found.usd_micros_per_call,
     )
+
+
+def names() -> list[str]:
+    """Every bridge a mission may name: the registered ones and the owner's."""
+    return sorted({*BRIDGES.names(), *ApiBridge.objects.values_list("name", flat=True)})
 
 
 def exists(name: str) -> bool:

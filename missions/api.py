@@ -110,6 +110,18 @@ class MissionIn(Schema):
     routes: dict[RoleName, RouteIn] = Field(
         default_factory=dict, description="Per-role overrides of the default model routes"
     )
+    bridges: list[str] = Field(
+        default_factory=list,
+        description="API bridges its sandboxes may call (the owner's, or anthropic, openai, git):"
+        " http://<name>.bridge/... inside the sandbox, the credential added outside it",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Extra hosts its sandboxes may reach: host or host:port, globs allowed",
+    )
+    sensitive: bool = Field(
+        False, description="Plan, then execute: the plan is fixed before any untrusted content"
+    )
     offline: OfflineKey | None = Field(
         None,
         description="An offline mission, played on the project's repository without any model"
@@ -148,6 +160,9 @@ class MissionOut(Schema):
     sandbox_level: int
     caps: CapsOut
     routes: dict[str, Any]
+    bridges: list[str]
+    allowed_hosts: list[str]
+    sensitive: bool
     created_at: datetime
 
 
@@ -183,6 +198,9 @@ def mission_out(mission: Mission) -> dict[str, Any]:
         "sandbox_level": levels.level_for(mission.risk_class),
         "caps": {name: getattr(mission, name) for name in launch.MISSION_CAPS},
         "routes": mission.routes if isinstance(mission.routes, dict) else {},
+        "bridges": list(mission.bridges or []),
+        "allowed_hosts": list(mission.allowed_hosts or []),
+        "sensitive": mission.sensitive,
         "created_at": mission.created_at,
     }
 
@@ -227,6 +245,9 @@ def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str,
             offline=payload.offline,
             criteria=payload.criteria,
             risk_class=payload.risk_class,
+            bridges=payload.bridges,
+            allowed_hosts=payload.allowed_hosts,
+            sensitive=payload.sensitive,
         )
     except MissionError as refused:
         # A client is not on this origin's pages: the Settings screen by its full URL.

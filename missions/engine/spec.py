@@ -89,13 +89,12 @@ class Spec:
     # only, 1 a bubblewrap sandbox, 2 a virtual machine per task. 1 for runs started before it
     # was recorded.
     sandbox_level: int = 1
-    # Its mission is sensitive (`Mission.sensitive`): it plans before it reads untrusted content,
-    # and its plan is frozen once its tree has read some (`missions.ledger`).
-    sensitive: bool = False
-    # What its tree may reach besides the owner's egress rules (`missions.network`: hosts, and
-    # the bridges its requests may go through), from its mission.
-    allowed_hosts: list[str] = field(default_factory=list)
+    # What its sandboxes may reach besides the owner's egress rules (`missions.network` reads
+    # them from the run's input): API bridges by name, and extra hosts.
     bridges: list[str] = field(default_factory=list)
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Plan, then execute: the run's plan is fixed before it reads untrusted content.
+    sensitive: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:
