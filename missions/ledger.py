@@ -81,9 +81,14 @@ def is_sensitive(run: Run) -> bool:
     return any(isinstance(given, dict) and given.get("sensitive") is True for given in inputs)
 
 
-def sensitive_refusal(run: Run, tool: str) -> str:
-    """Why `tool`, which reads untrusted content, may not run yet in `run` ("" when it may)."""
-    if not is_sensitive(run) or PlanItem.objects.filter(mission_id=run.account_id).exists():
+def sensitive_refusal(run_id: int, tool: str) -> str:
+    """Why `tool`, which reads untrusted content, may not run yet in run `run_id` ("" when it
+    may): the harness asks before the call (it marks the tree before the call runs), the Web
+    tools again in their own step."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not is_sensitive(run):
+        return ""
+    if PlanItem.objects.filter(mission_id=run.account_id).exists():
         return ""
     return (
         f"{tool} refused: this mission is sensitive, so it plans before it reads anything from"

@@ -53,8 +53,7 @@ def _not_here(env: ToolEnv, arguments: dict[str, Any]) -> str:
 
 
 def _search(env: ToolEnv, arguments: dict[str, Any]) -> str:
-    run = Run.objects.get(pk=env.run_id)
-    refusal = ledger.sensitive_refusal(run, SEARCH)
+    refusal = ledger.sensitive_refusal(env.run_id, SEARCH)
     if refusal:
         raise ToolError(refusal)
     # The harness marks the tree from `exposes`; marked here too, before the request, since a
@@ -168,7 +167,7 @@ def _schema(given: dict[str, Any] | None) -> dict[str, Any]:
 def _page_step(ctx: RunContext, call: StepCall, url: str) -> dict[str, Any]:
     """The fetch, as the page step records it: the page's facts and its text's artifact, or the
     error the model reads."""
-    refusal = ledger.sensitive_refusal(ctx.run, FETCH)
+    refusal = ledger.sensitive_refusal(ctx.run_id, FETCH)
     if refusal:
         return {"error": refusal}
     try:
