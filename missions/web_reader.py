@@ -103,7 +103,7 @@ def reader_input(
         "provider": chosen.provider,
         "model": chosen.model,
         "role": ROLE,
-        "effort": "low" if chosen.provider != "scripted" else None,
+        "effort": chosen.effort,
         "tools": [],
         "max_turns": MAX_TURNS,
         "stop_hook": HOOK,
