@@ -19,10 +19,12 @@ from cluster import bridges
 from kernel import crashpoints, exposure, runs
 from kernel.models import Event, Run, RunStatus, Step, Trust
 from kernel.worker import Worker
-from missions import actions, web, web_pages, web_reader
-from missions.models import Mission, PlanItem
+from missions import actions, endpoints, web, web_pages, web_reader
+from missions.models import Mission, PlanItem, Project
 from tests.cluster.egress_fixtures import egress_dir, service  # noqa: F401  # fixtures
 from tests.kernel.factories import make_mission
+from tests.providers.compatible_wire import MODEL, Chat
+from tests.providers.wire import wire_server
 from tools.base import ToolError
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -600,3 +602,59 @@ def test_a_run_at_the_deepest_level_is_told_its_reader_cannot_start() -> None:
     assert result["is_error"] is True
     assert f"this run is at depth {runs.MAX_DEPTH} of its run tree" in result["output"]
     assert not Step.objects.filter(run=run, name="web-fetch-page").exists()
+
+
+@pytest.mark.usefixtures("service")
+def test_on_a_real_sdk_the_acting_model_never_receives_the_page(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENTOS_COMPATIBLE_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    arguments = json.dumps({"url": f"{site.url}/page", "question": "When was 4.2 released?"})
+    with wire_server() as server:
+        endpoints.put(base_url=server.url + "/v1", model=MODEL)
+        acting = Chat()
+        acting.tool_call(0, "call_1", "web_fetch", arguments)
+        reading = Chat("chatcmpl-2").text(json.dumps(FACTS))
+        server.queue(
+            acting.finish("tool_calls", prompt_tokens=40, completion_tokens=9),
+            reading.finish("stop", prompt_tokens=900, completion_tokens=60),
+            Chat("chatcmpl-3").text("4.2 came out on 3 March.").finish("stop"),
+        )
+        project, _ = Project.objects.get_or_create(name="local models")
+        route = {"provider": "compatible", "model": MODEL, "effort": None}
+        mission = Mission.objects.create(
+            project=project, goal="When was 4.2 released?", routes={"executor": route}
+        )
+        run = runs.start_run(
+            account=mission,
+            program="agent",
+            input={
+                "goal": "When was 4.2 released?",
+                "provider": "compatible",
+                "model": MODEL,
+                "tools": ["web_fetch"],
+                "data_framing": True,
+                "allowed_hosts": [f"127.0.0.1:{site.port}"],
+            },
+        )
+
+        assert work() == ["waiting", "done", "done"]  # the agent waits for its reader
+
+        first, reader, last = server.received
+    # The reader ran on the mission's one callable route, without tools, the page as Web data.
+    assert reader.body["model"] == MODEL
+    assert "tools" not in reader.body
+    given = json.dumps(reader.body["messages"], ensure_ascii=False)
+    assert INJECTION in given
+    assert 'trust=\\"web\\"' in given
+    # The acting model's requests: the reader's facts, as Web data, and nothing of the page.
+    for request in (first, last):
+        assert INJECTION.encode() not in request.raw
+        assert b"Release notes" not in request.raw
+    told = last.body["messages"][-1]
+    assert told["role"] == "tool"
+    assert "Version 4.2 came out on 3 March." in told["content"]
+    assert 'source="tool web_fetch" trust="web"' in told["content"]
+    run.refresh_from_db()
+    assert run.status == RunStatus.DONE
