@@ -13,6 +13,7 @@ from cluster import bridges as cluster_bridges
 from kernel import runs
 from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.models import Run
+from memory import skills as memory_skills
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
@@ -120,6 +121,14 @@ def start_mission(
         "stalls": True,
         "sandbox_level": level,
     }
+    # Skills, frozen at launch (`memory.skills`): the repository's at the commit the run then
+    # starts from, and those the owner approved; their bodies are read with load_skill.
+    offered, commit = memory_skills.offered(repository)
+    if offered:
+        spec["skills"] = offered
+        spec["tools"].append("load_skill")
+    if any(skill["source"] == "repository" for skill in offered):
+        spec["base"] = commit
     if criteria:
         spec["criteria"] = criteria
         spec["stop_hook"] = verification.HOOK

@@ -20,7 +20,9 @@ private, link-local or reserved address, unless the task lists it.
 The rule of two (`kernel.exposure`): a bridged request means the run holds a credential
 (`private`); a host beyond its task's hosts means it communicates out (`outward`). A sandbox's
 request that would set its tree's third flag is refused, since nobody can be asked in the middle
-of a command; the control plane's own requests were judged by the harness before the call.
+of a command. The control plane's own requests (`cluster.outbound`: a Web fetch, a remote MCP
+server, another agent) mark nothing here: their tool declares its flags, and the harness judged
+the call by them before it ran.
 """
 
 from __future__ import annotations
@@ -77,8 +79,11 @@ def decide(run_id: int, host: str, port: int) -> egress.Verdict:
 
 
 def exposure_of(run_id: int, destination: str, sandboxed: bool) -> egress.Verdict:
-    """What an allowed request exposes (module docstring); marks it, or refuses a sandbox's
-    request that would set its tree's third flag."""
+    """What a sandbox's allowed request exposes (module docstring); marks it, or refuses the
+    request that would set its tree's third flag. The control plane's own requests are made by
+    a tool whose call the harness judged by the flags it declares: they mark nothing more."""
+    if not sandboxed:
+        return egress.Verdict(True, "")
     if destination.startswith("bridge:"):
         flag, why = exposure.PRIVATE, f"bridge {destination.removeprefix('bridge:')}"
     else:
@@ -93,7 +98,7 @@ def exposure_of(run_id: int, destination: str, sandboxed: bool) -> egress.Verdic
     tree = exposure.of_tree(run_id)
     if flag in tree.flags:
         return egress.Verdict(True, "")
-    if sandboxed and tree.would_complete({flag}):
+    if tree.would_complete({flag}):
         return egress.Verdict(
             False,
             "refused by the rule of two: this run's tree already "

@@ -76,6 +76,10 @@ class Spec:
     # the system prompt. Off for runs started before it was recorded: their prompts must stay
     # byte-identical.
     memory_as_data: bool = False
+    # The skills offered at launch (`memory.skills.offered`: name, description, source, commit,
+    # folder), frozen; their index reaches the model as data in its first message
+    # (`framing.skills`), their bodies through `load_skill`.
+    skills: list[dict[str, Any]] = field(default_factory=list)
     # A sub-agent's contract (`missions.delegation`): what its parent asked, the schema its
     # result envelope's payload must match. None for a root run.
     contract: dict[str, Any] | None = None

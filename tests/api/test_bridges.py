@@ -47,7 +47,9 @@ def test_a_bridge_is_added_changed_listed_and_removed(api: Api) -> None:
         ("search", {"base_url": "https://x.example.org", "secret": KEY, "header": "A: b"}, 400),
     ],
 )
-def test_bad_bridges_are_refused_precisely(api: Api, name: str, body: dict[str, object], status: int) -> None:
+def test_bad_bridges_are_refused_precisely(
+    api: Api, name: str, body: dict[str, object], status: int
+) -> None:
     response = api.put(f"/bridges/{name}", body)
     assert response.status_code == status, response.json()
     assert not ApiBridge.objects.exists()

@@ -108,9 +108,20 @@ def test_a_sandbox_is_refused_its_third_flag_and_the_harness_judged_path_is_not(
     assert b"read untrusted content: step 3" in body
     assert exposure.OUTWARD not in exposure.of_tree(run.pk).flags
     assert elsewhere.seen == []
+    # The control plane's own request: its tool's call was judged by the harness, by the flags
+    # the tool declares; the service marks nothing more.
     with outbound.client(run.pk, seconds=10) as http:
         assert http.get(f"http://127.0.0.1:{elsewhere.port}/judged").status_code == 200
-    assert exposure.of_tree(run.pk).flags[exposure.OUTWARD]["by"].startswith("egress to 127.0.0.1")
+    assert exposure.OUTWARD not in exposure.of_tree(run.pk).flags
+    # Without the third flag pending, a sandbox's request beyond its task's hosts marks it.
+    other = make_run(hosts=[])
+    PermissionRule.objects.create(
+        tool=network.TOOL, pattern=f"127.0.0.1:{upstream.port}", decision=Decision.ALLOW
+    )
+    sock = egress.attach(run_id=other.pk, root_id=other.pk, scopes=["egress"], seconds=60)
+    assert get(sock.socket, f"http://127.0.0.1:{upstream.port}/out", sock.token)[0] == 200
+    marked = exposure.of_tree(other.pk).flags[exposure.OUTWARD]
+    assert marked["by"] == f"egress to 127.0.0.1:{upstream.port}"
 
 
 def test_web_tools_reach_public_hosts_only() -> None:
