@@ -17,7 +17,7 @@ from memory import skills as memory_skills
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
-from missions import verification
+from missions import search, verification, web
 from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
@@ -99,6 +99,9 @@ def start_mission(
                 *LEDGER_TOOL_NAMES,
                 "delegate",
                 "consult_advisor",
+                # The Web, through the quarantined reader; search once a backend is set.
+                web.FETCH,
+                *([web.SEARCH] if search.get() is not None else []),
             ],
             level,
         ),

@@ -37,7 +37,9 @@ from tools.base import Risk, Tool, ToolEnv, ToolError, Worksite
 
 SEARCH = "web_search"
 FETCH = "web_fetch"
-UNTRUSTED = frozenset({exposure.UNTRUSTED})
+# Both read content from outside, and both send something out: a query, a URL that can carry
+# what the run knows (the rule of two counts a Web read as a communication too).
+EXPOSES = frozenset({exposure.UNTRUSTED, exposure.OUTWARD})
 QUESTION_CHARS = 2000
 SCHEMA_CHARS = 10_000
 
@@ -58,7 +60,7 @@ def _search(env: ToolEnv, arguments: dict[str, Any]) -> str:
         raise ToolError(refusal)
     # The harness marks the tree from `exposes`; marked here too, before the request, since a
     # search's snippets are read the moment it answers (idempotent: the first step is kept).
-    exposure.mark(env.run_id, UNTRUSTED, seq=env.call.seq, by=f"{SEARCH} {arguments['query']}")
+    exposure.mark(env.run_id, EXPOSES, seq=env.call.seq, by=f"{SEARCH} {arguments['query']}")
     results = search.search(env.run_id, arguments["query"], int(arguments.get("count", 5)))
     return json.dumps(
         [{"title": r.title, "url": r.url, "snippet": r.snippet} for r in results],
@@ -87,7 +89,7 @@ WEB_SEARCH = Tool(
     risk=Risk.READ,
     run=_search,
     trust=Trust.WEB,
-    exposes=UNTRUSTED,
+    exposes=EXPOSES,
 )
 
 
@@ -173,7 +175,7 @@ def _page_step(ctx: RunContext, call: StepCall, url: str) -> dict[str, Any]:
     try:
         url = web_pages.check_url(url)
         # Before the request: a step killed mid-fetch counts as having read (kernel.exposure).
-        exposure.mark(ctx.run_id, UNTRUSTED, seq=call.seq, by=f"{FETCH} {url}")
+        exposure.mark(ctx.run_id, EXPOSES, seq=call.seq, by=f"{FETCH} {url}")
         page = FETCHER(ctx.run_id, url)
     except ToolError as error:
         return {"error": f"{FETCH}: {error}"}
@@ -225,7 +227,7 @@ WEB_FETCH = Tool(
     run=_not_here,
     interact=_fetch,
     trust=Trust.WEB,
-    exposes=UNTRUSTED,
+    exposes=EXPOSES,
 )
 
 WEB_TOOLS = [WEB_SEARCH, WEB_FETCH]

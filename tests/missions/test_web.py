@@ -253,7 +253,7 @@ def test_the_acting_agent_reads_the_reader_s_facts_never_the_page(site: Site) ->
     assert flags[exposure.UNTRUSTED]["run"] == run.pk
     assert flags[exposure.UNTRUSTED]["by"].startswith("web_fetch")
     assert web.WEB_FETCH.trust == Trust.WEB
-    assert web.WEB_FETCH.exposes == frozenset({exposure.UNTRUSTED})
+    assert web.WEB_FETCH.exposes == frozenset({exposure.UNTRUSTED, exposure.OUTWARD})
 
 
 @pytest.mark.usefixtures("service")
@@ -468,11 +468,6 @@ def test_once_a_sensitive_run_read_the_web_its_plan_is_only_marked_done(site: Si
     assert [(i.key, i.title, i.status) for i in items] == [("find", "Find the date", "done")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the harness marks an interaction's flags before it runs, so a refused call freezes"
-    " the plan: it must judge the sensitive gate first (ledger.sensitive_refusal in judge)",
-)
 @pytest.mark.usefixtures("service")
 def test_a_refused_read_does_not_freeze_the_plan_it_asked_for(site: Site) -> None:
     turns = sensitive_turns(site)
