@@ -18,7 +18,7 @@ from memory import skills as memory_skills
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
-from missions import verification
+from missions import search, verification, web
 from missions.engine import framing
 from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
@@ -104,6 +104,9 @@ def start_mission(
                 *(["ask_owner"] if brief is not None and not repository else []),
                 "delegate",
                 "consult_advisor",
+                # The Web, through the quarantined reader; search once a backend is set.
+                web.FETCH,
+                *([web.SEARCH] if search.get() is not None else []),
             ],
             level,
         ),
