@@ -419,3 +419,21 @@ def test_a_task_s_mission_starts_exposed_without_the_owner_s_global_notes(
     assert "Owner's bank" in store.prompt_index(["global"])  # what other missions are given
     assert "Owner's bank" not in run.input["memory_index"]
     assert HOSTILE not in run.input["instructions"]
+
+
+def test_a_task_outlives_the_process_that_took_it(
+    stack: Stack, wire: WireServer, act_token: str, tmp_path: Path
+) -> None:
+    a_question_then_an_answer(wire, "Still here.")
+    task = send(stack, act_token, message("Remember me."))
+    until(stack, act_token, task.id, TaskState.TASK_STATE_INPUT_REQUIRED, "the task to ask")
+
+    # Another server process (what a restart starts) knows the task from its row alone.
+    with running_stack(tmp_path / "again") as again:
+        asked = get(again, act_token, task.id)
+        assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert asked.status.message.parts[0].text == "Which colour?"
+        send(again, act_token, message("Green.", task=task))
+        done = until(again, act_token, task.id, TaskState.TASK_STATE_COMPLETED, "the task to end")
+
+    assert done.artifacts[0].parts[0].text == "Still here."
