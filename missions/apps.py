@@ -22,6 +22,7 @@ class MissionsConfig(AppConfig):
             web,
             web_reader,
         )
+        from missions.a2a_call import A2A_CALL
         from missions.engine import loop
         from missions.engine.spec import STOP_HOOKS
         from missions.ledger import LEDGER_TOOLS
@@ -34,6 +35,8 @@ class MissionsConfig(AppConfig):
         # envelope; a mission's run is held to its definition of done.
         for tool in (START_MISSION, delegation.DELEGATE, delegation.CONSULT, *LEDGER_TOOLS):
             TOOLS.add(tool.name, tool)
+        # Calling other agents over A2A, through the run's egress (`missions.a2a_call`).
+        TOOLS.add(A2A_CALL.name, A2A_CALL)
         STOP_HOOKS.add(verification.HOOK, verification.done_hook)
         STOP_HOOKS.add(envelopes.HOOK, envelopes.envelope_hook)
         # The Web, read through a quarantined reader held to its answer's schema.
