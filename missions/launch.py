@@ -17,8 +17,8 @@ from kernel.models import Run, Trust
 from memory import skills as memory_skills
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
+from missions import a2a_call, search, verification, web
 from missions import offline as offline_missions
-from missions import search, verification, web
 from missions.engine import framing
 from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
@@ -107,6 +107,8 @@ def start_mission(
                 # The Web, through the quarantined reader; search once a backend is set.
                 web.FETCH,
                 *([web.SEARCH] if search.get() is not None else []),
+                # Another agent over A2A, through the run's egress (asks the owner by default).
+                a2a_call.NAME,
             ],
             level,
         ),
