@@ -51,6 +51,7 @@ class Web:
     def __init__(self) -> None:
         self.keys_seen: list[str] = []
         keys = self.keys_seen
+        web = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
@@ -64,7 +65,7 @@ class Web:
                         self.reply(401, "text/plain", "no key")
                         return
                     assert parse_qs(parts.query)["q"] == ["kernel releases"]
-                    base = f"http://127.0.0.1:{self.server.server_address[1]}"
+                    base = web.url
                     results = [
                         {"title": "Release A", "url": f"{base}/a", "description": "9.1"},
                         {"title": "Release B", "url": f"{base}/b", "description": "9.2"},
