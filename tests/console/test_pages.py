@@ -432,8 +432,8 @@ def test_it_shows_a_run_timeline(owner_client: Client) -> None:
     assert "&quot;path&quot;: &quot;NOTES.md&quot;" in content  # the tool call's input
     # and its output: a run without a repository has no coding tools
     assert (
-        "Unknown tool &#x27;git_diff&#x27;; tools: consult_advisor, delegate, ledger_fact,"
-        " ledger_plan, ledger_update, ledger_view, memory_index, memory_invalidate,"
+        "Unknown tool &#x27;git_diff&#x27;; tools: a2a_call, consult_advisor, delegate,"
+        " ledger_fact, ledger_plan, ledger_update, ledger_view, memory_index, memory_invalidate,"
     ) in content
     assert 'class="step step-tool_call step-error"' in content
     assert 'id="run-answer">[scripted offline model] The notes are written.<' in content
