@@ -70,7 +70,9 @@ def spawn(
     Raises `SandboxUnavailable` when this host cannot sandbox."""
     if not argv:
         raise ValueError("nothing to run: argv is empty")
-    built = sandbox.profile(1, argv, workdir, limits, sandbox._ready(), run_id=run_id, egress=egress)
+    built = sandbox.profile(
+        1, argv, workdir, limits, sandbox._ready(), run_id=run_id, egress=egress
+    )
     try:
         profile = parse_profile(built)
     except RpcError as error:

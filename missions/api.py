@@ -107,6 +107,10 @@ class MissionIn(Schema):
         " mission's worktree (1); untrusted = each command in a disposable virtual machine (2)",
     )
     caps: CapsIn | None = None
+    mcp_servers: list[str] = Field(
+        default_factory=list,
+        description="MCP servers its agents may use besides its project's (registered, approved)",
+    )
     routes: dict[RoleName, RouteIn] = Field(
         default_factory=dict, description="Per-role overrides of the default model routes"
     )
@@ -148,6 +152,7 @@ class MissionOut(Schema):
     sandbox_level: int
     caps: CapsOut
     routes: dict[str, Any]
+    mcp_servers: list[str]
     created_at: datetime
 
 
@@ -183,6 +188,7 @@ def mission_out(mission: Mission) -> dict[str, Any]:
         "sandbox_level": levels.level_for(mission.risk_class),
         "caps": {name: getattr(mission, name) for name in launch.MISSION_CAPS},
         "routes": mission.routes if isinstance(mission.routes, dict) else {},
+        "mcp_servers": list(mission.mcp_servers or []),
         "created_at": mission.created_at,
     }
 
@@ -227,6 +233,7 @@ def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str,
             offline=payload.offline,
             criteria=payload.criteria,
             risk_class=payload.risk_class,
+            mcp_servers=payload.mcp_servers,
         )
     except MissionError as refused:
         # A client is not on this origin's pages: the Settings screen by its full URL.

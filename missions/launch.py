@@ -22,6 +22,8 @@ from missions.routing import route_for
 from tools import levels
 from tools import registry as tool_registry
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
+from tools.mcp import toolset as mcp_toolset
+from tools.mcp.models import McpServer
 
 CODING_INSTRUCTIONS = """\
 You work in a git repository of your own, on the project's code, mounted at /workspace in the
@@ -117,6 +119,10 @@ def start_mission(
         # Going round in circles: a re-plan, then a question to the owner (engine `stalls`).
         "stalls": True,
         "sandbox_level": level,
+        # The enabled MCP tools of its servers and its project's, frozen (`tools.mcp.toolset`).
+        "mcp_tools": mcp_toolset.freeze(
+            [*mission.mcp_servers, *(mission.project.mcp_servers or [])]
+        ),
     }
     if criteria:
         spec["criteria"] = criteria
@@ -190,6 +196,7 @@ def create_mission(
     offline: str | None = None,
     criteria: Any = None,
     risk_class: str = levels.DEFAULT_RISK_CLASS,
+    mcp_servers: list[str] | None = None,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
@@ -239,9 +246,11 @@ def create_mission(
         raise MissionError(f"A goal has at most {MAX_GOAL} characters.", code="invalid_input")
     clean_caps = _caps(caps or {})
     clean_routes = _routes(routes or {})
+    clean_servers = mcp_server_names(mcp_servers or [])
     with transaction.atomic():
         mission = Mission.objects.create(
             project=project,
+            mcp_servers=clean_servers,
             goal=goal,
             definition_of_done=definition_of_done.strip(),
             criteria=clean_criteria,
@@ -253,6 +262,23 @@ def create_mission(
             mission, trigger=trigger, script=script, offline=offline, criteria=clean_criteria
         )
     return mission, run
+
+
+def mcp_server_names(names: Any) -> list[str]:
+    """The MCP servers a mission or project names, each registered and approved at least once."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise MissionError("mcp_servers is a list of server names.", code="invalid_input")
+    known = {server.name: server for server in McpServer.objects.filter(name__in=names)}
+    for name in names:
+        server = known.get(name)
+        if server is None:
+            raise MissionError(f"No MCP server named {name!r}.", code="invalid_input")
+        if server.approved_at is None:
+            raise MissionError(
+                f"The MCP server {name!r} was never approved: approve its tools first.",
+                code="invalid_input",
+            )
+    return list(dict.fromkeys(names))
 
 
 def _criteria(criteria: Any, project: Project) -> list[dict[str, Any]]:

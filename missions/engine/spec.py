@@ -89,6 +89,9 @@ class Spec:
     # only, 1 a bubblewrap sandbox, 2 a virtual machine per task. 1 for runs started before it
     # was recorded.
     sandbox_level: int = 1
+    # The MCP tools it may call, frozen at launch (`tools.mcp.toolset.freeze`): empty for runs
+    # started before they were recorded.
+    mcp_tools: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:

@@ -17,7 +17,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +74,7 @@ class Pool:
         self._starting: dict[Key, threading.Lock] = {}
         self._live: dict[Key, _Live] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._reaping: asyncio.Task[None] | None = None
 
     # --- The loop thread ---------------------------------------------------------------------
 
@@ -86,7 +87,7 @@ class Pool:
                 def main() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.create_task(self._reaper())
+                    self._reaping = loop.create_task(self._reaper())
                     loop.run_forever()
 
                 threading.Thread(target=main, name="mcp-sessions", daemon=True).start()
@@ -94,7 +95,7 @@ class Pool:
                 self._loop = loop
             return self._loop
 
-    def _submit[T](self, coroutine: Any, seconds: float) -> T:
+    def _submit[T](self, coroutine: Coroutine[Any, Any, T], seconds: float) -> T:
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
             coroutine, self._running_loop()
         )
@@ -136,9 +137,7 @@ class Pool:
             try:
                 live = self._submit(_start(opener()), START_SECONDS + 5)
             except concurrent.futures.TimeoutError:
-                raise SessionError(
-                    f"the server did not start within {START_SECONDS:g} s"
-                ) from None
+                raise SessionError(f"the server did not start within {START_SECONDS:g} s") from None
             with self._lock:
                 self._live[key] = live
             live.fresh = False
@@ -230,7 +229,10 @@ async def _start(opener: Opener) -> _Live:
 
     async def hold() -> None:
         try:
-            async with opener(log) as (reading, writing), ClientSession(reading, writing) as session:
+            async with (
+                opener(log) as (reading, writing),
+                ClientSession(reading, writing) as session,
+            ):
                 hello = await session.initialize()
                 tools: list[mcp_types.Tool] = []
                 cursor: str | None = None
@@ -274,7 +276,7 @@ async def _end(live: _Live) -> None:
 def _failure(error: BaseException, log: ServerLog) -> str:
     if isinstance(error, SessionError):
         return str(error)
-    if isinstance(error, BaseExceptionGroup):
+    while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     what = str(error) or type(error).__name__
     return f"the server failed: {what}{_stderr(log)}"

@@ -18,6 +18,7 @@ import anyio
 import mcp_types
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
+from django.conf import settings
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
@@ -33,7 +34,8 @@ def runtime() -> tuple[Path, ...]:
     read-only at its own path so the scripts' shebangs resolve."""
     prefix = Path(sys.prefix).resolve()
     base = Path(sys.base_prefix).resolve()
-    return (prefix,) if base == prefix else (prefix, base)
+    extra = [Path(directory).resolve() for directory in settings.MCP_SERVER_DIRS]
+    return tuple(dict.fromkeys([prefix, base, *extra]))
 
 
 def resolve(command: list[str]) -> list[str]:
@@ -76,15 +78,17 @@ async def sandboxed_stdio(
         )
     finally:
         spawn.close()
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+    if stdin is None or stdout is None or stderr is None:
+        raise OSError("the server's pipes were not opened")
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
     async def reading() -> None:
-        assert process.stdout is not None
         buffer = ""
         async with read_writer:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                async for chunk in TextReceiveStream(process.stdout, errors="replace"):
+                async for chunk in TextReceiveStream(stdout, errors="replace"):
                     lines = (buffer + chunk).split("\n")
                     buffer = lines.pop()
                     if len(buffer) > MAX_LINE:
@@ -95,17 +99,15 @@ async def sandboxed_stdio(
                             await read_writer.send(_parse(line))
 
     async def writing() -> None:
-        assert process.stdin is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async with write_reader:
                 async for message in write_reader:
                     body = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((body + "\n").encode())
+                    await stdin.send((body + "\n").encode())
 
     async def logging() -> None:
-        assert process.stderr is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            async for chunk in TextReceiveStream(process.stderr, errors="replace"):
+            async for chunk in TextReceiveStream(stderr, errors="replace"):
                 log.add(chunk)
 
     async with anyio.create_task_group() as group:
@@ -144,6 +146,3 @@ async def _stop(process: Process) -> None:
         if stream is not None:
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.aclose()
-
-
-
