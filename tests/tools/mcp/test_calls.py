@@ -86,7 +86,8 @@ def test_a_mission_calls_the_time_server_in_the_sandbox(
     assert set(frozen) == {"mcp__time__get_current_time", "mcp__time__convert_time"}
     assert run.status == RunStatus.DONE, run.output
     (schema,) = outputs(run, "load_tool_schema")
-    assert '"timezone"' in str(schema) and "IANA" in str(schema)
+    assert '"timezone"' in str(schema)
+    assert "IANA" in str(schema)
     (answer,) = outputs(run, "mcp__time__get_current_time")
     assert "Europe/Paris" in str(answer)
     assert '"datetime"' in str(answer)
@@ -128,7 +129,8 @@ def test_the_tools_say_their_trust_and_exposure(approver: Api) -> None:
     tools = {tool.name: tool for tool in toolset.build(toolset.freeze(["time"]))}
 
     read, write = tools["mcp__time__get_current_time"], tools["mcp__time__convert_time"]
-    assert read.deferred and write.deferred
+    assert read.deferred
+    assert write.deferred
     assert read.trust == Trust.WEB
     assert read.exposes == {"untrusted"}
     assert write.exposes == {"untrusted", "outward"}
