@@ -16,6 +16,8 @@ from tools.mcp import sessions
 # A server of our own on the SDK's MCPServer: its one tool's description is read from a file
 # beside it at each start, so a test can change it the way an updated package would.
 ECHO_SERVER = """\
+import os
+import urllib.request
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -28,7 +30,19 @@ def echo(text: str) -> str:
     return "echo: " + text
 
 
+def environment() -> str:
+    return "\\n".join(f"{key}={value}" for key, value in sorted(os.environ.items()))
+
+
+def get(url: str) -> str:
+    # Through the sandbox's proxy variables, as any client in it would.
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.read().decode()
+
+
 server.add_tool(echo, description=(HERE / "description.txt").read_text())
+server.add_tool(environment, description="The server's environment variables.")
+server.add_tool(get, description="GET a URL.")
 server.run()
 """
 

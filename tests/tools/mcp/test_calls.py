@@ -161,11 +161,11 @@ def test_a_description_changed_after_launch_refuses_the_call(approver: Api, echo
     # Still refused on the next call, and a new run does not get the tool at all.
     with pytest.raises(ToolError, match="until the owner approves"):
         tool.run(env(run), {"text": "again"})
-    assert toolset.freeze(["echo"]) == []
+    assert "mcp__echo__echo" not in {tool["name"] for tool in toolset.freeze(["echo"])}
 
     # Approved again: a run launched now gets it; the old run's frozen hash stays refused.
     approver.post("/mcp/servers/echo/approve")
-    assert [tool["name"] for tool in toolset.freeze(["echo"])] == ["mcp__echo__echo"]
+    assert "mcp__echo__echo" in {tool["name"] for tool in toolset.freeze(["echo"])}
     with pytest.raises(ToolError, match="is disabled"):
         tool.run(env(run), {"text": "old"})
 

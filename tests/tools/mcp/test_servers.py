@@ -152,7 +152,7 @@ def test_a_changed_description_disables_the_tool_until_approved_again(
 
     shown = approver.get("/mcp/servers/echo").json()
     assert shown["status"] == "changed"
-    (tool,) = shown["tools"]
+    tool = {tool["name"]: tool for tool in shown["tools"]}["echo"]
     assert tool["enabled"] is False
     assert tool["pinned"] is True
     assert tool["pinned_hash"] != tool["description_hash"]
@@ -162,8 +162,8 @@ def test_a_changed_description_disables_the_tool_until_approved_again(
 
     again = approver.post("/mcp/servers/echo/approve").json()
     assert again["status"] == "ready"
-    assert again["tools"][0]["enabled"] is True
-    assert again["tools"][0]["diff"] == ""
+    assert all(tool["enabled"] for tool in again["tools"])
+    assert all(tool["diff"] == "" for tool in again["tools"])
 
 
 def test_mcp_add_registers_a_server_from_the_command_line() -> None:
