@@ -10,6 +10,7 @@ from pytest_django.fixtures import Settings
 
 from agentos.core import tokens
 from tests.api.conftest import Api
+from tests.cluster.egress_fixtures import egress_dir, service  # noqa: F401 (fixtures)
 from tests.factories import Owner
 from tools.mcp import sessions
 

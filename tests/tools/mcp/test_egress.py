@@ -20,7 +20,6 @@ from kernel.context import StepCall
 from kernel.journal import Fence
 from kernel.models import Run
 from tests.api.conftest import Api
-from tests.cluster.egress_fixtures import egress_dir, service  # noqa: F401 (fixtures)
 from tests.kernel.factories import make_mission
 from tests.tools.mcp.conftest import echo_command
 from tools.base import Tool, ToolEnv, ToolError
