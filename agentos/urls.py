@@ -3,14 +3,13 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import security_screen, views
+from agentos import security_screen, tools_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
 from cluster import views as cluster_views
 from memory import urls as memory_urls
 from missions import agents_views, killswitch
 from missions import urls as missions_urls
-from tools import views as tools_views
 
 console = (
     [
@@ -54,9 +53,9 @@ console = (
         path("offline/", views.offline, name="offline"),
         path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
         path("agents/", agents_views.agents_screen, name="agents"),
-        path("tools/", tools_views.tools_screen, name="tools"),
+        path("tools/", tools_screen.tools_screen, name="tools"),
         path("cluster/", cluster_views.cluster_screen, name="cluster"),
-        path("tools/rules/<int:rule_id>/delete", tools_views.delete_rule, name="tool-rule-delete"),
+        path("tools/rules/<int:rule_id>/delete", tools_screen.delete_rule, name="tool-rule-delete"),
         *approvals_urls.urlpatterns,
         *missions_urls.urlpatterns,
         *memory_urls.urlpatterns,

@@ -38,9 +38,11 @@ def ask_approval(
     arguments: dict[str, Any],
     *,
     justification: str,
+    rule_of_two: list[str] | None = None,
 ) -> dict[str, Any]:
     """Ask the owner to approve this exact call; wait durably. The approval's request (with
-    its preview, computed once) when approved, else `{"refused": reason}`."""
+    its preview, computed once) when approved, else `{"refused": reason}`. `rule_of_two`: the
+    flags the run's tree already set, by what (`kernel.exposure`), when that is why it asks."""
 
     def build(call: StepCall) -> Done:
         try:
@@ -59,6 +61,7 @@ def ask_approval(
                 "preview": preview,
                 "project_id": worksite.project_id,
                 "mission_id": ctx.run.account_id,
+                **({"rule_of_two": rule_of_two} if rule_of_two else {}),
             }
         )
 

@@ -261,6 +261,8 @@ def _approval_context(
         "args_hash": str(request.get("args_hash", "")),
         "risk": str(request.get("risk", "")),
         "justification": str(request.get("justification", "")),
+        # Why the harness asks whatever the rules say: the run's tree already did two of three.
+        "rule_of_two": [str(line) for line in request.get("rule_of_two") or []],
         "diff": diff,
         "diff_files": diff_files(diff, files or [], complete=_lists_all(preview, files or [])),
         "diff_hidden": hidden,

@@ -39,15 +39,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from agentos.core.registries import Registry
-from cluster import proxy, run_tokens, trees
+from cluster import bridges, proxy, run_tokens, trees
 from cluster.identity import SandboxUnavailable, identity
-from kernel import journal
+from kernel import budgets, journal
 from kernel.models import Run
 
 logger = logging.getLogger(__name__)
@@ -73,34 +72,23 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Upstream:
-    """Where a bridged request goes and what the bridge adds: `base_url` (scheme, host, optional
-    port and path prefix) and the credential `headers`."""
-
-    base_url: str
-    headers: dict[str, str]
-
-
-# (run id) -> Upstream, or raises LookupError with the reason (no key set...).
-Bridge = Callable[[int], Upstream]
-
-
-@dataclass(frozen=True)
 class Policy:
     """The allow-list. `decide(run id, host, port)` judges every direct destination of every run
     (called in a worker thread: it may read the database); `needs(run id)` says which token scopes
     a run's sandboxes get ("egress", "bridge:<name>"; [] for none: no network at all, no socket
-    opened)."""
+    opened); `exposure(run id, destination, sandboxed)` judges what an allowed request exposes
+    (the rule of two, `kernel.exposure`): `destination` is "host:port" or "bridge:<name>", and
+    `sandboxed` is False for the control plane's own requests (`cluster.outbound`), which the
+    harness judged before the call."""
 
     decide: Callable[[int, str, int], Verdict]
     needs: Callable[[int], list[str]]
+    exposure: Callable[[int, str, bool], Verdict] | None = None
 
 
 # One policy, registered by the application that knows the runs' tasks (by its name); none, or
 # more than one, and nothing is reachable.
 EGRESS_POLICY: Registry[Policy] = Registry("egress policy")
-# `http://<name>.bridge/...` inside a sandbox reaches what the bridge under that name answers.
-BRIDGES: Registry[Bridge] = Registry("bridge", name_pattern=r"[a-z][a-z0-9-]{0,30}")
 
 
 def decide(run_id: int, host: str, port: int) -> Verdict:
@@ -111,6 +99,12 @@ def decide(run_id: int, host: str, port: int) -> Verdict:
         named = ", ".join(EGRESS_POLICY.names())
         return Verdict(False, f"several egress policies are registered ({named}): none is used")
     return policies[0].decide(run_id, host, port)
+
+
+def _exposure(run_id: int, destination: str, sandboxed: bool) -> Verdict:
+    policies = EGRESS_POLICY.values()
+    judge = policies[0].exposure if len(policies) == 1 else None
+    return judge(run_id, destination, sandboxed) if judge is not None else Verdict(True, "")
 
 
 # --- Where the sockets are ------------------------------------------------------------------------
@@ -412,30 +406,36 @@ class Service:
         name = request.host[: -len(BRIDGE_SUFFIX)] if bridge else ""
         scope = f"bridge:{name}" if bridge else "egress"
         try:
-            run_tokens.verify(proxy.token_of(request.headers), run_id=run_id, scope=scope)
+            claims = run_tokens.verify(proxy.token_of(request.headers), run_id=run_id, scope=scope)
         except run_tokens.TokenRefused as refused:
             raise proxy.Refused(refused.status, str(refused)) from None
         tree = await self._tree(run_id)
         if tree.stopped:
             raise proxy.Refused(403, f"run {run_id}: {tree.stopped}")
         if bridge:
-            found = BRIDGES.get(name)
-            if found is None:
-                raise proxy.Refused(
-                    404, f"no bridge named {name!r} (known: {sorted(BRIDGES.names())})"
-                )
             try:
-                upstream = await asyncio.to_thread(_in_thread, found, run_id)
+                found = await asyncio.to_thread(_in_thread, bridges.upstream, run_id, name)
+            except bridges.NoBridge as error:
+                raise proxy.Refused(404, str(error)) from None
             except LookupError as error:
                 raise proxy.Refused(503, f"bridge {name}: {error}") from None
-            return _bridge_destination(name, upstream, request.path)
+            destination = bridges.destination(name, found, request.method, request.path)
+            await self._expose(run_id, f"bridge:{name}", claims)
+            return destination
         verdict = await asyncio.to_thread(_in_thread, decide, run_id, request.host, request.port)
         if not verdict.allowed:
             raise proxy.Refused(
                 403, f"{request.host}:{request.port} is not allowed: {verdict.reason}"
             )
+        await self._expose(run_id, f"{request.host}:{request.port}", claims)
         # Direct: a CONNECT tunnel (TLS end to end, the client's) or plain HTTP.
         return proxy.Destination(request.host, request.port, False, request.path, {}, "")
+
+    async def _expose(self, run_id: int, destination: str, claims: run_tokens.Claims) -> None:
+        sandboxed = run_tokens.OUTBOUND not in claims.scopes
+        verdict = await asyncio.to_thread(_in_thread, _exposure, run_id, destination, sandboxed)
+        if not verdict.allowed:
+            raise proxy.Refused(403, f"{destination}: {verdict.reason}")
 
     async def _tunnel(
         self,
@@ -498,7 +498,10 @@ class Service:
         up_writer.write(head + proxy.upstream_body(client, body))
         await up_writer.drain()
         kind = "egress.bridged" if destination.bridge else "egress.allowed"
-        await self._event(run_id, kind, request=request, reason=destination.bridge)
+        cost = {"usd_micros": destination.usd_micros} if destination.usd_micros else {}
+        await self._event(run_id, kind, request=request, reason=destination.bridge, **cost)
+        if destination.usd_micros:
+            await asyncio.to_thread(_in_thread, budgets.charge, run_id, destination.usd_micros)
         await proxy.pipe(up_reader, writer)
         up_writer.close()
 
@@ -524,8 +527,10 @@ class Service:
             await proxy.answer(writer, 502, reason)
             return None
 
-    async def _event(self, run_id: int, kind: str, *, request: object, reason: str) -> None:
-        data: dict[str, object] = {"reason": run_tokens.scrub(reason)}
+    async def _event(
+        self, run_id: int, kind: str, *, request: object, reason: str, **extra: object
+    ) -> None:
+        data: dict[str, object] = {"reason": run_tokens.scrub(reason), **extra}
         if isinstance(request, proxy.Request):
             data.update(method=request.method, host=request.host, port=request.port)
         elif isinstance(request, bytes):
@@ -537,19 +542,6 @@ class Service:
             await asyncio.to_thread(_in_thread, _append, kind, run_id, account, data)
         except Exception:
             logger.exception("egress: cannot journal %s of run %s", kind, run_id)
-
-
-def _bridge_destination(name: str, upstream: Upstream, path: str) -> proxy.Destination:
-    parts = urlsplit(upstream.base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise proxy.Refused(
-            503, f"bridge {name}: upstream {upstream.base_url!r} is not an http(s) URL"
-        )
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    prefix = parts.path.rstrip("/")
-    return proxy.Destination(
-        parts.hostname, port, parts.scheme == "https", prefix + path, upstream.headers, name
-    )
 
 
 # --- The database side (worker threads) -----------------------------------------------------------

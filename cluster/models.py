@@ -121,3 +121,34 @@ class ControlKey(models.Model):
 
     def __str__(self) -> str:
         return self.public_line
+
+
+class ApiBridge(models.Model):
+    """An API the owner lets runs call without holding its key: inside a sandbox (or through
+    `cluster.outbound`), `http://<name>.bridge/<path>` reaches `base_url/<path>` with the
+    credential header added by the egress service (`cluster.egress`). The secret is encrypted by
+    the vault, written through `cluster.bridges.put` and read only there."""
+
+    name = models.CharField(
+        max_length=31,
+        unique=True,
+        validators=[
+            RegexValidator(r"^[a-z][a-z0-9-]{0,30}$", "a lowercase letter, then a-z 0-9 -")
+        ],
+    )
+    base_url = models.URLField(max_length=500)
+    header = models.CharField(max_length=100, default="Authorization")
+    # How the header's value is made from the secret: "Bearer {secret}", "{secret}"...
+    template = models.CharField(max_length=200, default="Bearer {secret}")
+    ciphertext = models.BinaryField(editable=False)
+    hint = models.CharField(max_length=8, blank=True, editable=False)
+    # What one call costs, counted against the calling run's caps (0: free or unknown).
+    usd_micros_per_call = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"bridge {self.name} → {self.base_url}"

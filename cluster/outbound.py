@@ -74,6 +74,8 @@ def _attach(run_id: int, seconds: float, scopes: list[str] | None) -> tuple[Path
         policies = egress.EGRESS_POLICY.values()
         scopes = policies[0].needs(run_id) if len(policies) == 1 else []
         scopes = ["egress", *(scope for scope in scopes if scope != "egress")]
+    # Said of every request: the control plane's own, judged by the harness before the call.
+    scopes = [*scopes, run_tokens.OUTBOUND]
     lifetime = min(int(seconds) + 60, run_tokens.MAX_SECONDS)
     try:
         attached = egress.attach(

@@ -80,6 +80,7 @@ class Destination:
     path: str
     headers: dict[str, str]
     bridge: str  # the bridge's name, "" when direct
+    usd_micros: int = 0  # what the bridged call costs the run
 
     @property
     def netloc(self) -> str:

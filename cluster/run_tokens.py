@@ -33,7 +33,10 @@ PREFIX = "aosr1"
 _TOKEN = re.compile(rf"{PREFIX}\.[A-Za-z0-9_.=-]*")
 FILE_NAME = "run-tokens.key"
 MAX_SECONDS = 24 * 3600
-SCOPES = frozenset({"egress", "bridge:anthropic", "bridge:openai", "bridge:git"})
+# `outbound`: a request of the control plane itself (`cluster.outbound`), which the harness
+# judged before the call, not of a sandbox.
+OUTBOUND = "outbound"
+_SCOPE = re.compile(r"egress|outbound|bridge:[a-z][a-z0-9-]{0,30}")
 
 
 class TokenRefused(Exception):
@@ -60,10 +63,10 @@ def mint(*, run_id: int, root_id: int, scopes: list[str], seconds: int) -> str:
         raise ValueError(f"run ids are positive: run {run_id}, root {root_id}")
     if not 1 <= seconds <= MAX_SECONDS:
         raise ValueError(f"a run token lives 1 to {MAX_SECONDS} seconds, not {seconds}")
-    unknown = sorted(set(scopes) - SCOPES)
+    unknown = sorted(scope for scope in scopes if not _SCOPE.fullmatch(scope))
     if unknown or not scopes:
         raise ValueError(
-            f"unknown run token scopes {unknown}: scopes are {sorted(SCOPES)}"
+            f"unknown run token scopes {unknown}: scopes are egress, outbound, bridge:<name>"
             if unknown
             else "a run token needs at least one scope"
         )

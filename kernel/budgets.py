@@ -10,14 +10,17 @@ the concurrency caps are applied by the claim (`kernel.scheduler`). See docs/des
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
 
 from agentos.core import audit
 from agentos.core.models import AuditEvent
 from kernel.exceptions import KernelError
-from kernel.models import GlobalBudget
+from kernel.models import DailySpend, GlobalBudget, Run
 
 
 @dataclass(frozen=True)
@@ -148,3 +151,25 @@ def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str,
         caps = {name: getattr(budget, name) for name in GLOBAL_CAPS}
         audit.record_by(AuditEvent.Kind.POLICY_CHANGED, actor, **caps)
     return caps
+
+
+def charge(run_id: int, usd_micros: int) -> None:
+    """A cost outside any step (a bridged API call, `cluster.egress`): added to the run's and its
+    ancestors' totals and to today's spend, in one transaction. The caps see it at the run's
+    next step, as they see every debit."""
+    if usd_micros <= 0:
+        return
+    ancestors = Run.objects.filter(pk=run_id).values_list("ancestors", flat=True).first()
+    if ancestors is None:
+        return
+    with transaction.atomic():
+        # Ascending ids, as the step debits lock a tree's rows.
+        Run.objects.filter(pk__in=sorted([*ancestors, run_id])).update(
+            usd_micros=F("usd_micros") + usd_micros
+        )
+        day = timezone.now().astimezone(UTC).date()
+        spent, created = DailySpend.objects.select_for_update().get_or_create(
+            day=day, defaults={"usd_micros": usd_micros}
+        )
+        if not created:
+            DailySpend.objects.filter(pk=spent.pk).update(usd_micros=F("usd_micros") + usd_micros)

@@ -121,11 +121,13 @@ def branches(scope: str, prefix: str) -> list[str]:
     return listed.decode().split()
 
 
-def files(scope: str, commit_id: str) -> dict[str, str]:
-    """Every file of the commit: path -> blob id."""
+def files(scope: str, commit_id: str, under: str = "") -> dict[str, str]:
+    """Every file of the commit (those under the folder `under` only, when given): path -> blob
+    id."""
     if not commit_id:
         return {}
-    listed = _git(path_of(scope), "ls-tree", "-r", "-z", "--full-tree", commit_id).stdout
+    limit = ("--", under) if under else ()
+    listed = _git(path_of(scope), "ls-tree", "-r", "-z", "--full-tree", commit_id, *limit).stdout
     found = {}
     for entry in listed.split(b"\0"):
         if entry:
@@ -150,6 +152,13 @@ def read(scope: str, blobs: Iterable[str]) -> Iterator[tuple[str, bytes]]:
         size = int(header[2])
         yield blob, out[end + 1 : end + 1 + size]
         position = end + 1 + size + 1
+
+
+def describe(scope: str, ref: str) -> tuple[str, str, str]:
+    """(commit id, ISO date, whole message) of the commit `ref` names in the scope."""
+    shown = _git(path_of(scope), "log", "-n1", "--format=%H%x00%cI%x00%B", ref, "--").stdout
+    commit_id, date, message = shown.decode().split("\0", 2)
+    return commit_id, date, message
 
 
 def log(scope: str, limit: int = 50) -> list[tuple[str, str, str]]:

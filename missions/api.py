@@ -114,6 +114,18 @@ class MissionIn(Schema):
     routes: dict[RoleName, RouteIn] = Field(
         default_factory=dict, description="Per-role overrides of the default model routes"
     )
+    bridges: list[str] = Field(
+        default_factory=list,
+        description="API bridges its sandboxes may call (the owner's, or anthropic, openai, git):"
+        " http://<name>.bridge/... inside the sandbox, the credential added outside it",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Extra hosts its sandboxes may reach: host or host:port, globs allowed",
+    )
+    sensitive: bool = Field(
+        False, description="Plan, then execute: the plan is fixed before any untrusted content"
+    )
     offline: OfflineKey | None = Field(
         None,
         description="An offline mission, played on the project's repository without any model"
@@ -153,6 +165,9 @@ class MissionOut(Schema):
     caps: CapsOut
     routes: dict[str, Any]
     mcp_servers: list[str]
+    bridges: list[str]
+    allowed_hosts: list[str]
+    sensitive: bool
     created_at: datetime
 
 
@@ -189,6 +204,9 @@ def mission_out(mission: Mission) -> dict[str, Any]:
         "caps": {name: getattr(mission, name) for name in launch.MISSION_CAPS},
         "routes": mission.routes if isinstance(mission.routes, dict) else {},
         "mcp_servers": list(mission.mcp_servers or []),
+        "bridges": list(mission.bridges or []),
+        "allowed_hosts": list(mission.allowed_hosts or []),
+        "sensitive": mission.sensitive,
         "created_at": mission.created_at,
     }
 
@@ -234,6 +252,9 @@ def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str,
             criteria=payload.criteria,
             risk_class=payload.risk_class,
             mcp_servers=payload.mcp_servers,
+            bridges=payload.bridges,
+            allowed_hosts=payload.allowed_hosts,
+            sensitive=payload.sensitive,
         )
     except MissionError as refused:
         # A client is not on this origin's pages: the Settings screen by its full URL.

@@ -10,7 +10,7 @@ class MissionsConfig(AppConfig):
         # after the app configs.
         from agentos.core.scrubber import SECRET_SOURCES
         from agentos.core.vault import VAULT_FIELDS
-        from cluster import egress
+        from cluster import bridges, egress
         from kernel.programs import PROGRAMS
         from missions import delegation, endpoints, envelopes, keys, network, verification
         from missions.engine import loop
@@ -33,4 +33,4 @@ class MissionsConfig(AppConfig):
         # The sandboxes' allow-list and API bridges (cluster.egress asks; it knows no mission).
         egress.EGRESS_POLICY.add("missions", network.POLICY)
         for name, bridge in network.BRIDGES.items():
-            egress.BRIDGES.add(name, bridge)
+            bridges.BRIDGES.add(name, bridge)

@@ -18,6 +18,7 @@ import jsonschema
 from kernel.context import RunContext
 from kernel.models import Effect
 from kernel.runs import MAX_DEPTH
+from memory.skill_tools import LOAD_SKILL
 from missions.engine.spec import Spec
 from missions.envelopes import DEFAULT_OUTPUT_SCHEMA, HOOK
 from missions.errors import MissionError
@@ -199,6 +200,13 @@ def _input(parent: Spec, contract: dict[str, Any], route: Route) -> dict[str, An
         "data_framing": parent.data_framing,
         "memory_as_data": parent.memory_as_data,
         "sandbox_level": max(level or 0, parent.sandbox_level),
+        # Only when set: a child of a run without them keeps its former input.
+        **(
+            {"skills": parent.skills}
+            if parent.skills and LOAD_SKILL.name in contract["tools"]
+            else {}
+        ),
+        **({"sensitive": True} if parent.sensitive else {}),
         "contract": contract,
         "criteria": [
             {

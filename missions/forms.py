@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from cluster import bridges as cluster_bridges
 from missions import offline, steering, verification
 from missions.launch import MAX_GOAL
 from missions.models import ModelInfo, Project, RiskClass, Role, RoleRoute
@@ -100,10 +101,40 @@ class MissionForm(forms.Form):
     max_turns = forms.IntegerField(label=_("Max model turns"), required=False, min_value=0)
     max_tool_calls = forms.IntegerField(label=_("Max tool calls"), required=False, min_value=0)
     executor = forms.ChoiceField(label=_("Executor model"), required=False, choices=[])
+    bridges = forms.MultipleChoiceField(
+        label=_("API bridges"),
+        required=False,
+        choices=[],
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_(
+            "APIs its sandboxes may call as http://<name>.bridge/…: the key is added outside the"
+            " sandbox, and the agent never sees it. Add bridges in Settings."
+        ),
+    )
+    allowed_hosts = forms.CharField(
+        label=_("Extra hosts"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_(
+            "One per line, host or host:port (globs allowed): what its sandboxes may reach"
+            " besides your egress rules. Optional."
+        ),
+    )
+    sensitive = forms.BooleanField(
+        label=_("Sensitive: plan first, then read the Web"),
+        required=False,
+        help_text=_(
+            "Its plan is fixed before it reads any untrusted content (a Web page, an outside"
+            " agent's answer), so what it reads cannot change what it set out to do."
+        ),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["executor"].choices = executor_choices()  # type: ignore[attr-defined]  # a ChoiceField
+        self.fields["bridges"].choices = [  # type: ignore[attr-defined]  # a ChoiceField
+            (name, name) for name in cluster_bridges.names()
+        ]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -147,6 +178,9 @@ class MissionForm(forms.Form):
             "criteria": data["criteria"],
             "caps": self.caps(),
             "routes": self.routes(),
+            "bridges": list(data.get("bridges") or []),
+            "allowed_hosts": (data.get("allowed_hosts") or "").split(),
+            "sensitive": bool(data.get("sensitive")),
         }
 
     def caps(self) -> dict[str, int]:
@@ -195,6 +229,9 @@ def initial_from(mission: Any) -> dict[str, Any]:
         "max_turns": mission.max_turns,
         "max_tool_calls": mission.max_tool_calls,
         "executor": f"{route['provider']}/{route['model']}" if isinstance(route, dict) else "",
+        "bridges": list(mission.bridges or []),
+        "allowed_hosts": "\n".join(mission.allowed_hosts or []),
+        "sensitive": mission.sensitive,
     }
 
 

@@ -3,14 +3,17 @@ API, schedule, another agent), so billing, journal and telemetry are the same wh
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db import transaction
 from django.urls import reverse
 
+from cluster import bridges as cluster_bridges
 from kernel import runs
 from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.models import Run
+from memory import skills as memory_skills
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import offline as offline_missions
@@ -124,9 +127,23 @@ def start_mission(
             [*mission.mcp_servers, *(mission.project.mcp_servers or [])]
         ),
     }
+    # Skills, frozen at launch (`memory.skills`): the repository's at the commit the run then
+    # starts from, and those the owner approved; their bodies are read with load_skill.
+    offered, commit = memory_skills.offered(repository)
+    if offered:
+        spec["skills"] = offered
+        spec["tools"].append("load_skill")
+    if any(skill["source"] == "repository" for skill in offered):
+        spec["base"] = commit
     if criteria:
         spec["criteria"] = criteria
         spec["stop_hook"] = verification.HOOK
+    # Only when set: the input of a run that reaches nothing more keeps its former shape.
+    for name in ("bridges", "allowed_hosts"):
+        if value := list(getattr(mission, name) or []):
+            spec[name] = value
+    if mission.sensitive:
+        spec["sensitive"] = True
     if route.provider == "scripted":
         spec["script"] = script
     return runs.start_run(
@@ -197,6 +214,9 @@ def create_mission(
     criteria: Any = None,
     risk_class: str = levels.DEFAULT_RISK_CLASS,
     mcp_servers: list[str] | None = None,
+    bridges: Any = None,
+    allowed_hosts: Any = None,
+    sensitive: bool = False,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
@@ -207,8 +227,13 @@ def create_mission(
 
     `criteria` is the definition of done as criteria (`missions.verification`), checked before
     anything else: the root run ends `done` only when each passes. `risk_class` (a key of
-    `tools.levels.RISK_CLASSES`) sets the sandbox level its runs work at."""
+    `tools.levels.RISK_CLASSES`) sets the sandbox level its runs work at.
+
+    `bridges` (names of API bridges, `cluster.bridges`) and `allowed_hosts` (`host`,
+    `host:port`, shell-style globs) are what its sandboxes may reach besides the owner's egress
+    rules (`missions.network`); `sensitive`: plan first, then read untrusted content."""
     clean_criteria = _criteria(criteria, project)
+    clean_bridges, clean_hosts = _reach(bridges, allowed_hosts)
     if risk_class not in levels.RISK_CLASSES:
         raise MissionError(
             f"Unknown risk class {risk_class!r}: one of {', '.join(levels.RISK_CLASSES)}.",
@@ -256,6 +281,9 @@ def create_mission(
             criteria=clean_criteria,
             risk_class=risk_class,
             routes=clean_routes,
+            bridges=clean_bridges,
+            allowed_hosts=clean_hosts,
+            sensitive=bool(sensitive),
             **clean_caps,
         )
         run = start_mission(
@@ -279,6 +307,38 @@ def mcp_server_names(names: Any) -> list[str]:
                 code="invalid_input",
             )
     return list(dict.fromkeys(names))
+
+
+MAX_REACH = 50
+HOST_PATTERN = re.compile(r"^[A-Za-z0-9*?.\[\]-]{1,253}(:[0-9*?]{1,5})?$")
+
+
+def _reach(bridges: Any, hosts: Any) -> tuple[list[str], list[str]]:
+    """The bridges and extra hosts a mission names, checked: each bridge exists, each host is
+    `host` or `host:port` (globs allowed, never `*` alone: that would be the whole Internet)."""
+    found: list[list[str]] = []
+    for what, given in (("bridges", bridges), ("allowed_hosts", hosts)):
+        given = [] if given is None else given
+        if not isinstance(given, list) or len(given) > MAX_REACH:
+            raise MissionError(
+                f"{what} is a list of at most {MAX_REACH} names.", code="invalid_input"
+            )
+        if not all(isinstance(item, str) and item for item in given):
+            raise MissionError(f"{what} holds non-empty strings only.", code="invalid_input")
+        found.append(sorted(set(given)))
+    unknown = [name for name in found[0] if not cluster_bridges.exists(name)]
+    if unknown:
+        raise MissionError(
+            f"No bridge named {', '.join(unknown)}: the owner adds bridges in Settings.",
+            code="invalid_input",
+        )
+    for host in found[1]:
+        if not HOST_PATTERN.fullmatch(host) or host.split(":")[0].strip("*?.") == "":
+            raise MissionError(
+                f"{host!r} is not a host: host or host:port (globs allowed, never every host).",
+                code="invalid_input",
+            )
+    return found[0], [host.lower() for host in found[1]]
 
 
 def _criteria(criteria: Any, project: Project) -> list[dict[str, Any]]:

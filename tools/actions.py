@@ -1,6 +1,7 @@
 """The owner's permission rules, added and removed: one function per change, each its own
 transaction with its security-log event (rules decide what agents may do without asking), called
-alike by the Tools screen (`tools.views`) and an "always allow" approval (`approvals.service`)."""
+alike by the Tools screen (`agentos.tools_screen`) and an "always allow" approval
+(`approvals.service`)."""
 
 from __future__ import annotations
 

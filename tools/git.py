@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cluster.sandbox import Limits, SandboxUnavailable, for_level
-from kernel import artifacts
+from kernel import artifacts, exposure
 from kernel.models import Effect, Run
 from tools import outgoing as pushed
 from tools import remotes, workspace
@@ -512,6 +512,7 @@ GIT_PUSH = Tool(
     probe=_push_probe,
     preview=_push_preview,
     subject=lambda arguments: f"{arguments.get('remote', 'origin')} {arguments.get('branch', '')}",
+    exposes=frozenset({exposure.OUTWARD}),  # changes another machine
 )
 
 GIT_TOOLS = [GIT_STATUS, GIT_DIFF, GIT_LOG, GIT_BRANCH, GIT_COMMIT, GIT_PUSH]

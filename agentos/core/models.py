@@ -115,6 +115,7 @@ class AuditEvent(models.Model):
             _("a project's environment setup saved or rebuilt"),
         )
         MCP_CHANGED = "mcp.changed", _("an MCP server added, approved or its trust changed")
+        BRIDGE_CHANGED = "bridge.changed", _("an API bridge added, changed or removed")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

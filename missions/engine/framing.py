@@ -83,6 +83,16 @@ def memory(index: str) -> str:
     return f"Memory index (notes of durable memory the owner verified):\n{block}"
 
 
+def skills(index: str) -> str:
+    """The index of the skills a run is offered (`memory.skills.index`), as the model reads it: a
+    data block of a tool's trust (whoever wrote the repository or proposed the skill wrote
+    these lines) under a heading; "" for none."""
+    if not index.strip():
+        return ""
+    block = _block(index.strip(), str(Trust.TOOL), "skills index: snapshot at launch")
+    return f"Skills you may load with load_skill (name (source): description):\n{block}"
+
+
 def _block(content: str, trust: str, source: str) -> str:
     body = _CLOSER.sub(r"<\\\1", content)
     # The fence's token comes from what it holds, so a block's bytes are a function of its

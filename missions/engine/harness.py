@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from approvals import service as approvals
 from cluster import environments
+from kernel import exposure
 from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, Step, StepKind, Trust
@@ -36,6 +37,7 @@ from tools.git import SHA
 from tools.models import Decision
 
 UNDONE_CHARS = 500  # of why an action outside did not happen, in the run's output
+TRUST_ORDER = list(Trust)  # most trusted first
 
 
 def worksite(ctx: RunContext, repository: str, base: str, level: int = 1) -> Worksite:
@@ -180,8 +182,14 @@ def judge(
     tools: dict[str, Tool], worksite: Worksite, calls: list[dict[str, Any]]
 ) -> list[dict[str, Any] | None]:
     """deny / ask / allow for each call (None for a call the executor will refuse anyway); paths
-    are judged as they resolve in the worktree now (the tools judge again when they write)."""
+    are judged as they resolve in the worktree now (the tools judge again when they write).
+
+    Then the rule of two (`kernel.exposure`), whatever the rules said: a call that would set
+    the third flag of the run's tree — counting what the calls before it in this answer will
+    set — asks the owner, and its verdict says which flags are set and by what."""
     verdicts: list[dict[str, Any] | None] = []
+    tree: exposure.Exposure | None = None
+    pending: set[str] = set()
     for call in calls:
         tool = tools.get(call["name"])
         arguments = call.get("arguments")
@@ -190,9 +198,33 @@ def judge(
             continue
         verdict = permissions.evaluate(
             tool, arguments, project_id=worksite.project_id, workspace=worksite.workspace
-        )
-        verdicts.append(verdict.as_dict())
+        ).as_dict()
+        if tool.exposes and verdict["decision"] != Decision.DENY:
+            if tree is None:
+                tree = exposure.of_tree(worksite.run_id)
+                pending = set(tree.flags)
+            if exposure.Exposure({f: {} for f in pending}).would_complete(tool.exposes):
+                verdict = _rule_of_two(tree, pending, tool)
+            pending |= tool.exposes
+        verdicts.append(verdict)
     return verdicts
+
+
+def _rule_of_two(tree: exposure.Exposure, pending: set[str], tool: Tool) -> dict[str, Any]:
+    set_by = tree.describe()
+    set_by += [
+        f"{exposure.NAMES[flag]}: an earlier call of this turn"
+        for flag in exposure.FLAGS
+        if flag in pending and flag not in tree.flags
+    ]
+    adds = ", ".join(exposure.NAMES[flag] for flag in sorted(tool.exposes - pending))
+    return {
+        "decision": Decision.ASK,
+        "reason": f"the rule of two: this call {adds or 'acts'} while the run's tree already"
+        f" {'; '.join(set_by)}",
+        "rule": None,
+        "rule_of_two": set_by,
+    }
 
 
 def run_tools(
@@ -214,7 +246,9 @@ def run_tools(
 
     def answer(call: dict[str, Any], seq: int, output: str, is_error: bool = False) -> ToolResult:
         if framed:
-            output = _render(ctx, seq, output, source=f"tool {call['name']}")
+            tool = tools.get(call["name"])
+            least = tool.trust if tool is not None else Trust.TOOL
+            output = _render(ctx, seq, output, source=f"tool {call['name']}", least=least)
         return ToolResult(call["call_id"], output, is_error)
 
     def flush() -> None:
@@ -237,7 +271,12 @@ def run_tools(
                 flush()
             # The model's words as the owner reads them: a quoted data block without our tags.
             approval = approvals.ask_approval(
-                ctx, worksite, tool, call["arguments"], justification=framing.unwrap(justification)
+                ctx,
+                worksite,
+                tool,
+                call["arguments"],
+                justification=framing.unwrap(justification),
+                rule_of_two=(verdict or {}).get("rule_of_two"),
             )
             if "refused" in approval:
                 verdict = {"decision": Decision.DENY, "reason": approval["refused"]}
@@ -315,11 +354,16 @@ def undone_reason(undone: dict[str, str]) -> str:
     return "; ".join(f"{name} did not happen: {why}" for name, why in sorted(undone.items()))
 
 
-def _render(ctx: RunContext, seq: int, output: str, *, source: str) -> str:
+def _render(
+    ctx: RunContext, seq: int, output: str, *, source: str, least: Trust = Trust.TOOL
+) -> str:
     """`output` of step `seq` as the model reads it, by the trust the journal records for that
-    step (a step not known here is rendered as the least trusted it could be: a tool's)."""
+    step (a step not known here is rendered as the least trusted it could be: a tool's), or
+    `least` (the tool's own: the Web's for content from outside) when that is lower."""
     record = ctx.records.get(seq)
     trust = framing.trust_of(record) if record is not None else Trust.TOOL
+    if TRUST_ORDER.index(least) > TRUST_ORDER.index(trust):
+        trust = least
     return framing.render(output, trust=trust, source=source)
 
 
@@ -397,6 +441,8 @@ def _interact(
     interact = tool.interact
     if interact is None:  # the caller only sends tools that have one
         raise TypeError(f"{tool.name} does not talk to the owner")
+    # Before its steps: what the interaction reads or sends counts from its start.
+    exposure.mark(ctx.run_id, tool.exposes, seq=ctx.seq + 1, by=tool.name)
     try:
         return interact(ctx, worksite, call["arguments"]), False
     except ToolError as error:
@@ -473,6 +519,8 @@ def _executor(
                     )
 
             env = worksite.env(step, approval, level=level, restore=restore)
+            # Before the effect: a call killed half-way counts as done for the rule of two.
+            exposure.mark(run.pk, tool.exposes, seq=step.seq, by=tool.name)
             answer = tool.run(env, arguments)
         except ToolError as error:
             return Done({"output": str(error), "is_error": True})

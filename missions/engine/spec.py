@@ -76,6 +76,10 @@ class Spec:
     # the system prompt. Off for runs started before it was recorded: their prompts must stay
     # byte-identical.
     memory_as_data: bool = False
+    # The skills offered at launch (`memory.skills.offered`: name, description, source, commit,
+    # folder), frozen; their index reaches the model as data in its first message
+    # (`framing.skills`), their bodies through `load_skill`.
+    skills: list[dict[str, Any]] = field(default_factory=list)
     # A sub-agent's contract (`missions.delegation`): what its parent asked, the schema its
     # result envelope's payload must match. None for a root run.
     contract: dict[str, Any] | None = None
@@ -92,6 +96,12 @@ class Spec:
     # The MCP tools it may call, frozen at launch (`tools.mcp.toolset.freeze`): empty for runs
     # started before they were recorded.
     mcp_tools: list[dict[str, Any]] = field(default_factory=list)
+    # What its sandboxes may reach besides the owner's egress rules (`missions.network` reads
+    # them from the run's input): API bridges by name, and extra hosts.
+    bridges: list[str] = field(default_factory=list)
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Plan, then execute: the run's plan is fixed before it reads untrusted content.
+    sensitive: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:

@@ -17,6 +17,7 @@ from typing import Any
 
 from kernel.context import Done, RunContext, StepCall
 from kernel.models import Effect, StepKind, Trust
+from memory import skills as memory_skills
 from memory import tasks as memory_tasks
 from missions.engine import framing, model_call, relief
 from missions.engine.prompt import Prefix
@@ -272,10 +273,14 @@ def model_facts(recorded: Any) -> tuple[int, bool]:
 
 
 def give_memory(provider: Provider, items: list[dict[str, Any]], spec: Spec) -> None:
-    """The run's memory index, as data after the opening message, for runs that get it so."""
+    """The run's memory index, as data after the opening message, for runs that get it so; then
+    the index of the skills it is offered (none for runs started before skills)."""
     given = framing.memory(spec.memory_index) if spec.memory_as_data else ""
     if given:
         append_user_text(provider, items, given)
+    offered = framing.skills(memory_skills.index(spec.skills))
+    if offered:
+        append_user_text(provider, items, offered)
 
 
 def from_owner(text: str) -> str:

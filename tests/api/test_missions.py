@@ -141,6 +141,9 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "routes": {
             "executor": {"provider": "anthropic", "model": "claude-opus-5-5", "effort": None}
         },
+        "bridges": [],
+        "allowed_hosts": [],
+        "sensitive": False,
         "created_at": body["created_at"],
         "run_id": run.pk,
         "offline": None,
@@ -332,3 +335,46 @@ def test_an_unknown_risk_class_is_refused_by_the_schema(api: Api, with_key: None
 
     assert response.status_code == 422
     assert "risk_class" in response.content.decode()
+
+
+def test_a_mission_names_the_bridges_and_hosts_it_needs_and_its_run_gets_them(
+    api: Api, with_key: None
+) -> None:
+    from agentos.core.audit import Actor
+    from cluster import bridges
+    from missions import network
+
+    bridges.put("search", base_url="https://search.example.org", secret="k" * 12, actor=Actor())
+    project = make_project()
+    for bad, why in (
+        ({"bridges": ["nope"]}, "No bridge named nope"),
+        ({"allowed_hosts": ["*"]}, "never every host"),
+        ({"allowed_hosts": ["a b"]}, "is not a host"),
+    ):
+        refused = api.post("/missions", {"project_id": project.pk, **MISSION, **bad})
+        assert refused.status_code == 400, refused.json()
+        assert why in str(error_of(refused)["message"])
+    assert not Mission.objects.exists()
+    response = api.post(
+        "/missions",
+        {
+            "project_id": project.pk,
+            **MISSION,
+            "bridges": ["search"],
+            "allowed_hosts": ["Docs.Example.org", "*.pypi.org:443"],
+            "sensitive": True,
+        },
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["bridges"], body["allowed_hosts"], body["sensitive"]) == (
+        ["search"],
+        ["*.pypi.org:443", "docs.example.org"],
+        True,
+    )
+    run = Run.objects.get()
+    assert run.input["bridges"] == ["search"]
+    assert run.input["sensitive"] is True
+    assert network.needs(run.pk) == ["egress", "bridge:search"]
+    assert network.decide(run.pk, "files.pypi.org", 443).allowed
+    assert not network.decide(run.pk, "files.pypi.org", 80).allowed

@@ -181,11 +181,19 @@ def test_it_starts_a_mission_from_the_form_through_the_one_creation_path(
             "max_usd": "2.50",
             "max_turns": "30",
             "executor": "openai/gpt-6.1-sol",
+            "bridges": ["git"],
+            "allowed_hosts": "docs.example.org\n*.pypi.org:443",
+            "sensitive": "on",
         },
     )
 
     mission = Mission.objects.get()
     assert response.status_code == 302
+    assert (mission.bridges, mission.allowed_hosts, mission.sensitive) == (
+        ["git"],
+        ["*.pypi.org:443", "docs.example.org"],
+        True,
+    )
     assert response["Location"] == f"/missions/{mission.pk}/"
     assert mission.goal == "Write the 1.3 release notes"
     assert (mission.max_usd_micros, mission.max_turns, mission.max_tokens) == (2_500_000, 30, None)

@@ -92,3 +92,22 @@ def test_it_is_for_the_signed_in_owner_only(client: Client) -> None:
     assert client.get("/tools/").status_code == 302
     assert client.post(f"/tools/rules/{rule.pk}/delete").status_code == 302
     assert PermissionRule.objects.filter(pk=rule.pk).exists()
+
+
+def test_it_shows_the_bridges_and_the_rule_of_two_of_running_missions(
+    owner_client: Client,
+) -> None:
+    from agentos.core.audit import Actor
+    from cluster import bridges
+    from kernel import exposure, runs
+    from tests.kernel.factories import make_mission
+
+    bridges.put("search", base_url="https://search.example.org", secret="k" * 12, actor=Actor())
+    run = runs.start_run(account=make_mission(), program="chaos.noop")
+    exposure.mark(run.pk, {exposure.UNTRUSTED}, seq=4, by="web_fetch")
+    page = owner_client.get("/tools/").content.decode()
+    assert "search.example.org" in page
+    assert "kkkk" in page  # the key's last characters, never the key
+    assert "k" * 12 not in page
+    assert f"Run {run.pk}" in page
+    assert "untrusted — by web_fetch (step 4)" in page

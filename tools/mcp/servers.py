@@ -23,7 +23,7 @@ from django.utils import timezone
 from agentos.core import audit
 from agentos.core.errors import DomainError
 from agentos.core.models import AuditEvent
-from cluster import egress, long_lived
+from cluster import bridges, egress, long_lived
 from cluster.sandbox import SandboxUnavailable
 from kernel.models import Effect
 from tools.mcp import sessions, transport
@@ -102,8 +102,8 @@ def _check_environment(environment: str) -> None:
 
 
 def _check_bridge(bridge: str) -> None:
-    if bridge and egress.BRIDGES.get(bridge) is None:
-        known = ", ".join(sorted(egress.BRIDGES.names())) or "none"
+    if bridge and not bridges.exists(bridge):
+        known = ", ".join(sorted(bridges.names())) or "none"
         raise _refuse(f"No bridge named {bridge!r} (known: {known}).", status=422)
 
 

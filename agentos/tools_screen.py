@@ -1,6 +1,8 @@
-"""The Tools screen: what each tool does to the world (effect, risk, minimum sandbox level), and
-the owner's permission rules per project, added and removed here (the admin stays the back
-office). Rules are decided in the harness (`tools.permissions`); this page only edits them."""
+"""The Tools screen: what each tool does to the world (effect, risk, minimum sandbox level), the
+owner's permission rules per project (added and removed here; the admin stays the back office),
+the API bridges, and the rule of two's flags of the missions running now. Rules are decided in
+the harness (`tools.permissions`); this page only edits them. It lives in the project shell
+because it shows what several apps hold."""
 
 from __future__ import annotations
 
@@ -14,10 +16,16 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from agentos.core import audit
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
+from cluster import bridges
+from cluster.models import ApiBridge
+from kernel import exposure
+from kernel.models import TERMINAL, Run
 from tools import actions, registry
 from tools.base import Risk
 from tools.models import Decision, PermissionRule
 from tools.permissions import DEFAULTS
+
+MAX_RUNNING = 50
 
 
 class RuleForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs: ModelForm[Model]
@@ -56,8 +64,19 @@ def tools_screen(request: HttpRequest) -> HttpResponse:
             "project__name", "tool", "pattern"
         ),
         "form": form,
+        "bridges": [bridges.describe(bridge) for bridge in ApiBridge.objects.all()],
+        "running": _rule_of_two_now(),
     }
     return render(request, "console/tools.html", context, status=status)
+
+
+def _rule_of_two_now() -> list[dict[str, Any]]:
+    """The root runs going on now, each with its tree's flags (`kernel.exposure`)."""
+    roots = Run.objects.filter(parent__isnull=True).exclude(status__in=TERMINAL)
+    return [
+        {"run": run, "flags": exposure.of_tree(run.pk).flags}
+        for run in roots.select_related("account__mission").order_by("-pk")[:MAX_RUNNING]
+    ]
 
 
 @require_POST
