@@ -63,6 +63,7 @@ def start_mission(
     With `criteria` (validated: `verification.validate`), the run ends `done` only when each
     passes."""
     route = route_for(mission, "executor")
+    servers = [*mission.mcp_servers, *(mission.project.mcp_servers or [])]
     criteria = criteria or list(mission.criteria or [])
     level = levels.level_for(mission.risk_class)
     why = levels.unavailable(level)
@@ -123,9 +124,7 @@ def start_mission(
         "stalls": True,
         "sandbox_level": level,
         # The enabled MCP tools of its servers and its project's, frozen (`tools.mcp.toolset`).
-        "mcp_tools": mcp_toolset.freeze(
-            [*mission.mcp_servers, *(mission.project.mcp_servers or [])]
-        ),
+        "mcp_tools": mcp_toolset.freeze(servers),
     }
     # Skills, frozen at launch (`memory.skills`): the repository's at the commit the run then
     # starts from, and those the owner approved; their bodies are read with load_skill.
@@ -142,6 +141,9 @@ def start_mission(
     for name in ("bridges", "allowed_hosts"):
         if value := list(getattr(mission, name) or []):
             spec[name] = value
+    # Its HTTP MCP servers' hosts or bridges: their sessions go through its egress.
+    for name, needed in mcp_toolset.reach(servers).items():
+        spec[name] = list(dict.fromkeys([*spec.get(name, []), *needed]))
     if mission.sensitive:
         spec["sensitive"] = True
     if route.provider == "scripted":

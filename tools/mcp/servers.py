@@ -26,7 +26,7 @@ from agentos.core.models import AuditEvent
 from cluster import bridges, egress, long_lived
 from cluster.sandbox import SandboxUnavailable
 from kernel.models import Effect
-from tools.mcp import sessions, transport
+from tools.mcp import remote, sessions, transport
 from tools.mcp.models import (
     NAME_PATTERN,
     McpServer,
@@ -165,9 +165,9 @@ def opener(
     """How to start a session with `server`, built in the caller's thread (it may read the
     database: the egress attachment mints a token)."""
     if server.transport == Transport.HTTP:
-        raise sessions.SessionError(
-            "streamable-HTTP servers are not reachable yet (they need the run's egress client)"
-        )
+        if run_id is None:
+            raise sessions.SessionError("an HTTP server is reached only on a run's behalf")
+        return remote.opener(server.url, server.bridge, run_id)
     attached = egress.attach_for_run(run_id, seconds=sessions.MAX_AGE_SECONDS) if run_id else None
     spawn = long_lived.spawn(
         transport.resolve(list(server.command)),
@@ -184,8 +184,10 @@ def opener(
 
 
 def list_now(server: McpServer) -> sessions.Listing:
-    """A fresh listing, from a session of its own without a run: no network, no workspace (a
-    server that needs either to list its tools is not supported yet)."""
+    """A fresh listing, from a session of its own: a stdio server without a run (no network, no
+    workspace), an HTTP one in a listing run of its own (`remote.list_through_run`)."""
+    if server.transport == Transport.HTTP:
+        return remote.list_through_run(server.url, server.bridge)
     return sessions.POOL.list_now(opener(server))
 
 

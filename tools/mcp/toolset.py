@@ -24,7 +24,7 @@ import mcp_types
 from kernel import exposure
 from kernel.models import Effect, Run, Trust
 from tools.base import Risk, Tool, ToolEnv, ToolError
-from tools.mcp import servers, sessions
+from tools.mcp import remote, servers, sessions
 from tools.mcp.models import McpServer, McpTool, Transport
 
 PREFIX = "mcp__"
@@ -54,6 +54,16 @@ def freeze(names: list[str]) -> list[dict[str, Any]]:
         for server, row in servers.enabled_tools(names)()
     ]
     return sorted(frozen, key=lambda definition: definition["name"])
+
+
+def reach(names: list[str]) -> dict[str, list[str]]:
+    """What a run using the servers `names` needs in its input to reach their HTTP ones through
+    its egress (their hosts, or their bridges)."""
+    needed: dict[str, list[str]] = {}
+    for server in McpServer.objects.filter(name__in=names, transport=Transport.HTTP):
+        for key, values in remote.reach(server.url, server.bridge).items():
+            needed[key] = [*needed.get(key, []), *values]
+    return needed
 
 
 def build(definitions: list[dict[str, Any]]) -> list[Tool]:
