@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
+from django.urls import reverse
 
 from agentos.core.models import AuditEvent
 from tests.api.conftest import Api
@@ -179,3 +181,36 @@ def test_mcp_add_registers_a_server_from_the_command_line() -> None:
     with pytest.raises(CommandError, match="either a command"):
         call_command("mcp_add", "other", stdout=io.StringIO())
     assert McpServer.objects.count() == 1
+
+
+def test_the_owner_trusts_a_server_and_sets_effects_in_the_admin(
+    api: Api, owner_client: Client
+) -> None:
+    assert (
+        api.post("/mcp/servers", {"name": "time", "command": ["mcp-server-time"]}).status_code
+        == 201
+    )
+    server = McpServer.objects.get(name="time")
+    tools = list(server.tools.order_by("name"))
+    url = reverse("admin:tools_mcpserver_change", args=[server.pk])
+    assert owner_client.get(url).status_code == 200
+
+    form = {
+        "trusted": "on",
+        "tools-TOTAL_FORMS": str(len(tools)),
+        "tools-INITIAL_FORMS": str(len(tools)),
+        "tools-MIN_NUM_FORMS": "0",
+        "tools-MAX_NUM_FORMS": "1000",
+    }
+    for index, tool in enumerate(tools):
+        form[f"tools-{index}-id"] = str(tool.pk)
+        form[f"tools-{index}-server"] = str(server.pk)
+        form[f"tools-{index}-effect"] = "read" if tool.name == "get_current_time" else tool.effect
+    answer = owner_client.post(url, form)
+
+    assert answer.status_code == 302, answer.content[:2000]
+    server.refresh_from_db()
+    assert server.trusted is True
+    assert McpTool.objects.get(name="get_current_time").effect == "read"
+    assert McpTool.objects.get(name="convert_time").effect == "non_idempotent"
+    assert AuditEvent.objects.filter(kind="mcp.changed", detail__change="updated").exists()
