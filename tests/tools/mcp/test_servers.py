@@ -214,3 +214,22 @@ def test_the_owner_trusts_a_server_and_sets_effects_in_the_admin(
     assert McpTool.objects.get(name="get_current_time").effect == "read"
     assert McpTool.objects.get(name="convert_time").effect == "non_idempotent"
     assert AuditEvent.objects.filter(kind="mcp.changed", detail__change="updated").exists()
+
+
+def test_missions_and_projects_name_only_approved_servers(api: Api, approver: Api) -> None:
+    project = api.post("/projects", {"name": "p", "mcp_servers": []}).json()
+    unknown = api.post(
+        "/missions", {"project_id": project["id"], "goal": "x", "mcp_servers": ["nope"]}
+    )
+    assert unknown.status_code in (400, 422), unknown.content
+    assert "No MCP server named 'nope'" in unknown.json()["error"]["message"]
+    refused = api.post("/projects", {"name": "q", "mcp_servers": ["nope"]})
+    assert "No MCP server named 'nope'" in refused.json()["error"]["message"]
+    assert (
+        approver.post("/mcp/servers", {"name": "time", "command": ["mcp-server-time"]}).status_code
+        == 201
+    )
+    assert approver.post("/mcp/servers/time/approve").status_code == 200
+    made = api.post("/projects", {"name": "r", "mcp_servers": ["time"]})
+    assert made.status_code == 201, made.content
+    assert made.json()["mcp_servers"] == ["time"]
