@@ -57,7 +57,6 @@ class _Live:
     log: ServerLog
     started: float = field(default_factory=time.monotonic)
     used: float = field(default_factory=time.monotonic)
-    fresh: bool = True  # its listing was not handed to a caller yet
 
     def alive(self) -> bool:
         return not self.task.done() and time.monotonic() - self.started < MAX_AGE_SECONDS
@@ -140,7 +139,6 @@ class Pool:
                 raise SessionError(f"the server did not start within {START_SECONDS:g} s") from None
             with self._lock:
                 self._live[key] = live
-            live.fresh = False
             return live, live.listing
 
     def call(

@@ -29,9 +29,9 @@ STDERR_KEPT = 4000  # the tail of the server's stderr, for the owner when it fai
 
 
 def runtime() -> tuple[Path, ...]:
-    """What a server installed in our own Python environment needs inside the sandbox: the
-    environment (its packages and console scripts) and the interpreter it was made from, each
-    read-only at its own path so the scripts' shebangs resolve."""
+    """What a server needs inside the sandbox: our own Python environment (its packages and
+    console scripts) and the interpreter it was made from, each read-only at its own path so the
+    scripts' shebangs resolve; and the owner's server directories (`MCP_SERVER_DIRS`)."""
     prefix = Path(sys.prefix).resolve()
     base = Path(sys.base_prefix).resolve()
     extra = [Path(directory).resolve() for directory in settings.MCP_SERVER_DIRS]
