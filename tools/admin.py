@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agentos.core import audit, vault
 from tools import actions, registry
-from tools.mcp import servers
+from tools.mcp import servers, toolset
 from tools.mcp.models import McpServer, McpTool
 from tools.models import CredentialKind, PermissionRule, RemoteCredential
 
@@ -24,7 +24,7 @@ class PermissionRuleForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean_tool(self) -> str:
         name = str(self.cleaned_data["tool"]).strip()
-        if name != "*" and registry.TOOLS.get(name) is None:
+        if name != "*" and registry.TOOLS.get(name) is None and toolset.by_name(name) is None:
             raise forms.ValidationError(
                 _("No tool named %(name)s. Use a tool name or * for every tool."),
                 params={"name": name},

@@ -70,6 +70,18 @@ def build(definitions: list[dict[str, Any]]) -> list[Tool]:
     return [_tool(definition) for definition in definitions]
 
 
+def by_name(name: str) -> Tool | None:
+    """The MCP tool `name` as a run launched now would get it (None: no such enabled tool): for
+    what looks tools up by name outside a run (permission rules, "always allow")."""
+    if not name.startswith(PREFIX):
+        return None
+    server, _, tool = name.removeprefix(PREFIX).partition("__")
+    for definition in freeze([server]):
+        if definition["tool"] == tool:
+            return _tool(definition)
+    return None
+
+
 def schema_of(run_id: int, name: str) -> dict[str, Any] | None:
     """What `load_tool_schema` answers for one of the run's MCP tools (None: not one of them)."""
     data = Run.objects.values_list("input", flat=True).get(pk=run_id) or {}

@@ -230,3 +230,20 @@ def test_the_git_server_reads_the_runs_worktree(
     assert "mcp__git__git_log" in {tool["name"] for tool in run.input["mcp_tools"]}
     (answer,) = outputs(run, "mcp__git__git_log")
     assert "The first commit of the test repository" in str(answer)
+
+
+def test_a_permission_rule_may_name_an_enabled_mcp_tool(approver: Api) -> None:
+    from tools.admin import PermissionRuleForm
+
+    add(approver, "time", ["mcp-server-time"])
+    found = toolset.by_name("mcp__time__get_current_time")
+    assert found is not None
+    assert found.name == "mcp__time__get_current_time"
+    assert toolset.by_name("mcp__time__nope") is None
+    assert toolset.by_name("mcp__nope__x") is None
+    form = PermissionRuleForm(
+        {"tool": "mcp__time__get_current_time", "pattern": "*", "decision": "allow"}
+    )
+    assert form.is_valid(), form.errors
+    bad = PermissionRuleForm({"tool": "mcp__time__nope", "pattern": "*", "decision": "allow"})
+    assert not bad.is_valid()
