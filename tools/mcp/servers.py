@@ -251,8 +251,10 @@ def _status(server: McpServer) -> str:
 
 
 def approve(*, server: McpServer, tools: list[str] | None = None, actor: audit.Actor) -> McpServer:
-    """Pin what the server lists now (listed again first: the owner approves what is there, not
-    what was there), all its tools or only `tools`."""
+    """Pin what the server lists now, all its tools or only `tools`. It is listed again first:
+    a tool whose text moved since the owner last saw it is not pinned blind (409, the new text
+    and its diff are then on the server's page for the next approval)."""
+    shown = dict(McpTool.objects.filter(server=server).values_list("name", "description_hash"))
     server = refresh(server)
     if server.status == ServerStatus.ERROR:
         raise _refuse(
@@ -267,6 +269,15 @@ def approve(*, server: McpServer, tools: list[str] | None = None, actor: audit.A
         unknown = sorted(set(chosen) - set(rows))
         if unknown:
             raise _refuse(f"{locked.name} lists no tool named {', '.join(unknown)}.", status=422)
+        # Also a tool that was not there: the owner never saw its text.
+        moved = sorted(name for name in chosen if shown.get(name) != rows[name].description_hash)
+        if moved:
+            raise _refuse(
+                f"{locked.name} changed {', '.join(moved)} since it was last listed: review the"
+                " new text, then approve again.",
+                status=409,
+                code="changed_since_listed",
+            )
         for name in chosen:
             row = rows[name]
             row.pinned_hash = row.description_hash

@@ -233,3 +233,26 @@ def test_missions_and_projects_name_only_approved_servers(api: Api, approver: Ap
     made = api.post("/projects", {"name": "r", "mcp_servers": ["time"]})
     assert made.status_code == 201, made.content
     assert made.json()["mcp_servers"] == ["time"]
+
+
+def test_a_change_the_owner_has_not_seen_is_not_approved_blind(
+    approver: Api, echo_dir: Path
+) -> None:
+    assert (
+        approver.post(
+            "/mcp/servers", {"name": "echo", "command": echo_command(echo_dir)}
+        ).status_code
+        == 201
+    )
+    (echo_dir / "description.txt").write_text("Echo, changed after the owner looked.")
+
+    blind = approver.post("/mcp/servers/echo/approve")
+
+    assert blind.status_code == 409, blind.content
+    assert blind.json()["error"]["code"] == "changed_since_listed"
+    assert not McpTool.objects.filter(server__name="echo").exclude(pinned_hash="").exists()
+    shown = approver.get("/mcp/servers/echo").json()
+    echo = {tool["name"]: tool for tool in shown["tools"]}["echo"]
+    assert echo["description"] == "Echo, changed after the owner looked."
+    # Now seen: approved.
+    assert approver.post("/mcp/servers/echo/approve").json()["status"] == "ready"
