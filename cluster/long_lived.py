@@ -63,9 +63,11 @@ def spawn(
     read_only: tuple[Path, ...] = (),
     egress: Attachment | None = None,
     limits: sandbox.Limits = sandbox.DEFAULT_LIMITS,
+    env_dir: Path | None = None,
 ) -> Spawn:
     """The command line of `argv` in a level-1 sandbox as `run_id`'s identity (the named sandbox
-    user without a run), `read_only` directories shown at their own paths. Start it as we are
+    user without a run), `read_only` directories shown at their own paths, a built environment
+    (`env_dir`) read-only at /env with /env/bin first on PATH. Start it as we are
     (it drops to the sandbox identity itself when we are root) with `pass_fds=fds`, then `close`.
     Raises `SandboxUnavailable` when this host cannot sandbox."""
     if not argv:
@@ -94,10 +96,12 @@ def spawn(
         mounts = bwrap.Mounts(
             bwrap.workdir(workdir) if workdir is not None else None,
             bwrap.git_mounts(workdir.resolve(), writable=False) if workdir is not None else [],
-            None,
+            env_dir,
             False,
             tuple(binds),
         )
+        if env_dir is not None:
+            bwrap.check_reachable(env_dir, profile.uid, profile.gid)
         command = bwrap.command(profile, mounts, fds)
     except RpcError as error:
         for fd in fds:

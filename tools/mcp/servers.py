@@ -9,6 +9,7 @@ disabled, and its server shows `changed` with the diff until the owner approves 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 import urllib.parse
@@ -23,9 +24,10 @@ from django.utils import timezone
 from agentos.core import audit
 from agentos.core.errors import DomainError
 from agentos.core.models import AuditEvent
-from cluster import bridges, egress, long_lived
+from cluster import bridges, egress, environments, long_lived, nodes, sandbox
 from cluster.sandbox import SandboxUnavailable
 from kernel.models import Effect
+from tools import environments as checkouts
 from tools.mcp import remote, sessions, transport
 from tools.mcp.models import (
     NAME_PATTERN,
@@ -168,6 +170,7 @@ def opener(
         if run_id is None:
             raise sessions.SessionError("an HTTP server is reached only on a run's behalf")
         return remote.opener(server.url, server.bridge, run_id)
+    env_dir = _environment(server.environment)
     attached = egress.attach_for_run(run_id, seconds=sessions.MAX_AGE_SECONDS) if run_id else None
     spawn = long_lived.spawn(
         transport.resolve(list(server.command)),
@@ -175,12 +178,34 @@ def opener(
         workdir=workspace,
         read_only=transport.runtime(),
         egress=attached,
+        env_dir=env_dir,
     )
 
     def open_(log: transport.ServerLog) -> Any:
         return transport.sandboxed_stdio(spawn, log)
 
     return open_
+
+
+def _environment(name: str) -> Path | None:
+    """The frozen environment of project `name` on this host, built first if it is not (as a
+    project's runs get theirs: `cluster.environments`), for /env; None without one."""
+    if not name:
+        return None
+    project = apps.get_model("missions", "Project").objects.filter(name=name).first()
+    if project is None:
+        raise sessions.SessionError(f"the project {name!r} whose environment it mounts is gone")
+    repository, commit = str(project.repository), str(project.environment_commit)
+    found = environments.of_project(
+        project.pk,
+        str(project.environment_setup),
+        commit,
+        functools.partial(checkouts.checkout, repository, commit) if repository else None,
+    )
+    if found is None:
+        raise sessions.SessionError(f"the project {name!r} has no environment any more")
+    sandbox.build_environment(found)  # nothing to do when this version is built already
+    return nodes.local_state() / "environments" / found.name / found.version
 
 
 def list_now(server: McpServer) -> sessions.Listing:

@@ -21,6 +21,7 @@ from typing import Any
 
 import mcp_types
 
+from cluster.sandbox import SandboxUnavailable
 from kernel import exposure
 from kernel.models import Effect, Run, Trust
 from tools.base import Risk, Tool, ToolEnv, ToolError
@@ -148,7 +149,7 @@ def call(env: ToolEnv, definition: dict[str, Any], arguments: dict[str, Any]) ->
             seconds=CALL_SECONDS,
             stopping=env.call.stopping,
         )
-    except sessions.SessionError as error:
+    except (sessions.SessionError, SandboxUnavailable) as error:
         raise ToolError(f"{definition['name']}: {error}") from None
     if listing is not None:
         servers.record_listing(server, listing)

@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agentos.core.models import AuditEvent
+from missions.models import Project
 from tests.api.conftest import Api
 from tests.tools.mcp.conftest import echo_command
 from tools.mcp.models import McpServer, McpTool, description_hash
@@ -256,3 +257,28 @@ def test_a_change_the_owner_has_not_seen_is_not_approved_blind(
     assert echo["description"] == "Echo, changed after the owner looked."
     # Now seen: approved.
     assert approver.post("/mcp/servers/echo/approve").json()["status"] == "ready"
+
+
+def test_a_server_may_run_from_a_projects_environment(approver: Api, echo_dir: Path) -> None:
+    # The project's environment holds the server's launcher, at /env/bin (first on PATH).
+    launcher = " ".join(echo_command(echo_dir))
+    setup = (
+        "mkdir -p /env/bin && printf '%s\\n' '#!/bin/sh' "
+        f"'exec {launcher}' > /env/bin/echo-env && chmod +x /env/bin/echo-env"
+    )
+    Project.objects.create(name="tooling", environment_setup=setup)
+
+    added = approver.post(
+        "/mcp/servers", {"name": "echo", "command": ["echo-env"], "environment": "tooling"}
+    )
+
+    assert added.status_code == 201, added.content
+    assert {tool["name"] for tool in added.json()["tools"]} == {"echo", "environment", "get"}
+    without = approver.post("/mcp/servers", {"name": "bare", "command": ["echo-env"]})
+    assert without.status_code == 422
+    Project.objects.create(name="empty")
+    empty = approver.post(
+        "/mcp/servers", {"name": "e2", "command": ["echo-env"], "environment": "empty"}
+    )
+    assert empty.status_code == 422
+    assert "has no environment" in empty.json()["error"]["message"]
