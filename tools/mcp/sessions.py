@@ -26,6 +26,7 @@ import anyio
 import mcp_types
 from mcp.client._transport import TransportStreams
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from tools.mcp.transport import ServerLog
 
@@ -172,6 +173,12 @@ class Pool:
                 if stopping is not None and stopping.is_set():
                     raise SessionError("the call was cancelled") from None
                 raise SessionError(f"the server did not answer within {seconds:g} s") from None
+            except MCPError as error:
+                # The server answered with an error (a bad argument...): its session is fine,
+                # unless the error is the connection's own end.
+                if error.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                    self.close(key)
+                raise SessionError(f"the server answered an error: {error.message}") from None
             except Exception as error:
                 self.close(key)
                 raise SessionError(_failure(error, live.log)) from None

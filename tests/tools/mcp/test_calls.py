@@ -247,3 +247,19 @@ def test_a_permission_rule_may_name_an_enabled_mcp_tool(approver: Api) -> None:
     assert form.is_valid(), form.errors
     bad = PermissionRuleForm({"tool": "mcp__time__nope", "pattern": "*", "decision": "allow"})
     assert not bad.is_valid()
+
+
+def test_an_error_result_is_an_error_and_keeps_the_session(approver: Api) -> None:
+    add(approver, "time", ["mcp-server-time"])
+    run = Run.objects.create(
+        account=make_mission(), program="test", input={"mcp_tools": toolset.freeze(["time"])}
+    )
+    tool = the_tool(run, "mcp__time__get_current_time")
+    assert "Europe/Rome" in str(tool.run(env(run), {"timezone": "Europe/Rome"}))
+    live, _ = sessions.POOL.session(("time", run.pk), lambda: pytest.fail("not started again"))
+
+    with pytest.raises(ToolError, match=r"mcp__time__get_current_time failed: .*Nowhere/Nope"):
+        tool.run(env(run), {"timezone": "Nowhere/Nope"})
+
+    again, _ = sessions.POOL.session(("time", run.pk), lambda: pytest.fail("not started again"))
+    assert again is live
