@@ -1,4 +1,5 @@
-"""ASGI entry point for daphne: HTTP through Django, WebSocket through Channels."""
+"""ASGI entry point for daphne: HTTP through Django, WebSocket through Channels, and A2A's two
+paths (the agent card, JSON-RPC) through the A2A SDK's Starlette pieces (`agentos.a2a`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
 # Django must be set up before anything imports models (the WebSocket stack does).
 django_asgi_app = get_asgi_application()
 
+from agentos import a2a  # noqa: E402
 from agentos.websocket import websocket_application  # noqa: E402
 from kernel import bus  # noqa: E402
 
@@ -22,4 +24,7 @@ router = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_app
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # The server's loop is the process's loop for the channel layer (see `kernel.bus`).
     bus.adopt_running_loop()
+    if scope["type"] == "http" and a2a.serves(scope["path"]):
+        await a2a.application(scope, receive, send)
+        return
     await router(scope, receive, send)

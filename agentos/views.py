@@ -22,7 +22,7 @@ from agentos.core.models import ApiToken, AuditEvent
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from agentos.forms import SignInForm, TokenForm
 from approvals import inbox, push
-from missions import costs, overview, provider_views
+from missions import costs, overview, provider_views, search
 
 
 @never_cache
@@ -162,6 +162,7 @@ def settings_page(
         "created": created,
         "tokens": ApiToken.objects.filter(owner=user),
         "providers": providers,
+        "web_search": search.get(),
         "sessions": security_settings.sessions_of(user, current_key=request.session.session_key),
         "authenticators": security_settings.authenticators(user),
         "pending_authenticators": security_settings.pending(user),

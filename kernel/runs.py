@@ -98,7 +98,10 @@ def spawn_child(*, parent: Run, seq: int, program: str, input: Any, caps: dict[s
 
 def _trust(by: str) -> Trust:
     """The owner acts from the console ("owner") or through one of their API tokens
-    ("token:<name>"); anything else acting is the system."""
+    ("token:<name>"); an outside agent through A2A ("a2a:<token name>") is the Web's, whatever
+    token it holds; anything else acting is the system."""
+    if by.startswith("a2a:"):
+        return Trust.WEB
     return Trust.OWNER if by == "owner" or by.startswith("token:") else Trust.SYSTEM
 
 

@@ -1,7 +1,8 @@
 """The owner's changes to the model providers: a key set or forgotten, the OpenAI-compatible
-endpoint set or removed. One function per change, each its own transaction with its security-log
-event (`provider.changed`: by whom, never what), called alike by the Settings screen
-(`missions.provider_views`) and the API (`missions.api`)."""
+endpoint set or removed; and to the Web search backend (logged as the provider "web search").
+One function per change, each its own transaction with its security-log event
+(`provider.changed`: by whom, never what), called alike by the Settings screen
+(`missions.provider_views`, `missions.web_views`) and the API (`missions.api`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from django.db import transaction
 
 from agentos.core import audit
 from agentos.core.models import AuditEvent
-from missions import endpoints, keys
-from missions.models import ProviderEndpoint, ProviderKey
+from missions import endpoints, keys, search
+from missions.models import ProviderEndpoint, ProviderKey, SearchBackend
 
 
 def _changed(actor: audit.Actor, provider: str, change: str) -> None:
@@ -59,4 +60,27 @@ def remove_endpoint(*, actor: audit.Actor) -> bool:
         removed = endpoints.delete()
         if removed:
             _changed(actor, endpoints.PROVIDER, "endpoint removed")
+    return removed
+
+
+SEARCH = "web search"
+
+
+def set_search_backend(
+    *, kind: str, url: str, bridge: str = "", actor: audit.Actor
+) -> SearchBackend:
+    """Set where `web_search` asks (`missions.search`); a bad URL or bridge is refused, nothing
+    written."""
+    backend = search.clean(kind=kind, url=url, bridge=bridge)
+    with transaction.atomic():
+        stored = search.put(backend)
+        _changed(actor, SEARCH, f"{backend.kind} backend set")
+    return stored
+
+
+def remove_search_backend(*, actor: audit.Actor) -> bool:
+    with transaction.atomic():
+        removed = search.delete()
+        if removed:
+            _changed(actor, SEARCH, "backend removed")
     return removed

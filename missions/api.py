@@ -23,7 +23,7 @@ from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 from agentos.core import audit
 from agentos.core.schemas import Text
 from kernel import budgets
-from missions import actions, endpoints, keys, launch, schedules
+from missions import actions, endpoints, keys, launch, schedules, search
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
 from tools import levels
@@ -519,3 +519,68 @@ def update_budget(request: HttpRequest, payload: BudgetPatch) -> dict[str, int |
     return budgets.set_global_caps(
         payload.model_dump(exclude_unset=True), actor=audit.Actor.of(request)
     )
+
+
+class WebSearchIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["searxng", "api"] = Field(
+        description="searxng: a SearXNG instance's JSON API; api: a search API behind a bridge"
+    )
+    url: Text = Field(max_length=500, description="e.g. http://127.0.0.1:8888")
+    bridge: Text = Field(
+        "", max_length=31, description="For `api`: the egress bridge that adds the API's key"
+    )
+
+
+class WebSearchOut(Schema):
+    kind: str
+    url: str
+    bridge: str
+
+
+class WebSettingsOut(Schema):
+    search: WebSearchOut | None = Field(description="Where web_search asks; null: not set")
+
+
+class WebSettingsIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    search: WebSearchIn | None = Field(description="null removes the backend")
+
+
+def _web_settings() -> dict[str, Any]:
+    backend = search.get()
+    if backend is None:
+        return {"search": None}
+    return {"search": {"kind": backend.kind, "url": backend.url, "bridge": backend.bridge}}
+
+
+@router.get(
+    "/settings/web",
+    response=WebSettingsOut,
+    tags=["settings"],
+    summary="The Web tools' settings: the search backend",
+)
+def get_web_settings(request: HttpRequest) -> dict[str, Any]:
+    return _web_settings()
+
+
+@router.put(
+    "/settings/web",
+    response=WebSettingsOut,
+    tags=["settings"],
+    summary="Set the search backend (a SearXNG URL, or a search API's URL and bridge)",
+)
+def put_web_settings(request: HttpRequest, payload: WebSettingsIn) -> dict[str, Any]:
+    actor = audit.Actor.of(request)
+    if payload.search is None:
+        actions.remove_search_backend(actor=actor)
+    else:
+        actions.set_search_backend(
+            kind=payload.search.kind,
+            url=payload.search.url,
+            bridge=payload.search.bridge,
+            actor=actor,
+        )
+    return _web_settings()

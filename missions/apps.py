@@ -12,7 +12,17 @@ class MissionsConfig(AppConfig):
         from agentos.core.vault import VAULT_FIELDS
         from cluster import bridges, egress
         from kernel.programs import PROGRAMS
-        from missions import delegation, endpoints, envelopes, keys, network, verification
+        from missions import (
+            delegation,
+            endpoints,
+            envelopes,
+            keys,
+            network,
+            verification,
+            web,
+            web_reader,
+        )
+        from missions.a2a_call import A2A_CALL
         from missions.engine import loop
         from missions.engine.spec import STOP_HOOKS
         from missions.ledger import LEDGER_TOOLS
@@ -25,8 +35,14 @@ class MissionsConfig(AppConfig):
         # envelope; a mission's run is held to its definition of done.
         for tool in (START_MISSION, delegation.DELEGATE, delegation.CONSULT, *LEDGER_TOOLS):
             TOOLS.add(tool.name, tool)
+        # Calling other agents over A2A, through the run's egress (`missions.a2a_call`).
+        TOOLS.add(A2A_CALL.name, A2A_CALL)
         STOP_HOOKS.add(verification.HOOK, verification.done_hook)
         STOP_HOOKS.add(envelopes.HOOK, envelopes.envelope_hook)
+        # The Web, read through a quarantined reader held to its answer's schema.
+        for tool in web.WEB_TOOLS:
+            TOOLS.add(tool.name, tool)
+        STOP_HOOKS.add(web_reader.HOOK, web_reader.reader_hook)
         SECRET_SOURCES.add("provider keys", keys.values)
         VAULT_FIELDS.add("missions.ProviderKey", "ciphertext")
         providers.use(keys=keys.get, endpoints=endpoints.get)

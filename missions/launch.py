@@ -4,6 +4,7 @@ API, schedule, another agent), so billing, journal and telemetry are the same wh
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -12,12 +13,13 @@ from django.urls import reverse
 from cluster import bridges as cluster_bridges
 from kernel import runs
 from kernel.budgets import CAP_FIELDS, validate_caps
-from kernel.models import Run
+from kernel.models import Run, Trust
 from memory import skills as memory_skills
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
+from missions import a2a_call, search, verification, web
 from missions import offline as offline_missions
-from missions import verification
+from missions.engine import framing
 from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
@@ -57,11 +59,12 @@ def start_mission(
     offline: str | None = None,
     max_turns: int = 50,
     criteria: list[dict[str, Any]] | None = None,
+    brief: Brief | None = None,
 ) -> Run:
     """Start the mission's executor run on its route (the scripted model when the route's
     provider has no key: then `script` is what it plays, or the offline mission `offline`'s).
     With `criteria` (validated: `verification.validate`), the run ends `done` only when each
-    passes."""
+    passes. A `brief` follows the goal in the first message, as data (`with_brief`)."""
     route = route_for(mission, "executor")
     servers = [*mission.mcp_servers, *(mission.project.mcp_servers or [])]
     criteria = criteria or list(mission.criteria or [])
@@ -84,7 +87,7 @@ def start_mission(
         constraints.append(verification.constraint(criteria))
     repository = mission.project.repository
     spec: dict[str, Any] = {
-        "goal": mission.goal,
+        "goal": with_brief(mission.goal, brief),
         "provider": route.provider,
         "model": route.model,
         "effort": route.effort,
@@ -100,14 +103,24 @@ def start_mission(
                 *(MERGING_TOOLS if repository else []),
                 *MEMORY_TOOL_NAMES,
                 *LEDGER_TOOL_NAMES,
+                # Work from outside may need a question answered: its sender answers (A2A).
+                *(["ask_owner"] if brief is not None and not repository else []),
                 "delegate",
                 "consult_advisor",
+                # The Web, through the quarantined reader; search once a backend is set.
+                web.FETCH,
+                *([web.SEARCH] if search.get() is not None else []),
+                # Another agent over A2A, through the run's egress (asks the owner by default).
+                a2a_call.NAME,
             ],
             level,
         ),
         # Frozen at launch: the notes of global and this project's memory the owner verified,
-        # given to the model as data with their provenance (`memory_as_data`).
-        "memory_index": memory_store.prompt_index(memory_scopes(mission)),
+        # given to the model as data with their provenance (`memory_as_data`). A mission on a
+        # brief from outside answers its sender: the owner's global notes stay out of it.
+        "memory_index": memory_store.prompt_index(
+            [scope for scope in memory_scopes(mission) if brief is None or scope != "global"]
+        ),
         "memory_as_data": True,
         "constraints": constraints,
         "instructions": "\n".join(
@@ -160,6 +173,24 @@ def start_mission(
             **({"offline": offline} if offline is not None else {}),
         },
     )
+
+
+@dataclass(frozen=True)
+class Brief:
+    """Text from outside that a mission works on (an A2A caller's task): its source and trust
+    name it in its data block."""
+
+    text: str
+    source: str
+    trust: Trust = Trust.WEB
+
+
+def with_brief(goal: str, brief: Brief | None) -> str:
+    """The first message of a mission's run: our goal, then the brief as a data block — never
+    in the system prompt, never as the owner's words (docs/design.md §12)."""
+    if brief is None:
+        return goal
+    return f"{goal}\n\n{framing.render(brief.text, trust=brief.trust, source=brief.source)}"
 
 
 def _allowed(names: list[str], level: int) -> list[str]:
@@ -219,6 +250,7 @@ def create_mission(
     bridges: Any = None,
     allowed_hosts: Any = None,
     sensitive: bool = False,
+    brief: Brief | None = None,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
@@ -233,7 +265,9 @@ def create_mission(
 
     `bridges` (names of API bridges, `cluster.bridges`) and `allowed_hosts` (`host`,
     `host:port`, shell-style globs) are what its sandboxes may reach besides the owner's egress
-    rules (`missions.network`); `sensitive`: plan first, then read untrusted content."""
+    rules (`missions.network`); `sensitive`: plan first, then read untrusted content. `brief`:
+    text from outside the mission works on, given to the model as data after the goal
+    (`with_brief`)."""
     clean_criteria = _criteria(criteria, project)
     clean_bridges, clean_hosts = _reach(bridges, allowed_hosts)
     if risk_class not in levels.RISK_CLASSES:
@@ -289,7 +323,12 @@ def create_mission(
             **clean_caps,
         )
         run = start_mission(
-            mission, trigger=trigger, script=script, offline=offline, criteria=clean_criteria
+            mission,
+            trigger=trigger,
+            script=script,
+            offline=offline,
+            criteria=clean_criteria,
+            brief=brief,
         )
     return mission, run
 

@@ -9,7 +9,11 @@ Rules, enforced here whatever the model asks:
 - an item becomes done only with proof: commands run (each must be a shell call recorded in
   this mission's journal whose last run exited 0, by the exit code the harness recorded),
   tests passed, files, event ids (each an event of this mission);
-- a fact cites events: the ones given, else the run's newest (the journal up to the call).
+- a fact cites events: the ones given, else the run's newest (the journal up to the call);
+- a sensitive mission's run (`Spec.sensitive`) plans before it reads untrusted content (the Web
+  tools refuse until its ledger has a plan: `sensitive_refusal`), and once its tree has read
+  some (`kernel.exposure`), its plan is frozen: no item added or changed, an item only marked
+  done with proof — what the run set out to do is not rewritten by what it read.
 
 Each write is one transaction keyed by its step's idempotency key (`LedgerWrite`): replayed
 after a crash, it answers what it answered and changes nothing twice. Each change appends a
@@ -25,7 +29,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from kernel import journal
+from kernel import exposure, journal
 from kernel.models import Effect, Event, Run, Step, StepKind, Trust
 from missions.models import Fact, LedgerWrite, Mission, PlanItem
 from tools.base import Risk, Tool, ToolEnv, ToolError
@@ -69,6 +73,45 @@ def contract_name(run: Run) -> str:
     return ""
 
 
+def is_sensitive(run: Run) -> bool:
+    """Whether `run` belongs to a sensitive run tree (its input's or its root's `sensitive`)."""
+    inputs = [run.input]
+    if run.root_id is not None and run.root_id != run.pk:
+        inputs += Run.objects.filter(pk=run.root_id).values_list("input", flat=True)
+    return any(isinstance(given, dict) and given.get("sensitive") is True for given in inputs)
+
+
+def sensitive_refusal(run_id: int, tool: str) -> str:
+    """Why `tool`, which reads untrusted content, may not run yet in run `run_id` ("" when it
+    may): the harness asks before the call (it marks the tree before the call runs), the Web
+    tools again in their own step."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not is_sensitive(run):
+        return ""
+    if PlanItem.objects.filter(mission_id=run.account_id).exists():
+        return ""
+    return (
+        f"{tool} refused: this mission is sensitive, so it plans before it reads anything from"
+        " outside. Write the plan first with ledger_plan (the supervisor) — once untrusted"
+        " content has been read, the plan can no longer be changed, only its items marked done"
+        " with proof."
+    )
+
+
+def _frozen(run: Run) -> dict[str, Any] | None:
+    """Where the tree of a sensitive `run` first read untrusted content, if it has."""
+    if not is_sensitive(run):
+        return None
+    return exposure.of_tree(run.pk).flags.get(exposure.UNTRUSTED)
+
+
+def _frozen_why(where: dict[str, Any]) -> str:
+    return (
+        f"this sensitive mission's plan is frozen: its run tree read untrusted content (step"
+        f" {where['seq']} of run {where['run']}, {where['by']})"
+    )
+
+
 # --- writes --------------------------------------------------------------------------------
 
 
@@ -108,6 +151,9 @@ def _plan(run: Run, seq: int, wanted: list[dict[str, Any]]) -> tuple[str, dict[s
             f"Only the mission's supervisor (its root run) plans; you are run {run.pk}, a"
             " sub-agent: change the items you own with ledger_update."
         )
+    frozen = _frozen(run)
+    if frozen is not None:
+        raise ToolError(f"Plan not changed: {_frozen_why(frozen)}; no item is added or changed.")
     keys = [item["key"] for item in wanted]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
@@ -181,6 +227,14 @@ def _update(run: Run, seq: int, arguments: dict[str, Any]) -> tuple[str, dict[st
         known = PlanItem.objects.filter(mission_id=run.account_id).values_list("key", flat=True)
         listed = ", ".join(known) or "none yet (the supervisor plans them with ledger_plan)"
         raise ToolError(f"No plan item {key!r}; items: {listed}.")
+    frozen = _frozen(run)
+    if frozen is not None and (
+        arguments.get("status") != PlanItem.Status.DONE or "proof" not in arguments
+    ):
+        raise ToolError(
+            f"Item {key!r} not changed: {_frozen_why(frozen)}; an item may only be marked done,"
+            " with proof."
+        )
     supervisor = is_supervisor(run)
     if not supervisor:
         _check_owner(run, item)

@@ -293,6 +293,24 @@ class ProviderEndpoint(models.Model):
         return f"{self.provider}: {self.model} at {self.base_url}"
 
 
+class SearchBackend(models.Model):
+    """Where `web_search` asks (`missions.search`), set by the owner in Settings: a SearXNG
+    instance (its JSON API), or a search API whose key an egress bridge adds (`bridge`: the
+    bridge's name; the key never reaches our code or a model). One row at most."""
+
+    class Kind(models.TextChoices):
+        SEARXNG = "searxng", _("SearXNG")
+        API = "api", _("search API through a bridge")
+
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    url = models.URLField(max_length=500)
+    bridge = models.CharField(max_length=31, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind} at {self.url}"
+
+
 class PlanItem(models.Model):
     """One item of a mission's plan, in its supervisor's ledger (`missions.ledger`): planned
     and assigned by the mission's root run, moved by its owner, done only with proof."""

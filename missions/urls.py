@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from missions import project_views, run_views, trace, views
+from missions import project_views, run_views, trace, views, web_views
 
 urlpatterns: list[URLPattern] = [
     path("missions/", views.mission_list, name="missions"),
@@ -21,6 +21,7 @@ urlpatterns: list[URLPattern] = [
     path("runs/<int:run_id>/trace/", trace.run_trace, name="run-trace"),
     re_path(r"^artifacts/(?P<sha256>[0-9a-f]{64})$", views.artifact, name="artifact"),
     path("costs/", views.cost_report, name="costs"),
+    path("settings/web-search/", web_views.web_search_settings, name="web-search-settings"),
     path("projects/", project_views.project_list, name="projects"),
     path("projects/<int:project_id>/", project_views.project_detail, name="project"),
     path(

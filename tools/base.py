@@ -139,9 +139,10 @@ class Tool:
     preview: Callable[[ToolEnv, dict[str, Any]], dict[str, Any]] | None = None
     interact: Callable[[RunContext, Worksite, dict[str, Any]], str] | None = None
     deferred: bool = False  # only name and description in context; schema loaded on demand
-    # How far the model may trust its output (`missions.engine.framing`): a tool's by default,
-    # the Web's for content from outside (a fetched page, an untrusted MCP server, an A2A agent).
-    trust: Trust = Trust.TOOL
+    # How far the model may trust its output at most (`missions.engine.framing`): None, by its
+    # step (a tool's, or the owner's for an answer of theirs); the Web's for content from
+    # outside (a fetched page, an untrusted MCP server, an A2A agent).
+    trust: Trust | None = None
     # The rule-of-two flags a call sets when it runs (`kernel.exposure`): a call that would set
     # the third flag of its run's tree waits for the owner, whatever the permission rules say.
     exposes: frozenset[str] = frozenset()

@@ -19,6 +19,7 @@ from kernel.context import Done, ReadStep, RunContext, StepCall
 from kernel.exceptions import StepFailed
 from kernel.models import Effect, Run, Step, StepKind, Trust
 from missions import environments as project_environments
+from missions import ledger
 from missions.engine import framing, relief
 from missions.models import Mission
 from missions.providers.base import ToolResult
@@ -199,6 +200,11 @@ def judge(
         verdict = permissions.evaluate(
             tool, arguments, project_id=worksite.project_id, workspace=worksite.workspace
         ).as_dict()
+        if exposure.UNTRUSTED in tool.exposes and verdict["decision"] != Decision.DENY:
+            # Plan, then execute: a sensitive run reads nothing from outside before its plan.
+            refusal = ledger.sensitive_refusal(worksite.run_id, tool.name)
+            if refusal:
+                verdict = {"decision": Decision.DENY, "reason": refusal, "rule": None}
         if tool.exposes and verdict["decision"] != Decision.DENY:
             if tree is None:
                 tree = exposure.of_tree(worksite.run_id)
@@ -247,7 +253,7 @@ def run_tools(
     def answer(call: dict[str, Any], seq: int, output: str, is_error: bool = False) -> ToolResult:
         if framed:
             tool = tools.get(call["name"])
-            least = tool.trust if tool is not None else Trust.TOOL
+            least = tool.trust if tool is not None else None
             output = _render(ctx, seq, output, source=f"tool {call['name']}", least=least)
         return ToolResult(call["call_id"], output, is_error)
 
@@ -355,14 +361,14 @@ def undone_reason(undone: dict[str, str]) -> str:
 
 
 def _render(
-    ctx: RunContext, seq: int, output: str, *, source: str, least: Trust = Trust.TOOL
+    ctx: RunContext, seq: int, output: str, *, source: str, least: Trust | None = None
 ) -> str:
     """`output` of step `seq` as the model reads it, by the trust the journal records for that
     step (a step not known here is rendered as the least trusted it could be: a tool's), or
     `least` (the tool's own: the Web's for content from outside) when that is lower."""
     record = ctx.records.get(seq)
     trust = framing.trust_of(record) if record is not None else Trust.TOOL
-    if TRUST_ORDER.index(least) > TRUST_ORDER.index(trust):
+    if least is not None and TRUST_ORDER.index(least) > TRUST_ORDER.index(trust):
         trust = least
     return framing.render(output, trust=trust, source=source)
 
