@@ -58,10 +58,12 @@ def freeze(names: list[str]) -> list[dict[str, Any]]:
 
 
 def reach(names: list[str]) -> dict[str, list[str]]:
-    """What a run using the servers `names` needs in its input to reach their HTTP ones through
-    its egress (their hosts, or their bridges)."""
+    """What a run using the servers `names` needs in its input for its egress to let them out:
+    each server's bridge, and an HTTP server's host when it has none."""
     needed: dict[str, list[str]] = {}
-    for server in McpServer.objects.filter(name__in=names, transport=Transport.HTTP):
+    for server in McpServer.objects.filter(name__in=names):
+        if server.transport == Transport.STDIO and not server.bridge:
+            continue  # it reaches what the run's own allow-list allows, nothing more
         for key, values in remote.reach(server.url, server.bridge).items():
             needed[key] = [*needed.get(key, []), *values]
     return needed

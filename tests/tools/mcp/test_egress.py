@@ -141,3 +141,12 @@ def egress_events(run: Run) -> list[str]:
     from kernel.models import Event
 
     return [str(event.data) for event in Event.objects.filter(run=run)]
+
+
+def test_a_runs_reach_names_its_servers_bridges(approver: Api) -> None:
+    from tools.mcp.models import McpServer
+
+    add(approver, "time", ["mcp-server-time"])
+    assert toolset.reach(["time"]) == {}
+    McpServer.objects.filter(name="time").update(bridge="anthropic")
+    assert toolset.reach(["time"]) == {"bridges": ["anthropic"]}
