@@ -279,3 +279,8 @@ EGRESS_BRIDGE_URLS = {
     "anthropic": env_str("AGENTOS_BRIDGE_ANTHROPIC_URL", "https://api.anthropic.com"),
     "openai": env_str("AGENTOS_BRIDGE_OPENAI_URL", "https://api.openai.com"),
 }
+
+# --- MCP servers (tools.mcp) -----------------------------------------------------------------
+# Host directories shown read-only, at their own paths, to every stdio MCP server's sandbox
+# besides our own Python environment: where the owner installs servers of other kinds.
+MCP_SERVER_DIRS = env_list("AGENTOS_MCP_SERVER_DIRS", [])

@@ -107,6 +107,10 @@ class MissionIn(Schema):
         " mission's worktree (1); untrusted = each command in a disposable virtual machine (2)",
     )
     caps: CapsIn | None = None
+    mcp_servers: list[str] = Field(
+        default_factory=list,
+        description="MCP servers its agents may use besides its project's (registered, approved)",
+    )
     routes: dict[RoleName, RouteIn] = Field(
         default_factory=dict, description="Per-role overrides of the default model routes"
     )
@@ -160,6 +164,7 @@ class MissionOut(Schema):
     sandbox_level: int
     caps: CapsOut
     routes: dict[str, Any]
+    mcp_servers: list[str]
     bridges: list[str]
     allowed_hosts: list[str]
     sensitive: bool
@@ -198,6 +203,7 @@ def mission_out(mission: Mission) -> dict[str, Any]:
         "sandbox_level": levels.level_for(mission.risk_class),
         "caps": {name: getattr(mission, name) for name in launch.MISSION_CAPS},
         "routes": mission.routes if isinstance(mission.routes, dict) else {},
+        "mcp_servers": list(mission.mcp_servers or []),
         "bridges": list(mission.bridges or []),
         "allowed_hosts": list(mission.allowed_hosts or []),
         "sensitive": mission.sensitive,
@@ -245,6 +251,7 @@ def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str,
             offline=payload.offline,
             criteria=payload.criteria,
             risk_class=payload.risk_class,
+            mcp_servers=payload.mcp_servers,
             bridges=payload.bridges,
             allowed_hosts=payload.allowed_hosts,
             sensitive=payload.sensitive,

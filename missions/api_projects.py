@@ -14,7 +14,7 @@ from pydantic import ConfigDict
 
 from agentos.core.schemas import Text
 from missions import environments as project_environments
-from missions import projects
+from missions import launch, projects
 from missions.api import project_or_404
 from missions.models import Project
 
@@ -43,6 +43,9 @@ class ProjectIn(Schema):
     credential: CredentialIn | None = Field(
         None, description="What the remote asks for; kept encrypted, never shown again"
     )
+    mcp_servers: list[str] = Field(
+        default_factory=list, description="MCP servers every mission of it may use (approved)"
+    )
 
 
 class ProjectOut(Schema):
@@ -51,6 +54,7 @@ class ProjectOut(Schema):
     description: str
     repository: str
     clone_url: str
+    mcp_servers: list[str]
     created_at: datetime
 
 
@@ -73,6 +77,7 @@ def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
         repository=payload.repository,
         clone_url=payload.clone_url,
         credential=projects.Credential(**credential.dict()) if credential else None,
+        mcp_servers=launch.mcp_server_names(payload.mcp_servers),
     )
     return Status(201, project)
 

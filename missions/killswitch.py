@@ -27,6 +27,7 @@ from cluster.models import Node
 from kernel import runs
 from kernel.models import TERMINAL, Run
 from missions.models import Schedule
+from tools.mcp import sessions as mcp_sessions
 
 STOP_SECONDS = 10  # per node: a node this slow is reported as not answering
 
@@ -61,6 +62,8 @@ def engage(*, actor: audit.Actor) -> Stopped:
     # Every sandbox's token dies with it: nothing still running reaches out, even before its
     # tree's stop is seen (the egress service also refuses a stopped tree within a second).
     run_tokens.revoke_all()
+    # This process's MCP servers too (a worker's end with their runs: `missions.engine.loop`).
+    mcp_sessions.POOL.close_all()
     sandboxes, unreachable = _stop_sandboxes()
     audit.record(
         AuditEvent.Kind.KILL_SWITCH,

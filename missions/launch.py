@@ -27,6 +27,8 @@ from missions.routing import route_for
 from tools import levels
 from tools import registry as tool_registry
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
+from tools.mcp import toolset as mcp_toolset
+from tools.mcp.models import McpServer
 
 CODING_INSTRUCTIONS = """\
 You work in a git repository of your own, on the project's code, mounted at /workspace in the
@@ -64,6 +66,7 @@ def start_mission(
     With `criteria` (validated: `verification.validate`), the run ends `done` only when each
     passes. A `brief` follows the goal in the first message, as data (`with_brief`)."""
     route = route_for(mission, "executor")
+    servers = [*mission.mcp_servers, *(mission.project.mcp_servers or [])]
     criteria = criteria or list(mission.criteria or [])
     level = levels.level_for(mission.risk_class)
     why = levels.unavailable(level)
@@ -133,6 +136,8 @@ def start_mission(
         # Going round in circles: a re-plan, then a question to the owner (engine `stalls`).
         "stalls": True,
         "sandbox_level": level,
+        # The enabled MCP tools of its servers and its project's, frozen (`tools.mcp.toolset`).
+        "mcp_tools": mcp_toolset.freeze(servers),
     }
     # Skills, frozen at launch (`memory.skills`): the repository's at the commit the run then
     # starts from, and those the owner approved; their bodies are read with load_skill.
@@ -149,6 +154,9 @@ def start_mission(
     for name in ("bridges", "allowed_hosts"):
         if value := list(getattr(mission, name) or []):
             spec[name] = value
+    # Its HTTP MCP servers' hosts or bridges: their sessions go through its egress.
+    for name, needed in mcp_toolset.reach(servers).items():
+        spec[name] = list(dict.fromkeys([*spec.get(name, []), *needed]))
     if mission.sensitive:
         spec["sensitive"] = True
     if route.provider == "scripted":
@@ -238,6 +246,7 @@ def create_mission(
     offline: str | None = None,
     criteria: Any = None,
     risk_class: str = levels.DEFAULT_RISK_CLASS,
+    mcp_servers: list[str] | None = None,
     bridges: Any = None,
     allowed_hosts: Any = None,
     sensitive: bool = False,
@@ -298,9 +307,11 @@ def create_mission(
         raise MissionError(f"A goal has at most {MAX_GOAL} characters.", code="invalid_input")
     clean_caps = _caps(caps or {})
     clean_routes = _routes(routes or {})
+    clean_servers = mcp_server_names(mcp_servers or [])
     with transaction.atomic():
         mission = Mission.objects.create(
             project=project,
+            mcp_servers=clean_servers,
             goal=goal,
             definition_of_done=definition_of_done.strip(),
             criteria=clean_criteria,
@@ -320,6 +331,23 @@ def create_mission(
             brief=brief,
         )
     return mission, run
+
+
+def mcp_server_names(names: Any) -> list[str]:
+    """The MCP servers a mission or project names, each registered and approved at least once."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise MissionError("mcp_servers is a list of server names.", code="invalid_input")
+    known = {server.name: server for server in McpServer.objects.filter(name__in=names)}
+    for name in names:
+        server = known.get(name)
+        if server is None:
+            raise MissionError(f"No MCP server named {name!r}.", code="invalid_input")
+        if server.approved_at is None:
+            raise MissionError(
+                f"The MCP server {name!r} was never approved: approve its tools first.",
+                code="invalid_input",
+            )
+    return list(dict.fromkeys(names))
 
 
 MAX_REACH = 50

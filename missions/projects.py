@@ -38,11 +38,13 @@ def create_project(
     repository: str = "",
     clone_url: str = "",
     credential: Credential | None = None,
+    mcp_servers: list[str] | None = None,
 ) -> Project:
     """A new project, or `MissionError` (422) naming each invalid field: a name already taken,
     a repository that is not an absolute path to a git repository, a clone URL that is not a
     remote's or that cannot be cloned (the remote's answer, without the credential)."""
     project = Project(name=name.strip(), description=description.strip(), repository=repository)
+    project.mcp_servers = list(mcp_servers or [])  # checked by the caller (`launch`)
     project.repository = project.repository.strip()
     clone_url = clone_url.strip()
     if clone_url and project.repository:

@@ -1,5 +1,5 @@
-"""The admin as the policy editor: permission rules (deny → ask → allow) per tool and pattern, and
-the credentials the host pushes with."""
+"""The admin as the policy editor: permission rules (deny → ask → allow) per tool and pattern, the
+credentials the host pushes with, and the trust and effect classes of MCP servers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from django.utils.translation import gettext_lazy as _
 
 from agentos.core import audit, vault
 from tools import actions, registry
+from tools.mcp import servers, toolset
+from tools.mcp.models import McpServer, McpTool
 from tools.models import CredentialKind, PermissionRule, RemoteCredential
 
 
@@ -22,7 +24,7 @@ class PermissionRuleForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean_tool(self) -> str:
         name = str(self.cleaned_data["tool"]).strip()
-        if name != "*" and registry.TOOLS.get(name) is None:
+        if name != "*" and registry.TOOLS.get(name) is None and toolset.by_name(name) is None:
             raise forms.ValidationError(
                 _("No tool named %(name)s. Use a tool name or * for every tool."),
                 params={"name": name},
@@ -88,3 +90,56 @@ class RemoteCredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             obj.ciphertext = vault.encrypt(secret)
             obj.hint = secret[-4:] if obj.kind == CredentialKind.TOKEN else ""
         super().save_model(request, obj, form, change)
+
+
+SERVER_FIELDS: list[str] = [
+    "name",
+    "transport",
+    "command",
+    "url",
+    "level",
+    "environment",
+    "bridge",
+    "trusted",
+    "status",
+    "last_error",
+    "version",
+    "pinned_version",
+    "listed_at",
+    "approved_at",
+]
+
+
+class McpToolInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = McpTool
+    extra = 0
+    can_delete = False
+    fields = ["name", "effect", "description", "description_hash", "pinned_hash", "listed"]
+    readonly_fields = ["name", "description", "description_hash", "pinned_hash", "listed"]
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False  # tools come from the server's listing only
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The owner's trust in a server and its tools' effect classes, saved through the same
+    action as the API's (`tools.mcp.servers.update`, audited); registering and approving are
+    the API's and `manage.py mcp_add`'s (they list the server in the sandbox first)."""
+
+    inlines = [McpToolInline]
+    list_display = ["name", "transport", "status", "trusted", "version", "approved_at"]
+    list_filter = ["status", "trusted", "transport"]
+    fields = tuple(SERVER_FIELDS)
+    readonly_fields = [field for field in SERVER_FIELDS if field != "trusted"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def save_model(self, request: Any, obj: McpServer, form: Any, change: bool) -> None:
+        servers.update(server=obj, trusted=obj.trusted, actor=audit.Actor.of(request))
+
+    def save_formset(self, request: Any, form: Any, formset: Any, change: bool) -> None:
+        effects = {tool.name: tool.effect for tool in formset.save(commit=False)}
+        if effects:
+            servers.update(server=form.instance, effects=effects, actor=audit.Actor.of(request))

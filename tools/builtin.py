@@ -11,6 +11,7 @@ from kernel.models import Artifact, Effect, Run
 from tools.base import Risk, Tool, ToolEnv
 from tools.files import FILE_TOOLS
 from tools.git import GIT_TOOLS
+from tools.mcp import toolset
 from tools.merging import MERGE_WORK
 from tools.registry import TOOLS
 from tools.shell import SHELL
@@ -72,6 +73,10 @@ READ_ARTIFACT = Tool(
 
 
 def _load_tool_schema(env: ToolEnv, arguments: dict[str, Any]) -> str:
+    # An MCP tool's is the one frozen into the run (`tools.mcp.toolset`), not a registry's.
+    if arguments["name"].startswith(toolset.PREFIX):
+        found = toolset.schema_of(env.run_id, arguments["name"])
+        return json.dumps(found) if found else f"No tool named {arguments['name']!r}."
     tool = TOOLS.get(arguments["name"])
     if tool is None:
         return f"No tool named {arguments['name']!r}."

@@ -94,3 +94,8 @@ class RemoteCredential(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} for {self.remote} of {self.project}"
+
+
+# The MCP servers' models live with their package; imported here so the app registers them.
+from tools.mcp.models import McpServer as McpServer  # noqa: E402
+from tools.mcp.models import McpTool as McpTool  # noqa: E402

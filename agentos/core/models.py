@@ -114,6 +114,7 @@ class AuditEvent(models.Model):
             "environment.changed",
             _("a project's environment setup saved or rebuilt"),
         )
+        MCP_CHANGED = "mcp.changed", _("an MCP server added, approved or its trust changed")
         BRIDGE_CHANGED = "bridge.changed", _("an API bridge added, changed or removed")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -277,6 +277,9 @@ class Mounts:
     git: list[str]
     env_dir: Path | None
     env_writable: bool
+    # Host directories bound read-only, (source, destination): a long-lived server's interpreter
+    # and packages (`command`).
+    read_only: tuple[tuple[str, str], ...] = ()
 
 
 def run(
@@ -304,6 +307,20 @@ def run(
         raise invalid(f"profile.egress_socket: {profile.egress_socket} is not a socket")
     mounts = Mounts(resolved, git, env_dir, env_writable)
     return _execute(tools(), profile, mounts, stopping, started)
+
+
+def command(profile: Profile, mounts: Mounts, fds: list[int]) -> list[str]:
+    """The whole command line of `profile` (prlimit, bwrap, then its argv, behind the egress
+    forwarder when it has one) for a caller that keeps the process itself: a long-lived server
+    talking over its stdin and stdout. No cgroup, gate or watcher: the rlimits bound it, bwrap's
+    --die-with-parent ends it with its caller, and the caller bounds its time. `fds` collects
+    the descriptors the caller passes to the process (and closes after starting it)."""
+    if os.geteuid() == 0 and (profile.uid == 0 or profile.gid == 0):
+        raise invalid("profile.uid/gid: a sandbox never runs as root (uid or gid 0)")
+    if mounts.workdir is not None:
+        check_reachable(mounts.workdir, profile.uid, profile.gid)
+    argv = [*WITH_FORWARDER, *profile.argv] if profile.egress_socket else profile.argv
+    return [*_command(tools(), profile, mounts, fds, per_sandbox=False), "--", *argv]
 
 
 @contextlib.contextmanager
@@ -529,6 +546,8 @@ def _command(
         command += ["--chdir", WORKSPACE]
     else:
         command += ["--chdir", ENV if mounts.env_writable else SANDBOX_TMP]
+    for source, dest in mounts.read_only:
+        command += ["--ro-bind", source, dest]
     # The root itself is a tmpfs bwrap built: nothing outside the binds is writable.
     command += ["--remount-ro", "/"]
     if found.disable_userns:

@@ -44,6 +44,8 @@ from missions.providers import registry
 from missions.providers.base import Conversation, Options, Provider
 from tools import registry as tool_registry
 from tools.base import Risk, Tool, Worksite
+from tools.mcp import sessions as mcp_sessions
+from tools.mcp import toolset as mcp_toolset
 from tools.models import Decision
 
 NO_TOOL = Tool(
@@ -90,20 +92,26 @@ class Agent:
 def _agent(ctx: RunContext) -> Outcome:
     spec = Spec.from_input(ctx.input)
     run = _start(ctx, spec)
-    for number in range(1, spec.max_turns + 1):
-        outcome = turn(run, number)
-        if outcome is not None:
-            return outcome
-    return Outcome(RunStatus.PARTIAL, {"reason": f"turn cap {spec.max_turns} reached"})
+    try:
+        for number in range(1, spec.max_turns + 1):
+            outcome = turn(run, number)
+            if outcome is not None:
+                return outcome
+        return Outcome(RunStatus.PARTIAL, {"reason": f"turn cap {spec.max_turns} reached"})
+    finally:
+        # Its MCP servers stop with it (or with this execution: a resumed run starts them again).
+        if spec.mcp_tools:
+            mcp_sessions.POOL.close_run(ctx.run_id)
 
 
 def _start(ctx: RunContext, spec: Spec) -> Agent:
     """The run's prompt, provider, opening thread, worksite and window (its steps in this order:
     the prompt's fingerprint, the worksite's, the window's)."""
     names = list(spec.tools)
-    if any((tool_registry.TOOLS.get(name) or NO_TOOL).deferred for name in names):
+    mcp = mcp_toolset.build(spec.mcp_tools)  # deferred, after the registry's: a stable order
+    if mcp or any((tool_registry.TOOLS.get(name) or NO_TOOL).deferred for name in names):
         names.append("load_tool_schema")
-    tools = tool_registry.frozen(names)
+    tools = tool_registry.frozen(names) + mcp
     prefix = assemble(
         role=spec.role,
         instructions=spec.instructions,

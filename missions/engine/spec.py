@@ -93,6 +93,9 @@ class Spec:
     # only, 1 a bubblewrap sandbox, 2 a virtual machine per task. 1 for runs started before it
     # was recorded.
     sandbox_level: int = 1
+    # The MCP tools it may call, frozen at launch (`tools.mcp.toolset.freeze`): empty for runs
+    # started before they were recorded.
+    mcp_tools: list[dict[str, Any]] = field(default_factory=list)
     # What its sandboxes may reach besides the owner's egress rules (`missions.network` reads
     # them from the run's input): API bridges by name, and extra hosts.
     bridges: list[str] = field(default_factory=list)

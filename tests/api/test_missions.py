@@ -48,6 +48,7 @@ def test_it_creates_lists_and_shows_projects(api: Api, tmp_path: Path) -> None:
         "description": "Release notes",
         "repository": str(tmp_path),
         "clone_url": "",
+        "mcp_servers": [],
         "created_at": body["created_at"],
     }
     assert [item["name"] for item in api.get("/projects").json()] == ["notes"]
@@ -141,6 +142,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "routes": {
             "executor": {"provider": "anthropic", "model": "claude-opus-5-5", "effort": None}
         },
+        "mcp_servers": [],
         "bridges": [],
         "allowed_hosts": [],
         "sensitive": False,
