@@ -22,6 +22,7 @@ from approvals.models import Approval, Question, Reconciliation, Status, Verdict
 from kernel import programs
 from kernel.models import TERMINAL, Run, Step, WaitState
 from tools import registry
+from tools.mcp import toolset as mcp_toolset
 
 SUBJECT_CHARS = 120
 MISSION_CHARS = 80
@@ -90,7 +91,8 @@ def call_of(step: Step | None) -> dict[str, Any]:
 def subject(request: dict[str, Any]) -> str:
     """One line saying what an approval is about: the tool's own subject (the command, the
     path, the remote and branch), else its arguments."""
-    tool = registry.TOOLS.get(str(request.get("tool", "")))
+    name = str(request.get("tool", ""))
+    tool = registry.TOOLS.get(name) or mcp_toolset.by_name(name)
     arguments = request.get("arguments")
     if tool is not None and isinstance(arguments, dict):
         text = tool.subject_of(arguments)

@@ -22,6 +22,7 @@ from kernel.context import DONE, NOT_DONE, Done, RunContext, StepCall
 from kernel.models import Effect, RunStatus, StepKind
 from tools import actions, permissions, registry
 from tools.base import Tool, ToolError, Worksite, arguments_hash
+from tools.mcp import toolset as mcp_toolset
 from tools.models import Decision, PermissionRule
 
 MAX_JUSTIFICATION = 4000
@@ -257,7 +258,8 @@ def _refuse_closed(wait: Approval | Question, consequence: str) -> None:
 
 def _always_allow(approval: Approval, actor: audit.Actor) -> None:
     request = approval.request
-    tool = registry.TOOLS.get(str(request.get("tool", "")))
+    name = str(request.get("tool", ""))
+    tool = registry.TOOLS.get(name) or mcp_toolset.by_name(name)
     if tool is None or request.get("project_id") is None:
         raise ApprovalError("This approval cannot become a project rule.", code="invalid_input")
     rule = PermissionRule(

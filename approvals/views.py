@@ -22,6 +22,7 @@ from approvals import inbox, service
 from approvals.forms import AnswerForm, DecisionForm, VerdictForm
 from approvals.models import Approval, Question, Reconciliation, Status, Verdict
 from tools import registry
+from tools.mcp import toolset as mcp_toolset
 
 
 @require_safe
@@ -287,7 +288,8 @@ def _approval_context(
         else None,
         "project": project,
         # "Always allow" writes a project rule for this tool and subject: only when both exist.
-        "can_always": project is not None and registry.TOOLS.get(tool_name) is not None,
+        "can_always": project is not None
+        and (registry.TOOLS.get(tool_name) or mcp_toolset.by_name(tool_name)) is not None,
         "answer": answer,
         "form": form,
         "error": error,

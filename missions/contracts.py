@@ -181,6 +181,9 @@ def _input(parent: Spec, contract: dict[str, Any], route: Route) -> dict[str, An
     """The child's run input (a `Spec`): its contract, routed, with what it inherits."""
     writes = contract["writes"]
     level = contract["sandbox_level"]
+    # The parent's MCP tools it gives, as the parent froze them (the registry knows none).
+    mcp = [tool for tool in parent.mcp_tools if tool["name"] in contract["tools"]]
+    given = {tool["name"] for tool in mcp}
     return {
         "goal": _goal(contract, parent),
         "provider": route.provider,
@@ -188,7 +191,8 @@ def _input(parent: Spec, contract: dict[str, Any], route: Route) -> dict[str, An
         "role": contract["role"],
         "effort": contract["effort"] or route.effort,
         "thinking": route.provider != "scripted",
-        "tools": contract["tools"],
+        "tools": [name for name in contract["tools"] if name not in given],
+        **({"mcp_tools": mcp} if mcp else {}),
         "constraints": list(contract["boundaries"]),
         "max_turns": int(contract["budget"].get("turns", DEFAULT_TURNS)),
         "stop_hook": HOOK,
@@ -291,7 +295,7 @@ def _caps(budget: dict[str, Any]) -> dict[str, Any]:
 
 def _tools(parent: Spec, task: dict[str, Any], writes: bool, problems: list[str]) -> list[str]:
     """The child's allow-list: a subset of the parent's tools; read tools only for a reader."""
-    mine = set(parent.tools)
+    mine = set(parent.tools) | {tool["name"] for tool in parent.mcp_tools}
     asked = task.get("tools")
     if asked is None:
         given = {
