@@ -1,6 +1,7 @@
 """The Tools screen: what each tool does to the world (effect, risk, minimum sandbox level), the
 owner's permission rules per project (added and removed here; the admin stays the back office),
-the API bridges, and the rule of two's flags of the missions running now. Rules are decided in
+the MCP servers (their tools, pins and pending changes), the skills, the search backend, the API
+bridges, and the rule of two's flags of the missions running now. Rules are decided in
 the harness (`tools.permissions`); this page only edits them. It lives in the project shell
 because it shows what several apps hold."""
 
@@ -20,8 +21,13 @@ from cluster import bridges
 from cluster.models import ApiBridge
 from kernel import exposure
 from kernel.models import TERMINAL, Run
+from memory import skill_proposals
+from memory import skills as memory_skills
+from missions import search
 from tools import actions, registry
 from tools.base import Risk
+from tools.mcp import servers as mcp_servers
+from tools.mcp.models import McpServer
 from tools.models import Decision, PermissionRule
 from tools.permissions import DEFAULTS
 
@@ -65,9 +71,29 @@ def tools_screen(request: HttpRequest) -> HttpResponse:
         ),
         "form": form,
         "bridges": [bridges.describe(bridge) for bridge in ApiBridge.objects.all()],
+        "mcp_servers": _mcp_servers(),
+        "skills": memory_skills.from_memory()[0],
+        "skill_proposals": skill_proposals.pending(),
+        "search_backend": search.get(),
         "running": _rule_of_two_now(),
     }
     return render(request, "console/tools.html", context, status=status)
+
+
+def _mcp_servers() -> list[dict[str, Any]]:
+    """Each MCP server with its tools, and the diff of each tool whose text changed since the
+    owner pinned it (disabled until approved again)."""
+    found = McpServer.objects.prefetch_related("tools").order_by("name")
+    return [
+        {
+            "server": server,
+            "tools": [
+                {"tool": tool, "diff": mcp_servers.diff(tool)}
+                for tool in sorted(server.tools.all(), key=lambda tool: tool.name)
+            ],
+        }
+        for server in found
+    ]
 
 
 def _rule_of_two_now() -> list[dict[str, Any]]:
