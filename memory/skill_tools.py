@@ -1,5 +1,5 @@
 """Skill tools for agents: `load_skill` reads a skill the run was offered at launch, and
-`skill_propose` proposes a new one to the owner (docs/tools/skills.md).
+`skill_propose` proposes a new one to the owner (docs/tools.md, "Skills").
 
 `load_skill` only reads: the skill's `SKILL.md` body, or the text of one of its files, from the
 commit the run was offered it at (the list frozen in the run's input, `Spec.skills`). It never
