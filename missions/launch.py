@@ -93,28 +93,7 @@ def start_mission(
         "effort": route.effort,
         # The model decides how much to think (docs/design.md §12); effort steers the spend.
         "thinking": route.provider != "scripted",
-        # The root run supervises: it keeps the mission's ledger (`missions.ledger`).
-        # `delegate`: the mission's agent may hand tasks to sub-agents (`missions.delegation`),
-        # and merge its writers' work (`merge_work`) when it has a repository;
-        # `consult_advisor`: it may ask the planner's (stronger) model for advice.
-        "tools": _allowed(
-            [
-                *(CODING_TOOLS if repository else []),
-                *(MERGING_TOOLS if repository else []),
-                *MEMORY_TOOL_NAMES,
-                *LEDGER_TOOL_NAMES,
-                # Work from outside may need a question answered: its sender answers (A2A).
-                *(["ask_owner"] if brief is not None and not repository else []),
-                "delegate",
-                "consult_advisor",
-                # The Web, through the quarantined reader; search once a backend is set.
-                web.FETCH,
-                *([web.SEARCH] if search.get() is not None else []),
-                # Another agent over A2A, through the run's egress (asks the owner by default).
-                a2a_call.NAME,
-            ],
-            level,
-        ),
+        "tools": _tools(repository=repository, brief=brief, level=level),
         # Frozen at launch: the notes of global and this project's memory the owner verified,
         # given to the model as data with their provenance (`memory_as_data`). A mission on a
         # brief from outside answers its sender: the owner's global notes stay out of it.
@@ -139,26 +118,11 @@ def start_mission(
         # The enabled MCP tools of its servers and its project's, frozen (`tools.mcp.toolset`).
         "mcp_tools": mcp_toolset.freeze(servers),
     }
-    # Skills, frozen at launch (`memory.skills`): the repository's at the commit the run then
-    # starts from, and those the owner approved; their bodies are read with load_skill.
-    offered, commit = memory_skills.offered(repository)
-    if offered:
-        spec["skills"] = offered
-        spec["tools"].append("load_skill")
-    if any(skill["source"] == "repository" for skill in offered):
-        spec["base"] = commit
+    _add_skills(spec, repository)
     if criteria:
         spec["criteria"] = criteria
         spec["stop_hook"] = verification.HOOK
-    # Only when set: the input of a run that reaches nothing more keeps its former shape.
-    for name in ("bridges", "allowed_hosts"):
-        if value := list(getattr(mission, name) or []):
-            spec[name] = value
-    # Its HTTP MCP servers' hosts or bridges: their sessions go through its egress.
-    for name, needed in mcp_toolset.reach(servers).items():
-        spec[name] = list(dict.fromkeys([*spec.get(name, []), *needed]))
-    if mission.sensitive:
-        spec["sensitive"] = True
+    _add_reach(spec, mission, servers)
     if route.provider == "scripted":
         spec["script"] = script
     return runs.start_run(
@@ -173,6 +137,55 @@ def start_mission(
             **({"offline": offline} if offline is not None else {}),
         },
     )
+
+
+def _tools(*, repository: str, brief: Brief | None, level: int) -> list[str]:
+    """The root run's tools. It supervises: it keeps the mission's ledger (`missions.ledger`);
+    `delegate`: it may hand tasks to sub-agents (`missions.delegation`), and merge its writers'
+    work (`merge_work`) when it has a repository; `consult_advisor`: it may ask the planner's
+    (stronger) model for advice."""
+    return _allowed(
+        [
+            *(CODING_TOOLS if repository else []),
+            *(MERGING_TOOLS if repository else []),
+            *MEMORY_TOOL_NAMES,
+            *LEDGER_TOOL_NAMES,
+            # Work from outside may need a question answered: its sender answers (A2A).
+            *(["ask_owner"] if brief is not None and not repository else []),
+            "delegate",
+            "consult_advisor",
+            # The Web, through the quarantined reader; search once a backend is set.
+            web.FETCH,
+            *([web.SEARCH] if search.get() is not None else []),
+            # Another agent over A2A, through the run's egress (asks the owner by default).
+            a2a_call.NAME,
+        ],
+        level,
+    )
+
+
+def _add_skills(spec: dict[str, Any], repository: str) -> None:
+    """Skills, frozen at launch (`memory.skills`): the repository's at the commit the run then
+    starts from, and those the owner approved; their bodies are read with load_skill."""
+    offered, commit = memory_skills.offered(repository)
+    if offered:
+        spec["skills"] = offered
+        spec["tools"].append("load_skill")
+    if any(skill["source"] == "repository" for skill in offered):
+        spec["base"] = commit
+
+
+def _add_reach(spec: dict[str, Any], mission: Mission, servers: list[str]) -> None:
+    """What the run may reach besides the owner's egress rules, only when set: the input of a
+    run that reaches nothing more keeps its former shape."""
+    for name in ("bridges", "allowed_hosts"):
+        if value := list(getattr(mission, name) or []):
+            spec[name] = value
+    # Its HTTP MCP servers' hosts or bridges: their sessions go through its egress.
+    for name, needed in mcp_toolset.reach(servers).items():
+        spec[name] = list(dict.fromkeys([*spec.get(name, []), *needed]))
+    if mission.sensitive:
+        spec["sensitive"] = True
 
 
 @dataclass(frozen=True)
