@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from agentos.core import audit, vault
 from tools import actions, registry
 from tools.mcp import servers, toolset
-from tools.mcp.models import McpServer, McpTool
+from tools.mcp.models import SHOWN_FIELDS, McpServer, McpTool
 from tools.models import CredentialKind, PermissionRule, RemoteCredential
 
 
@@ -92,24 +92,6 @@ class RemoteCredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         super().save_model(request, obj, form, change)
 
 
-SERVER_FIELDS: list[str] = [
-    "name",
-    "transport",
-    "command",
-    "url",
-    "level",
-    "environment",
-    "bridge",
-    "trusted",
-    "status",
-    "last_error",
-    "version",
-    "pinned_version",
-    "listed_at",
-    "approved_at",
-]
-
-
 class McpToolInline(admin.TabularInline):  # type: ignore[type-arg]
     model = McpTool
     extra = 0
@@ -130,8 +112,8 @@ class McpServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     inlines = [McpToolInline]
     list_display = ["name", "transport", "status", "trusted", "version", "approved_at"]
     list_filter = ["status", "trusted", "transport"]
-    fields = tuple(SERVER_FIELDS)
-    readonly_fields = [field for field in SERVER_FIELDS if field != "trusted"]
+    fields = SHOWN_FIELDS
+    readonly_fields = [field for field in SHOWN_FIELDS if field != "trusted"]
 
     def has_add_permission(self, request: Any) -> bool:
         return False

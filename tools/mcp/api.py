@@ -15,7 +15,7 @@ from pydantic import ConfigDict
 from agentos.core import audit, tokens
 from agentos.core.models import Scope
 from tools.mcp import servers
-from tools.mcp.models import McpServer
+from tools.mcp.models import SHOWN_FIELDS, McpServer
 
 router = Router(tags=["mcp"])
 
@@ -88,25 +88,7 @@ class ServerOut(Schema):
 
 def server_out(server: McpServer) -> dict[str, Any]:
     return {
-        **{
-            field: getattr(server, field)
-            for field in (
-                "name",
-                "transport",
-                "command",
-                "url",
-                "level",
-                "environment",
-                "bridge",
-                "trusted",
-                "status",
-                "last_error",
-                "version",
-                "pinned_version",
-                "listed_at",
-                "approved_at",
-            )
-        },
+        **{field: getattr(server, field) for field in SHOWN_FIELDS},
         "tools": [
             {
                 "name": tool.name,

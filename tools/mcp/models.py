@@ -41,6 +41,25 @@ class ServerStatus(models.TextChoices):
     ERROR = "error", _("error")
 
 
+# What the owner sees of a server (the API's answer, the admin's form), in this order.
+SHOWN_FIELDS = (
+    "name",
+    "transport",
+    "command",
+    "url",
+    "level",
+    "environment",
+    "bridge",
+    "trusted",
+    "status",
+    "last_error",
+    "version",
+    "pinned_version",
+    "listed_at",
+    "approved_at",
+)
+
+
 class McpServer(models.Model):
     name = models.CharField(_("name"), max_length=31, unique=True)
     transport = models.CharField(_("transport"), max_length=10, choices=Transport.choices)
