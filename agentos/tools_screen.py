@@ -7,11 +7,13 @@ because it shows what several apps hold."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -50,6 +52,36 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs: Mode
         )
 
 
+class McpServerForm(forms.Form):
+    name = forms.CharField(label=_("Name"), max_length=31)
+    command = forms.CharField(
+        label=_("Command"),
+        required=False,
+        max_length=2000,
+        help_text=_("A stdio server's command line, run in the sandbox (e.g. mcp-server-time)."),
+    )
+    url = forms.CharField(
+        label=_("URL"),
+        required=False,
+        max_length=500,
+        help_text=_("Or a streamable-HTTP server's URL, reached through the egress proxy."),
+    )
+    bridge = forms.CharField(
+        label=_("Bridge"),
+        required=False,
+        max_length=31,
+        help_text=_("The API bridge that adds the server's credential. Optional."),
+    )
+
+    def clean_command(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data.get("command") or "")
+        except ValueError as error:
+            raise forms.ValidationError(
+                _("Not a command line: %(error)s.") % {"error": error}
+            ) from None
+
+
 @require_http_methods(["GET", "HEAD", "POST"])
 @owner_required
 def tools_screen(request: HttpRequest) -> HttpResponse:
@@ -60,6 +92,51 @@ def tools_screen(request: HttpRequest) -> HttpResponse:
             actions.add_permission_rule(rule=form.save(commit=False), actor=audit.Actor.of(request))
             return redirect("console:tools")
         status = 400
+    return _screen(request, form=form, status=status)
+
+
+@require_POST
+@owner_required
+def add_mcp_server(request: HttpRequest) -> HttpResponse:
+    """Register an MCP server (`tools.mcp.servers.add_server`: it must start and list its
+    tools); its tools wait for the owner's approval."""
+    form = McpServerForm(request.POST)
+    if not form.is_valid():
+        return _screen(request, mcp_form=form, status=400)
+    data = form.cleaned_data
+    try:
+        mcp_servers.add_server(
+            name=data["name"],
+            command=data["command"] or None,
+            url=data["url"] or None,
+            bridge=data["bridge"],
+            actor=audit.Actor.of(request),
+        )
+    except mcp_servers.McpServerError as refused:
+        form.add_error(None, refused.message)
+        return _screen(request, mcp_form=form, status=refused.status)
+    return redirect(f"{reverse('console:tools')}#mcp-servers")
+
+
+@require_POST
+@owner_required
+def approve_mcp_server(request: HttpRequest, name: str) -> HttpResponse:
+    """Pin the server's tools as listed now (`tools.mcp.servers.approve`)."""
+    try:
+        mcp_servers.approve(server=mcp_servers.server_or_404(name), actor=audit.Actor.of(request))
+    except mcp_servers.McpServerError as refused:
+        return _screen(request, mcp_error=refused.message, status=refused.status)
+    return redirect(f"{reverse('console:tools')}#mcp-servers")
+
+
+def _screen(
+    request: HttpRequest,
+    *,
+    form: RuleForm | None = None,
+    mcp_form: McpServerForm | None = None,
+    mcp_error: str = "",
+    status: int = 200,
+) -> HttpResponse:
     context = {
         "screen": SCREENS_BY_SLUG["tools"],
         "tools": [
@@ -69,7 +146,9 @@ def tools_screen(request: HttpRequest) -> HttpResponse:
         "rules": PermissionRule.objects.select_related("project").order_by(
             "project__name", "tool", "pattern"
         ),
-        "form": form,
+        "form": form or RuleForm(),
+        "mcp_form": mcp_form or McpServerForm(),
+        "mcp_error": mcp_error,
         "bridges": [bridges.describe(bridge) for bridge in ApiBridge.objects.all()],
         "mcp_servers": _mcp_servers(),
         "skills": memory_skills.from_memory()[0],

@@ -54,6 +54,12 @@ console = (
         path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
         path("agents/", agents_views.agents_screen, name="agents"),
         path("tools/", tools_screen.tools_screen, name="tools"),
+        path("tools/mcp/", tools_screen.add_mcp_server, name="tool-mcp-add"),
+        path(
+            "tools/mcp/<str:name>/approve",
+            tools_screen.approve_mcp_server,
+            name="tool-mcp-approve",
+        ),
         path("cluster/", cluster_views.cluster_screen, name="cluster"),
         path("tools/rules/<int:rule_id>/delete", tools_screen.delete_rule, name="tool-rule-delete"),
         *approvals_urls.urlpatterns,

@@ -282,3 +282,24 @@ def test_a_server_may_run_from_a_projects_environment(approver: Api, echo_dir: P
     )
     assert empty.status_code == 422
     assert "has no environment" in empty.json()["error"]["message"]
+
+
+def test_the_owner_adds_and_approves_a_server_on_the_tools_screen(owner_client: Client) -> None:
+    page = owner_client.post("/tools/mcp/", {"name": "time", "command": "mcp-server-time"})
+    assert page.status_code == 302
+    server = McpServer.objects.get(name="time")
+    assert server.status == "pending"
+    shown = owner_client.get("/tools/").content.decode()
+    assert "mcp__time__get_current_time" in shown
+    assert "not approved yet" in shown
+    assert owner_client.post("/tools/mcp/time/approve").status_code == 302
+    server.refresh_from_db()
+    assert server.status == "ready"
+    assert all(tool.enabled for tool in server.tools.all())
+    assert "Approve its tools as listed" not in owner_client.get("/tools/").content.decode()
+    refused = owner_client.post("/tools/mcp/", {"name": "time", "command": "mcp-server-time"})
+    assert refused.status_code == 409
+    assert "An MCP server named" in refused.content.decode()
+    bad = owner_client.post("/tools/mcp/", {"name": "x", "command": "'unclosed"})
+    assert bad.status_code == 400
+    assert McpServer.objects.count() == 1
