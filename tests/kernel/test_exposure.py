@@ -9,7 +9,7 @@ from tests.kernel.factories import make_account
 pytestmark = pytest.mark.django_db
 
 
-def test_a_flag_keeps_the_first_step_that_set_it_and_the_tree_shares_them():
+def test_a_flag_keeps_the_first_step_that_set_it_and_the_tree_shares_them() -> None:
     account = make_account()
     root = runs.start_run(account=account, program="chaos.noop")
     child = runs.spawn_child(parent=root, seq=3, program="chaos.noop", input={}, caps={})
@@ -26,7 +26,7 @@ def test_a_flag_keeps_the_first_step_that_set_it_and_the_tree_shares_them():
     assert tree.describe()[0].startswith("read untrusted content: step 4 of run")
 
 
-def test_an_unknown_flag_is_refused():
+def test_an_unknown_flag_is_refused() -> None:
     account = make_account()
     run = runs.start_run(account=account, program="chaos.noop")
     with pytest.raises(ValueError, match="Unknown rule-of-two flag"):
