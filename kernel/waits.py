@@ -107,3 +107,35 @@ def open_wait(run_id: int, seq: int, kind: str, question: Any, *, due_at: dateti
         defaults={"question": question, "due_at": due_at},
     )
     return wait
+
+
+def hold_step(run_id: int, seq: int, question: Any, *, due_at: datetime) -> Wait:
+    """A durable timer on step `seq`, begun and without a result, to run it again at `due_at`:
+    the run suspends until then (`Suspend(due_at)`), and its replay executes the step again.
+
+    One row per step, made once and moved on by each later hold (its `created_at` says when the
+    step was first held); `release_step` settles it once the step got through."""
+    wait, created = Wait.objects.get_or_create(
+        run_id=run_id,
+        seq=seq,
+        kind=WaitKind.TIMER,
+        defaults={"question": question, "due_at": due_at},
+    )
+    if not created:
+        Wait.objects.filter(pk=wait.pk).update(
+            question=question, due_at=due_at, state=WaitState.OPEN, settled_at=None
+        )
+        wait.question, wait.due_at, wait.state = question, due_at, WaitState.OPEN
+    return wait
+
+
+def step_hold(run_id: int, seq: int) -> Wait | None:
+    """The hold of step `seq` (`hold_step`), if it was ever held."""
+    return Wait.objects.filter(run_id=run_id, seq=seq, kind=WaitKind.TIMER).first()
+
+
+def release_step(run_id: int, seq: int) -> None:
+    """Settle the hold of step `seq`, if any: what it waited for is over."""
+    Wait.objects.filter(run_id=run_id, seq=seq, kind=WaitKind.TIMER, state=WaitState.OPEN).update(
+        state=WaitState.EXPIRED, settled_at=timezone.now()
+    )

@@ -1,0 +1,119 @@
+"""A provider's outage is a durable wait, not a failure (docs/design.md §7, §8).
+
+A model step retries a transient failure briefly in place (`model_call`); past that, the step
+does not fail: it holds a durable timer (`kernel.waits.hold_step`) and the run suspends, its
+worker free, until the timer is due. The step's intent stays without a result, so the claim
+that follows replays it and the model is asked again by the same step (a `model_call` step is
+safe to run again). Each hold waits longer (doubling, with jitter so many runs held by one
+outage do not all come back at once), or as long as the provider's `retry-after` said; past
+the owner's horizon (`PROVIDER_OUTAGE_HOURS`) the step fails, saying how long it waited and why.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+from typing import NoReturn
+
+from django.conf import settings
+from django.utils import timezone
+
+from kernel import waits
+from kernel.context import StepCall
+from kernel.exceptions import StepFailed, Suspend
+from kernel.models import Run, RunStatus, Wait, WaitKind, WaitState
+from missions.providers.base import ProviderError
+from missions.providers.errors import Trouble, classify
+
+MAX_WAIT_SECONDS = 15 * 60.0  # one hold at most: a recovered provider is noticed soon enough
+_RANDOM = secrets.SystemRandom()
+
+
+def fail_or_wait(provider: str, error: ProviderError, call: StepCall) -> NoReturn:
+    """After the in-step retries: hold the step on a timer if the failure is transient and the
+    horizon is not reached (raises `Suspend`), else fail it (raises `StepFailed`)."""
+    trouble = classify(error)
+    if not trouble.transient:
+        raise StepFailed(f"{provider}: {error.code}: {error.message}")
+    said = trouble.describe(provider)
+    now = timezone.now()
+    hold = waits.step_hold(call.run_id, call.seq)
+    since = hold.created_at if hold is not None else now
+    held = hold.question.get("outage") if hold is not None else None
+    holds = int(held.get("holds", 0)) if isinstance(held, dict) else 0
+    hours = settings.PROVIDER_OUTAGE_HOURS
+    horizon = since + timedelta(hours=hours)
+    if now >= horizon:
+        raise StepFailed(f"the provider was unavailable for {hours} h: {said}: {error.message}")
+    # The last attempt goes at the horizon itself, not past it.
+    due = min(now + timedelta(seconds=delay_seconds(holds, trouble.retry_after)), horizon)
+    waits.hold_step(call.run_id, call.seq, question(provider, trouble, holds + 1, due), due_at=due)
+    raise Suspend(due, reason(said, due))
+
+
+def delay_seconds(holds: int, retry_after: float | None) -> float:
+    """The provider's `retry-after` (never earlier, up to a tenth later), else an exponential
+    wait from `PROVIDER_RETRY_SECONDS` with "equal jitter": between half and all of it."""
+    if retry_after is not None:
+        return min(retry_after * _RANDOM.uniform(1.0, 1.1), MAX_WAIT_SECONDS)
+    base = min(settings.PROVIDER_RETRY_SECONDS * 2.0**holds, MAX_WAIT_SECONDS)
+    return _RANDOM.uniform(base / 2, base)
+
+
+def question(provider: str, trouble: Trouble, holds: int, due: datetime) -> dict[str, object]:
+    """What the hold records (and the run's page and API show): who failed, how, until when."""
+    return {
+        "outage": {
+            "provider": provider,
+            "kind": trouble.kind,
+            "status": trouble.status,
+            "said": trouble.describe(provider),
+            "message": trouble.message[:500],
+            "holds": holds,
+            "until": due.isoformat(),
+        }
+    }
+
+
+def reason(said: str, due: datetime) -> str:
+    return f"{said}; retrying at {timezone.localtime(due):%H:%M:%S}"
+
+
+def still_held(call: StepCall) -> None:
+    """Before a replayed model step asks: if its hold is not due yet (the run was claimed early,
+    after a crash between the hold and the suspension, or woken for something else), suspend
+    again until it is, without asking the provider."""
+    if not call.replay:
+        return
+    hold = waits.step_hold(call.run_id, call.seq)
+    if hold is None or hold.state != WaitState.OPEN or hold.due_at is None:
+        return
+    if hold.due_at > timezone.now():
+        said = hold.question.get("outage", {}).get("said", "the provider")
+        raise Suspend(hold.due_at, reason(str(said), hold.due_at))
+
+
+def recovered(call: StepCall) -> None:
+    """The model answered: settle the step's hold, if a former attempt held it (only a
+    replayed step can have been held: no query on the hot path)."""
+    if call.replay:
+        waits.release_step(call.run_id, call.seq)
+
+
+def waiting_on(run: Run) -> dict[str, object] | None:
+    """What a waiting run waits for, if a provider's outage holds it: `said` ("Anthropic
+    overloaded (529)"), `until` (the next attempt), `since`, `holds`, `message`. For its page
+    and its API."""
+    if run.status != RunStatus.WAITING:
+        return None
+    hold = (
+        Wait.objects.filter(
+            run=run, kind=WaitKind.TIMER, state=WaitState.OPEN, question__has_key="outage"
+        )
+        .order_by("-seq")
+        .first()
+    )
+    if hold is None or not isinstance(hold.question.get("outage"), dict):
+        return None
+    found = dict(hold.question["outage"])
+    return {**found, "until": hold.due_at, "since": hold.created_at, "seq": hold.seq}

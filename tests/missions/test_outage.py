@@ -1,0 +1,140 @@
+"""A provider's outage is waited out durably: past the short in-step retries the model step holds
+a timer and the run leaves its worker (waiting, no lease), then the same step asks again and the
+run ends `done`; past the owner's horizon it fails saying how long and why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from pytest_django.fixtures import Settings
+
+from kernel import runs
+from kernel.models import Run, RunStatus, Step, Wait, WaitKind, WaitState
+from kernel.worker import Worker
+from tests.kernel.factories import make_mission
+from tests.polling import wait_for
+from tests.providers.anthropic_wire import error_body, reply, text
+from tests.providers.wire import Failure, Stream, WireServer, wire_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OVERLOADED = Failure(529, error_body("overloaded_error", "Overloaded"))
+
+
+@pytest.fixture
+def anthropic(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> Iterator[WireServer]:
+    settings.PROVIDER_RETRY_SECONDS = 1  # the first hold: half a second to a second
+    with wire_server() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        yield server
+
+
+def start() -> Run:
+    return runs.start_run(
+        account=make_mission(),
+        program="agent",
+        input={"goal": "Hello.", "provider": "anthropic", "model": "claude-opus-5-5"},
+    )
+
+
+def test_it_waits_out_an_overloaded_provider_without_holding_a_worker(
+    anthropic: WireServer, owner_client: Client
+) -> None:
+    # Two attempts in the step, then held; the held step's first attempt fails too, then it
+    # recovers: longer than the in-step retries, with a second hold in between.
+    anthropic.queue(OVERLOADED, OVERLOADED, OVERLOADED, OVERLOADED, Stream(reply(text(0, "Hi."))))
+    run = start()
+    worker = Worker(lease_seconds=30)
+
+    assert worker.run_until_idle() == ["waiting"]
+
+    run.refresh_from_db()
+    assert (run.status, run.lease_owner, run.lease_expires_at) == (RunStatus.WAITING, "", None)
+    assert len(anthropic.received) == 2
+    hold = Wait.objects.get(run=run, kind=WaitKind.TIMER)
+    assert hold.state == WaitState.OPEN
+    assert hold.question["outage"]["said"] == "Anthropic overloaded (529)"
+    assert hold.due_at is not None
+    assert run.runnable_at == hold.due_at
+    assert timezone.now() < hold.due_at <= timezone.now() + timedelta(seconds=1)
+    step = Step.objects.get(run=run, seq=hold.seq)
+    assert (step.kind, step.finished_at) == ("model_call", None)  # it will ask again itself
+
+    page = owner_client.get(reverse("console:run", args=[run.pk])).content.decode()
+    assert "Anthropic overloaded (529); retrying at" in page
+    detail = owner_client.get(f"/api/v1/runs/{run.pk}").json()
+    assert detail["status"] == "waiting"
+    assert detail["waiting_on"]["said"] == "Anthropic overloaded (529)"
+    assert detail["waiting_on"]["holds"] == 1
+
+    # Claimed before its timer is due (as after a crash between the hold and the suspension):
+    # it waits again, the provider not asked.
+    Run.objects.filter(pk=run.pk).update(runnable_at=timezone.now())
+    assert worker.run_until_idle() == ["waiting"]
+    assert len(anthropic.received) == 2
+    run.refresh_from_db()
+    assert run.runnable_at == hold.due_at
+
+    outcomes: list[str] = []
+
+    def ended() -> bool:
+        outcomes.extend(worker.run_until_idle())
+        return "done" in outcomes
+
+    wait_for(
+        ended,
+        timeout=20,
+        message="the held run to be claimed again when its timer is due, and to end",
+    )
+
+    assert outcomes == ["waiting", "done"]
+    run.refresh_from_db()
+    assert run.status == RunStatus.DONE
+    assert len(anthropic.received) == 5
+    # The same step asked again, and answered: one model step in the journal.
+    assert [s.seq for s in Step.objects.filter(run=run, kind="model_call")] == [hold.seq]
+    hold.refresh_from_db()
+    assert hold.state == WaitState.EXPIRED
+    assert hold.question["outage"]["holds"] == 2
+    detail = owner_client.get(f"/api/v1/runs/{run.pk}").json()
+    assert detail["waiting_on"] is None
+
+
+def test_it_fails_precisely_past_the_horizon(anthropic: WireServer, settings: Settings) -> None:
+    settings.PROVIDER_OUTAGE_HOURS = 6
+    anthropic.queue(OVERLOADED, OVERLOADED, OVERLOADED, OVERLOADED)
+    run = start()
+    worker = Worker(lease_seconds=30)
+    assert worker.run_until_idle() == ["waiting"]
+    # The outage began seven hours ago, as far as the hold says, and its timer is due.
+    now = timezone.now()
+    Wait.objects.filter(run=run).update(created_at=now - timedelta(hours=7), due_at=now)
+    Run.objects.filter(pk=run.pk).update(runnable_at=now)
+
+    assert worker.run_until_idle() == ["failed"]
+
+    run.refresh_from_db()
+    assert run.error.startswith("StepFailed: the provider was unavailable for 6 h:")
+    assert "Anthropic overloaded (529): Overloaded" in run.error
+    assert len(anthropic.received) == 4
+
+
+def test_it_holds_the_step_at_once_for_a_long_retry_after(anthropic: WireServer) -> None:
+    limited = Failure(429, error_body("rate_limit_error", "Slow down."), {"retry-after": "120"})
+    anthropic.queue(limited)
+    run = start()
+
+    assert Worker(lease_seconds=30).run_until_idle() == ["waiting"]
+
+    assert len(anthropic.received) == 1  # not retried in the step: no worker held for 2 min
+    hold = Wait.objects.get(run=run, kind=WaitKind.TIMER)
+    assert hold.due_at is not None
+    waited = (hold.due_at - hold.created_at).total_seconds()
+    assert 119 <= waited <= 133  # the provider's pause, honoured, plus a little jitter
+    assert hold.question["outage"]["said"] == "Anthropic rate limited (429)"
