@@ -27,12 +27,16 @@ from missions.providers.errors import Trouble, classify
 
 MAX_WAIT_SECONDS = 15 * 60.0  # one hold at most: a recovered provider is noticed soon enough
 _RANDOM = secrets.SystemRandom()
+# The owner's two answers to a refused key or an unpaid account.
+RETRY, STOP = "Retry", "Stop"
 
 
 def fail_or_wait(provider: str, error: ProviderError, call: StepCall) -> NoReturn:
     """After the in-step retries: hold the step on a timer if the failure is transient and the
     horizon is not reached (raises `Suspend`), else fail it (raises `StepFailed`)."""
     trouble = classify(error)
+    if trouble.owner_fixes:
+        ask_owner(provider, trouble, call)
     if not trouble.transient:
         raise StepFailed(f"{provider}: {error.code}: {error.message}")
     said = trouble.describe(provider)
@@ -79,18 +83,61 @@ def reason(said: str, due: datetime) -> str:
     return f"{said}; retrying at {timezone.localtime(due):%H:%M:%S}"
 
 
+def ask_owner(provider: str, trouble: Trouble, call: StepCall) -> NoReturn:
+    """A refused key or an unpaid account: the owner fixes it in Settings (a key is read again
+    by the next execution), then answers the question; the same step then asks again."""
+    said = trouble.describe(provider)
+    account_id = Run.objects.values_list("account_id", flat=True).get(pk=call.run_id)
+    due = timezone.now() + timedelta(hours=settings.APPROVAL_TTL_HOURS)
+    fix = (
+        "its key in Settings"
+        if trouble.kind == "authentication"
+        else "the account's credit or quota"
+    )
+    asked = {
+        "type": "question",
+        "text": f"{said}: {trouble.message[:300]}. Fix {fix}, then answer {RETRY!r} to send the"
+        f" request again, or {STOP!r} to end the run.",
+        "choices": [RETRY, STOP],
+        "mission_id": account_id,
+        **question(provider, trouble, 1, due),
+    }
+    waits.hold_step(call.run_id, call.seq, asked, due_at=due, kind=WaitKind.HUMAN)
+    raise Suspend(due, f"{said}; waiting for the owner")
+
+
 def still_held(call: StepCall) -> None:
     """Before a replayed model step asks: if its hold is not due yet (the run was claimed early,
     after a crash between the hold and the suspension, or woken for something else), suspend
-    again until it is, without asking the provider."""
+    again until it is, without asking the provider; if the owner ended it, fail."""
     if not call.replay:
         return
+    _owner_said(call)
     hold = waits.step_hold(call.run_id, call.seq)
     if hold is None or hold.state != WaitState.OPEN or hold.due_at is None:
         return
     if hold.due_at > timezone.now():
         said = hold.question.get("outage", {}).get("said", "the provider")
         raise Suspend(hold.due_at, reason(str(said), hold.due_at))
+
+
+def _owner_said(call: StepCall) -> None:
+    """The owner's answer to the step's question, if it has one: wait on, fail, or go on."""
+    asked = waits.step_hold(call.run_id, call.seq, WaitKind.HUMAN)
+    if asked is None:
+        return
+    outage = asked.question.get("outage", {}) if isinstance(asked.question, dict) else {}
+    said = str(outage.get("said", "the provider refused the request"))
+    if asked.state == WaitState.OPEN and asked.due_at and asked.due_at > timezone.now():
+        raise Suspend(asked.due_at, f"{said}; waiting for the owner")
+    if asked.state == WaitState.OPEN:
+        waits.release_step(call.run_id, call.seq, WaitKind.HUMAN)
+        raise StepFailed(f"{said}: the owner did not answer before the question expired")
+    if asked.state == WaitState.EXPIRED:
+        raise StepFailed(f"{said}: the owner did not answer before the question expired")
+    answer = asked.answer.get("text", "") if isinstance(asked.answer, dict) else ""
+    if str(answer).strip().lower().startswith(STOP.lower()):
+        raise StepFailed(f"{said}: the owner ended the run")
 
 
 def recovered(call: StepCall) -> None:

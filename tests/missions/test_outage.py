@@ -13,6 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+from approvals import service
+from approvals.models import Question
 from kernel import runs
 from kernel.models import Run, RunStatus, Step, Wait, WaitKind, WaitState
 from kernel.worker import Worker
@@ -138,3 +140,61 @@ def test_it_holds_the_step_at_once_for_a_long_retry_after(anthropic: WireServer)
     waited = (hold.due_at - hold.created_at).total_seconds()
     assert 119 <= waited <= 133  # the provider's pause, honoured, plus a little jitter
     assert hold.question["outage"]["said"] == "Anthropic rate limited (429)"
+
+
+def test_it_asks_the_owner_about_a_refused_key_then_retries_with_the_new_one(
+    anthropic: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = Failure(401, error_body("authentication_error", "invalid x-api-key"))
+    anthropic.queue(refused, Stream(reply(text(0, "Hi."))))
+    run = start()
+    worker = Worker(lease_seconds=30)
+
+    assert worker.run_until_idle() == ["waiting"]
+
+    assert len(anthropic.received) == 1  # a refused key is not retried blindly
+    (asked,) = Question.objects.filter(run=run)
+    assert asked.question["text"].startswith("Anthropic refused the key (401): invalid x-api-key.")
+    assert asked.question["choices"] == ["Retry", "Stop"]
+    assert worker.run_until_idle() == []  # nothing to do until the owner answers
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "fixed-key")  # the owner fixed it
+    service.answer(asked.pk, text="Retry")
+
+    assert worker.run_until_idle() == ["done"]
+    sent = {name.lower(): value for name, value in anthropic.received[1].headers.items()}
+    assert sent["authorization"] == "Bearer fixed-key"  # the key read again, as fixed
+    run.refresh_from_db()
+    assert run.status == RunStatus.DONE
+
+
+def test_it_fails_when_the_owner_stops_a_run_over_an_unpaid_account(
+    anthropic: WireServer,
+) -> None:
+    anthropic.queue(Failure(402, error_body("billing_error", "Your credit balance is too low.")))
+    run = start()
+    worker = Worker(lease_seconds=30)
+    assert worker.run_until_idle() == ["waiting"]
+    (asked,) = Question.objects.filter(run=run)
+    assert "out of quota or credit (402)" in asked.question["text"]
+
+    service.answer(asked.pk, text="Stop")
+
+    assert worker.run_until_idle() == ["failed"]
+    run.refresh_from_db()
+    assert (
+        run.error == "StepFailed: Anthropic out of quota or credit (402): the owner ended the run"
+    )
+    assert len(anthropic.received) == 1
+
+
+def test_it_still_fails_an_invalid_request_at_once(anthropic: WireServer) -> None:
+    invalid = Failure(400, error_body("invalid_request_error", "messages: too many images"))
+    anthropic.queue(invalid)
+    run = start()
+
+    assert Worker(lease_seconds=30).run_until_idle() == ["failed"]
+
+    run.refresh_from_db()
+    assert run.error == "StepFailed: anthropic: bad_request: messages: too many images"
+    assert not Wait.objects.filter(run=run).exists()
