@@ -12,8 +12,9 @@ the owner's horizon (`PROVIDER_OUTAGE_HOURS`) the step fails, saying how long it
 from __future__ import annotations
 
 import secrets
+from dataclasses import asdict, fields
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.utils import timezone
@@ -22,7 +23,7 @@ from kernel import waits
 from kernel.context import StepCall
 from kernel.exceptions import StepFailed, Suspend
 from kernel.models import Run, RunStatus, Wait, WaitKind, WaitState
-from missions.providers.base import ProviderError
+from missions.providers.base import ProviderError, Usage
 from missions.providers.errors import Trouble, classify
 
 MAX_WAIT_SECONDS = 15 * 60.0  # one hold at most: a recovered provider is noticed soon enough
@@ -31,9 +32,12 @@ _RANDOM = secrets.SystemRandom()
 RETRY, STOP = "Retry", "Stop"
 
 
-def fail_or_wait(provider: str, error: ProviderError, call: StepCall) -> NoReturn:
+def fail_or_wait(
+    provider: str, error: ProviderError, call: StepCall, *, lost: Usage | None = None
+) -> NoReturn:
     """After the in-step retries: hold the step on a timer if the failure is transient and the
-    horizon is not reached (raises `Suspend`), else fail it (raises `StepFailed`)."""
+    horizon is not reached (raises `Suspend`), else fail it (raises `StepFailed`). `lost`, what
+    the failed attempts cost, is kept with the hold until the step records its answer."""
     trouble = classify(error)
     if trouble.owner_fixes:
         ask_owner(provider, trouble, call)
@@ -51,7 +55,9 @@ def fail_or_wait(provider: str, error: ProviderError, call: StepCall) -> NoRetur
         raise StepFailed(f"the provider was unavailable for {hours} h: {said}: {error.message}")
     # The last attempt goes at the horizon itself, not past it.
     due = min(now + timedelta(seconds=delay_seconds(holds, trouble.retry_after)), horizon)
-    waits.hold_step(call.run_id, call.seq, question(provider, trouble, holds + 1, due), due_at=due)
+    asked = question(provider, trouble, holds + 1, due)
+    asked["outage"]["lost_usage"] = asdict(plus(_lost(held), lost))
+    waits.hold_step(call.run_id, call.seq, asked, due_at=due)
     raise Suspend(due, reason(said, due))
 
 
@@ -64,7 +70,7 @@ def delay_seconds(holds: int, retry_after: float | None) -> float:
     return _RANDOM.uniform(base / 2, base)
 
 
-def question(provider: str, trouble: Trouble, holds: int, due: datetime) -> dict[str, object]:
+def question(provider: str, trouble: Trouble, holds: int, due: datetime) -> dict[str, Any]:
     """What the hold records (and the run's page and API show): who failed, how, until when."""
     return {
         "outage": {
@@ -140,11 +146,34 @@ def _owner_said(call: StepCall) -> None:
         raise StepFailed(f"{said}: the owner ended the run")
 
 
-def recovered(call: StepCall) -> None:
+def recovered(call: StepCall) -> Usage | None:
     """The model answered: settle the step's hold, if a former attempt held it (only a
-    replayed step can have been held: no query on the hot path)."""
-    if call.replay:
-        waits.release_step(call.run_id, call.seq)
+    replayed step can have been held: no query on the hot path); return what the attempts
+    before the hold cost."""
+    if not call.replay:
+        return None
+    hold = waits.step_hold(call.run_id, call.seq)
+    if hold is None:
+        return None
+    waits.release_step(call.run_id, call.seq)
+    return _lost(hold.question.get("outage") if isinstance(hold.question, dict) else None)
+
+
+def plus(usage: Usage, more: Usage | None) -> Usage:
+    if more is None:
+        return usage
+    return Usage(**{name: getattr(usage, name) + getattr(more, name) for name in USAGE_FIELDS})
+
+
+USAGE_FIELDS = [field.name for field in fields(Usage)]
+
+
+def _lost(held: object) -> Usage:
+    """The usage a hold's record kept of the failed attempts (`fail_or_wait`)."""
+    kept = held.get("lost_usage") if isinstance(held, dict) else None
+    if not isinstance(kept, dict):
+        return Usage()
+    return Usage(**{name: int(kept.get(name, 0)) for name in USAGE_FIELDS})
 
 
 def waiting_on(run: Run) -> dict[str, object] | None:

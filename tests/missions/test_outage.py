@@ -198,3 +198,25 @@ def test_it_still_fails_an_invalid_request_at_once(anthropic: WireServer) -> Non
     run.refresh_from_db()
     assert run.error == "StepFailed: anthropic: bad_request: messages: too many images"
     assert not Wait.objects.filter(run=run).exists()
+
+
+def test_it_counts_what_a_failed_attempt_cost_even_across_a_hold(anthropic: WireServer) -> None:
+    # The first attempt drops after `message_start` (its 12 input tokens are billed), the second
+    # is refused: the step is held; then it answers (12 more).
+    anthropic.queue(Stream(reply(text(0, "Hi.")), cut_after=1), OVERLOADED)
+    run = start()
+    worker = Worker(lease_seconds=30)
+    assert worker.run_until_idle() == ["waiting"]
+    hold = Wait.objects.get(run=run, kind=WaitKind.TIMER)
+    assert hold.question["outage"]["lost_usage"]["input_tokens"] == 12
+
+    anthropic.queue(Stream(reply(text(0, "Hi."))))
+    Run.objects.filter(pk=run.pk).update(runnable_at=timezone.now())
+    Wait.objects.filter(pk=hold.pk).update(due_at=timezone.now())
+    assert worker.run_until_idle() == ["done"]
+
+    step = Step.objects.get(run=run, seq=hold.seq)
+    assert isinstance(step.result, dict)
+    assert step.result["usage"]["input_tokens"] == 12  # the answer's own
+    assert step.result["lost_usage"]["input_tokens"] == 12
+    assert step.input_tokens == 24  # both metered
