@@ -193,3 +193,18 @@ def waiting_on(run: Run) -> dict[str, object] | None:
         return None
     found = dict(hold.question["outage"])
     return {**found, "until": hold.due_at, "since": hold.created_at, "seq": hold.seq}
+
+
+def provider_down(provider: str) -> str | None:
+    """Whether `provider` is in an outage now: a run's model step is held waiting it out. Its
+    words ("Anthropic overloaded (529)"), for a sub-agent boundary to fail over
+    (`missions.contracts`); None when no run waits on it."""
+    hold = (
+        Wait.objects.filter(
+            kind=WaitKind.TIMER, state=WaitState.OPEN, question__outage__provider=provider
+        )
+        .order_by("-created_at")
+        .values_list("question", flat=True)
+        .first()
+    )
+    return str(hold["outage"].get("said", provider)) if isinstance(hold, dict) else None

@@ -18,6 +18,8 @@ from approvals.models import Question
 from kernel import runs
 from kernel.models import Run, RunStatus, Step, Wait, WaitKind, WaitState
 from kernel.worker import Worker
+from missions import contracts
+from missions.engine.spec import Spec
 from tests.kernel.factories import make_mission
 from tests.polling import wait_for
 from tests.providers.anthropic_wire import error_body, reply, text
@@ -220,3 +222,26 @@ def test_it_counts_what_a_failed_attempt_cost_even_across_a_hold(anthropic: Wire
     assert step.result["usage"]["input_tokens"] == 12  # the answer's own
     assert step.result["lost_usage"]["input_tokens"] == 12
     assert step.input_tokens == 24  # both metered
+
+
+def test_a_child_fails_over_while_its_provider_is_waited_out(
+    anthropic: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    parent = Spec(goal="g", provider="anthropic", model="claude-opus-5-5")
+    mission = make_mission()
+    route, failover = contracts._route(parent, mission, "planner", {}, [])
+    assert (route.provider, failover) == ("anthropic", None)  # no outage: its own route
+
+    anthropic.queue(OVERLOADED, OVERLOADED)
+    run = start()
+    assert Worker(lease_seconds=30).run_until_idle() == ["waiting"]
+
+    route, failover = contracts._route(parent, mission, "planner", {}, [])
+    assert route.provider == "openai"
+    assert failover is not None
+    assert failover["reason"] == "Anthropic overloaded (529): a run is waiting it out"
+
+    Wait.objects.filter(run=run).update(state=WaitState.EXPIRED)  # the outage is over
+    route, failover = contracts._route(parent, mission, "planner", {}, [])
+    assert (route.provider, failover) == ("anthropic", None)
