@@ -22,7 +22,7 @@ from django.utils import timezone
 from kernel import waits
 from kernel.context import StepCall
 from kernel.exceptions import StepFailed, Suspend
-from kernel.models import Run, RunStatus, Wait, WaitKind, WaitState
+from kernel.models import TERMINAL, Run, RunStatus, Wait, WaitKind, WaitState
 from missions.providers.base import ProviderError, Usage
 from missions.providers.errors import Trouble, classify
 
@@ -52,6 +52,7 @@ def fail_or_wait(
     hours = settings.PROVIDER_OUTAGE_HOURS
     horizon = since + timedelta(hours=hours)
     if now >= horizon:
+        waits.release_step(call.run_id, call.seq)  # no longer waited on: not an outage now
         raise StepFailed(f"the provider was unavailable for {hours} h: {said}: {error.message}")
     # The last attempt goes at the horizon itself, not past it.
     due = min(now + timedelta(seconds=delay_seconds(holds, trouble.retry_after)), horizon)
@@ -200,9 +201,12 @@ def provider_down(provider: str) -> str | None:
     words ("Anthropic overloaded (529)"), for a sub-agent boundary to fail over
     (`missions.contracts`); None when no run waits on it."""
     hold = (
+        # A hold left open by a run that ended meanwhile (stopped while it waited) is no sign.
         Wait.objects.filter(
             kind=WaitKind.TIMER, state=WaitState.OPEN, question__outage__provider=provider
         )
+        .exclude(run__status__in=TERMINAL)
+        .exclude(run__cancel_requested=True)
         .order_by("-created_at")
         .values_list("question", flat=True)
         .first()
