@@ -86,7 +86,11 @@ class WaitingOnOut(Schema):
     message: str
     holds: int = Field(description="How many times the step was held so far")
     since: datetime
-    until: datetime = Field(description="When the model is asked again")
+    until: datetime = Field(
+        description="When the model is asked again, or when the owner's question expires"
+    )
+    owner: bool = Field(description="Waiting for the owner (a refused key, an unpaid account)")
+    question: int | None = Field(description="The owner's question to answer, if owner")
 
 
 class RunDetailOut(RunOut):

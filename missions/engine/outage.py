@@ -178,14 +178,18 @@ def _lost(held: object) -> Usage:
 
 
 def waiting_on(run: Run) -> dict[str, object] | None:
-    """What a waiting run waits for, if a provider's outage holds it: `said` ("Anthropic
-    overloaded (529)"), `until` (the next attempt), `since`, `holds`, `message`. For its page
-    and its API."""
+    """What a waiting run waits for, if a provider's failure holds it: `said` ("Anthropic
+    overloaded (529)"), `until` (the next attempt, or when the owner's question expires),
+    `owner` (True: the owner's answer, `question` its id), `since`, `holds`, `message`. For its
+    page and its API."""
     if run.status != RunStatus.WAITING:
         return None
     hold = (
         Wait.objects.filter(
-            run=run, kind=WaitKind.TIMER, state=WaitState.OPEN, question__has_key="outage"
+            run=run,
+            kind__in=[WaitKind.TIMER, WaitKind.HUMAN],
+            state=WaitState.OPEN,
+            question__has_key="outage",
         )
         .order_by("-seq")
         .first()
@@ -193,7 +197,15 @@ def waiting_on(run: Run) -> dict[str, object] | None:
     if hold is None or not isinstance(hold.question.get("outage"), dict):
         return None
     found = dict(hold.question["outage"])
-    return {**found, "until": hold.due_at, "since": hold.created_at, "seq": hold.seq}
+    owner = hold.kind == WaitKind.HUMAN
+    return {
+        **found,
+        "until": hold.due_at,
+        "since": hold.created_at,
+        "seq": hold.seq,
+        "owner": owner,
+        "question": hold.pk if owner else None,
+    }
 
 
 def provider_down(provider: str) -> str | None:

@@ -76,6 +76,7 @@ def test_it_waits_out_an_overloaded_provider_without_holding_a_worker(
     assert detail["status"] == "waiting"
     assert detail["waiting_on"]["said"] == "Anthropic overloaded (529)"
     assert detail["waiting_on"]["holds"] == 1
+    assert detail["waiting_on"]["owner"] is False
 
     # Claimed before its timer is due (as after a crash between the hold and the suspension):
     # it waits again, the provider not asked.
@@ -146,7 +147,7 @@ def test_it_holds_the_step_at_once_for_a_long_retry_after(anthropic: WireServer)
 
 
 def test_it_asks_the_owner_about_a_refused_key_then_retries_with_the_new_one(
-    anthropic: WireServer, monkeypatch: pytest.MonkeyPatch
+    anthropic: WireServer, monkeypatch: pytest.MonkeyPatch, owner_client: Client
 ) -> None:
     refused = Failure(401, error_body("authentication_error", "invalid x-api-key"))
     anthropic.queue(refused, Stream(reply(text(0, "Hi."))))
@@ -160,6 +161,15 @@ def test_it_asks_the_owner_about_a_refused_key_then_retries_with_the_new_one(
     assert asked.question["text"].startswith("Anthropic refused the key (401): invalid x-api-key.")
     assert asked.question["choices"] == ["Retry", "Stop"]
     assert worker.run_until_idle() == []  # nothing to do until the owner answers
+    detail = owner_client.get(f"/api/v1/runs/{run.pk}").json()
+    assert detail["waiting_on"]["owner"] is True
+    assert detail["waiting_on"]["question"] == asked.pk
+    page = owner_client.get(reverse("console:run", args=[run.pk])).content.decode()
+    assert "Anthropic refused the key (401); waiting for your answer" in page
+    assert reverse("console:question", args=[asked.pk]) in page
+    shown = owner_client.get(reverse("console:question", args=[asked.pk]))
+    assert shown.status_code == 200
+    assert "Fix its key in Settings" in shown.content.decode()
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "fixed-key")  # the owner fixed it
     service.answer(asked.pk, text="Retry")
