@@ -23,6 +23,7 @@ from missions.engine.spec import Spec
 from tests.kernel.factories import make_mission
 from tests.polling import wait_for
 from tests.providers.anthropic_wire import error_body, reply, text
+from tests.providers.openai_wire import Responses
 from tests.providers.wire import Failure, Stream, WireServer, wire_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -256,3 +257,32 @@ def test_a_child_fails_over_while_its_provider_is_waited_out(
     runs.request_stop(run.pk, by="owner")  # a stopped run's hold is no sign of an outage
     route, failover = contracts._route(parent, mission, "planner", {}, [])
     assert (route.provider, failover) == ("anthropic", None)
+
+
+def test_it_waits_out_openai_the_same_way(
+    anthropic: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", anthropic.url + "/v1")  # the same local server
+    busy = Failure(503, {"error": {"message": "Slow down", "type": "server_error", "code": None}})
+    anthropic.queue(busy, busy, Responses("resp_1").message("msg_1", "Hi.").completed())
+    run = runs.start_run(
+        account=make_mission(),
+        program="agent",
+        input={"goal": "Hello.", "provider": "openai", "model": "gpt-5.2"},
+    )
+    worker = Worker(lease_seconds=30)
+
+    assert worker.run_until_idle() == ["waiting"]
+    hold = Wait.objects.get(run=run, kind=WaitKind.TIMER)
+    assert hold.question["outage"]["said"] == "OpenAI overloaded (503)"
+
+    outcomes: list[str] = []
+
+    def ended() -> bool:
+        outcomes.extend(worker.run_until_idle())
+        return "done" in outcomes
+
+    wait_for(ended, timeout=20, message="the held OpenAI run to be asked again and end")
+    assert outcomes == ["done"]
+    assert len(anthropic.received) == 3
