@@ -152,6 +152,10 @@ OTEL_EXPORTER = env_str("AGENTOS_OTEL_EXPORTER", "none").strip().lower()
 
 # An approval or owner question not answered within this many hours is a refusal.
 APPROVAL_TTL_HOURS = env_int("AGENTOS_APPROVAL_TTL_HOURS", 168, minimum=1)
+# A provider's outage is waited out (durable timers, no worker held: `missions.engine.outage`)
+# for this many hours before its run fails; the first wait lasts this many seconds, then doubles.
+PROVIDER_OUTAGE_HOURS = env_int("AGENTOS_PROVIDER_OUTAGE_HOURS", 6, minimum=1)
+PROVIDER_RETRY_SECONDS = env_int("AGENTOS_PROVIDER_RETRY_SECONDS", 30, minimum=1)
 # A finished run's worktree is removed this many days after the run ended (sooner once all it
 # committed is pushed: `tools.retention`).
 WORKTREE_DAYS = env_int("AGENTOS_WORKTREE_DAYS", 14, minimum=1)

@@ -107,3 +107,37 @@ def open_wait(run_id: int, seq: int, kind: str, question: Any, *, due_at: dateti
         defaults={"question": question, "due_at": due_at},
     )
     return wait
+
+
+def hold_step(
+    run_id: int, seq: int, question: Any, *, due_at: datetime, kind: str = WaitKind.TIMER
+) -> Wait:
+    """A durable wait on step `seq`, begun and without a result, to run it again when it is
+    settled: a timer due at `due_at`, or an owner's answer (`WaitKind.HUMAN`, expiring then).
+    The run suspends meanwhile (`Suspend`), and its replay executes the step again.
+
+    One row per step and kind, made once and reopened by each later hold (its `created_at` says
+    when the step was first held); `release_step` settles a timer once the step got through."""
+    wait, created = Wait.objects.get_or_create(
+        run_id=run_id, seq=seq, kind=kind, defaults={"question": question, "due_at": due_at}
+    )
+    if not created:
+        Wait.objects.filter(pk=wait.pk).update(
+            question=question, due_at=due_at, state=WaitState.OPEN, answer=None, settled_at=None
+        )
+        wait.question, wait.due_at, wait.state, wait.answer = question, due_at, WaitState.OPEN, None
+    if kind == WaitKind.HUMAN:
+        bus.ring_on_commit("waits")  # the owner's open pages list what waits for them
+    return wait
+
+
+def step_hold(run_id: int, seq: int, kind: str = WaitKind.TIMER) -> Wait | None:
+    """The hold of step `seq` (`hold_step`), if it was ever held."""
+    return Wait.objects.filter(run_id=run_id, seq=seq, kind=kind).first()
+
+
+def release_step(run_id: int, seq: int, kind: str = WaitKind.TIMER) -> None:
+    """Settle the hold of step `seq`, if open: what it waited for is over (or past due)."""
+    Wait.objects.filter(run_id=run_id, seq=seq, kind=kind, state=WaitState.OPEN).update(
+        state=WaitState.EXPIRED, settled_at=timezone.now()
+    )

@@ -24,6 +24,7 @@ from kernel.budgets import CAP_FIELDS
 from kernel.models import TERMINAL, Artifact, Run, Step
 from missions import steering
 from missions.api import INT32, not_found
+from missions.engine import outage
 from missions.errors import MissionError
 from missions.models import Mission, OwnerMessage
 
@@ -77,6 +78,21 @@ class RunCapsOut(Schema):
     max_seconds: int | None
 
 
+class WaitingOnOut(Schema):
+    provider: str
+    kind: str = Field(description="rate_limited, overloaded, server_error, network or timeout")
+    status: int | None = Field(description="The provider's HTTP status, if it answered")
+    said: str = Field(description='In the owner\'s words: "Anthropic overloaded (529)"')
+    message: str
+    holds: int = Field(description="How many times the step was held so far")
+    since: datetime
+    until: datetime = Field(
+        description="When the model is asked again, or when the owner's question expires"
+    )
+    owner: bool = Field(description="Waiting for the owner (a refused key, an unpaid account)")
+    question: int | None = Field(description="The owner's question to answer, if owner")
+
+
 class RunDetailOut(RunOut):
     caps: RunCapsOut
     prompt_hash: str = Field(description="SHA-256 of the frozen system prompt; empty: not an agent")
@@ -85,6 +101,9 @@ class RunDetailOut(RunOut):
     output: Any
     error: str
     contract: dict[str, Any]
+    waiting_on: WaitingOnOut | None = Field(
+        description="A waiting run held by a provider's outage: what failed, the next attempt"
+    )
 
 
 class StepCostOut(Schema):
@@ -187,6 +206,7 @@ def run_detail_out(run: Run) -> dict[str, Any]:
         "output": run.output,
         "error": run.error,
         "contract": run.contract if isinstance(run.contract, dict) else {},
+        "waiting_on": outage.waiting_on(run),
     }
 
 

@@ -19,6 +19,7 @@ from kernel.context import RunContext
 from kernel.models import Effect
 from kernel.runs import MAX_DEPTH
 from memory.skill_tools import LOAD_SKILL
+from missions.engine import outage
 from missions.engine.spec import Spec
 from missions.envelopes import DEFAULT_OUTPUT_SCHEMA, HOOK
 from missions.errors import MissionError
@@ -326,7 +327,9 @@ def _route(
     parent: Spec, mission: Mission, role: str, task: dict[str, Any], problems: list[str]
 ) -> tuple[Route, dict[str, Any] | None]:
     """The child's model: the parent's offline model when it is scripted, else the role's
-    route, else — its provider has no key — the other provider's (recorded as a failover)."""
+    route, else — its provider has no key, or is in an outage another run is waiting out
+    (`outage.provider_down`) — the other provider's (recorded as a failover). Planned in a
+    journaled step: a replay routes the child the same way whatever the providers do since."""
     if parent.provider == "scripted":
         return Route("scripted", "scripted", None), None
     try:
@@ -340,9 +343,12 @@ def _route(
             " parent's children"
         )
         return route, None
-    if ready(route.provider):
+    down = outage.provider_down(route.provider) if ready(route.provider) else None
+    if ready(route.provider) and down is None:
         return route, None
     other = failover_for(route)
+    if other is None and down is not None:
+        return route, None  # nothing to fail over to: the child waits the outage out itself
     if other is None:
         problems.append(
             f"role {role} is routed to {route.provider} ({route.model}), which cannot be called"
@@ -352,7 +358,9 @@ def _route(
     failover = {
         "from": {"provider": route.provider, "model": route.model},
         "to": {"provider": other.provider, "model": other.model},
-        "reason": f"{route.provider} cannot be called (no key or endpoint)",
+        "reason": f"{route.provider} cannot be called (no key or endpoint)"
+        if down is None
+        else f"{down}: a run is waiting it out",
     }
     return other, failover
 

@@ -24,6 +24,7 @@ from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Run, Step
 from missions import overview, steering, timeline
+from missions.engine import outage
 from missions.errors import MissionError
 from missions.forms import ForkForm, MessageForm
 from tools import retention
@@ -70,6 +71,7 @@ def _live(run: Run) -> dict[str, Any]:
     return {
         "run": run,
         "state": overview.state_of(run),
+        "waiting_on": outage.waiting_on(run),
         "role": overview.role_of(run),
         "model": overview.model_of(run),
         "tokens": overview.tokens_of(run),

@@ -11,7 +11,7 @@ from kernel import journal, steps
 from kernel.context import Done, StepCall
 from kernel.exceptions import StepFailed
 from missions import pricing
-from missions.engine import deltas, retries
+from missions.engine import deltas, outage, retries
 from missions.engine.spec import Spec
 from missions.providers.base import (
     Aborted,
@@ -27,7 +27,9 @@ from missions.providers.base import (
     Watch,
 )
 
-RETRIES = 3
+# Retried in place this many times (a second later), holding the worker; past that a
+# transient failure is waited out durably (`outage`).
+RETRIES = 1
 
 
 def call(
@@ -45,6 +47,8 @@ def call(
     answer itself, its connection closed (`cutting`): an `interruptible` step records it as
     cut short (`cut_short`); another one ends the run if it is stopping and else, an interrupt
     not being for it, asks again."""
+    outage.still_held(call)
+    lost = Usage()  # what failed attempts cost (`ProviderError.spent`), counted with the answer
     fresh = True  # whether a stop signal already set is news to this step (not a spent interrupt)
     attempt = 0
     while True:
@@ -59,13 +63,17 @@ def call(
             retries.must_stop(call, "stopped while the model answered")
             fresh = False
         except ProviderError as error:
-            if error.permanent or attempt == RETRIES:
-                raise StepFailed(f"{provider.name}: {error.code}: {error.message}") from error
+            lost = outage.plus(lost, error.spent)
+            if error.permanent or attempt == RETRIES or retries.too_long(error.retry_after):
+                outage.fail_or_wait(provider.name, error, call, lost=lost)
             wait = retries.backoff_seconds(attempt, error.retry_after)
             if retries.wait_before_retry(call, wait):
                 fresh = False  # the owner's interrupt ended the wait: the retry goes at once
             attempt += 1
-    priced = pricing.price_of(provider=provider.name, model=spec.model, usage=completed.usage)
+    lost = outage.plus(lost, outage.recovered(call))
+    priced = pricing.price_of(
+        provider=provider.name, model=spec.model, usage=outage.plus(completed.usage, lost)
+    )
     cleared = (
         {
             "cleared": {
@@ -79,6 +87,8 @@ def call(
     return Done(
         {
             **cleared,
+            # Failed attempts' usage, in the step's cost (`usage` stays the answer's own).
+            **({"lost_usage": _as_json(lost)} if lost != Usage() else {}),
             # Sent back on every later turn: in the order a replay reads them, so a resumed
             # run sends the same bytes as the run before its crash.
             "items": journal.as_stored(completed.items),

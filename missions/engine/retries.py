@@ -1,7 +1,8 @@
 """Waiting before a model request is retried, and telling why a model step was cut short.
 
 A provider's transient error (overloaded, rate limited) is retried within the same model step
-after a backoff of up to a minute. Nothing is journaled meanwhile, so the wait must end the
+after a short backoff (past that, or for a longer `retry-after`, the step is held durably:
+`missions.engine.outage`). Nothing is journaled meanwhile, so the wait must end the
 moment the step's `stopping` event is set (by the lease keeper), and then say why it ended:
 a stop request ends the run now, a lost lease ends this execution, and an owner's interrupt only
 cuts the wait short (the request is sent again at once). A model's answer cut short by the same
@@ -19,6 +20,14 @@ from kernel.exceptions import LeaseLost, Stop
 from kernel.models import Run, RunStatus
 
 MAX_BACKOFF_SECONDS = 60.0
+# A provider asking for a longer pause than this is waited out durably (`outage`), not by
+# holding a worker.
+IN_STEP_MAX_SECONDS = 10.0
+
+
+def too_long(retry_after: float | None) -> bool:
+    """Whether the provider's `retry-after` is too long to wait for in the step."""
+    return retry_after is not None and retry_after > IN_STEP_MAX_SECONDS
 
 
 def backoff_seconds(attempt: int, retry_after: float | None) -> float:

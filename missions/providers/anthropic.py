@@ -27,6 +27,7 @@ from anthropic.types import (
 
 from agentos.core import scrubber
 from missions.providers.base import (
+    Aborted,
     AuthenticationFailed,
     BadRequest,
     Completed,
@@ -109,6 +110,16 @@ class AnthropicProvider:
     ) -> Iterator[Event]:
         request = _Request.of(conversation, tools, options)
         counts: dict[str, int] = {}  # the usage reported so far: what a cut answer cost
+        try:
+            yield from self._stream(request, options, counts, abort)
+        except ProviderError as error:
+            if counts and not isinstance(error, Aborted):
+                error.spent = Usage(**counts)  # a failed answer's input is billed all the same
+            raise
+
+    def _stream(
+        self, request: _Request, options: Options, counts: dict[str, int], abort: Watch | None
+    ) -> Iterator[Event]:
         with (
             cuttable(abort, lambda: Usage(**counts)) as cut,
             _typed_errors(),

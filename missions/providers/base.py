@@ -143,6 +143,9 @@ class ProviderError(Exception):
 
     permanent = False
     code = "provider_error"
+    # What the provider had reported of the failed request's usage when it failed (Anthropic
+    # reports the input at the start of a stream): billed all the same, so counted.
+    spent: Usage | None = None
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
