@@ -70,6 +70,9 @@ class Account(models.Model):
     )
     max_turns = models.PositiveIntegerField(_("max turns"), null=True, blank=True)
     max_tool_calls = models.PositiveIntegerField(_("max tool calls"), null=True, blank=True)
+    # Not a cap over the account's runs together: each root run started for it gets it as its
+    # own duration cap (`Run.max_seconds`, its tree's wall time from its start).
+    max_seconds = models.PositiveIntegerField(_("max wall time (seconds)"), null=True, blank=True)
     max_concurrent_runs = models.PositiveSmallIntegerField(_("max concurrent runs"), default=12)
 
     def __str__(self) -> str:

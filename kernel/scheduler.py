@@ -21,14 +21,17 @@ import psycopg
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kernel import crashpoints, journal, leases, programs, versions
+from kernel import bus, crashpoints, journal, leases, programs, versions
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
-from kernel.models import TERMINAL, GlobalBudget
+from kernel.models import TERMINAL, GlobalBudget, Wait, WaitState
 
 CLAIM_LOCK = 0x6167656E  # "agen": the advisory lock key of claims
 CHANNEL = "agentos_kernel"
 _TERMINAL = tuple(sorted(TERMINAL))
+# The answer of a wait ended because its run was stopped: `{STOPPED_MARK: stop reason}`
+# (`approvals.models` reads it; `kernel.runs` re-exports it).
+STOPPED_MARK = "run_stopped"
 
 
 @dataclass(frozen=True)
@@ -171,11 +174,16 @@ def release(fence: Fence) -> None:
 
 
 def suspend(fence: Fence, *, runnable_at: datetime | None, reason: str) -> None:
-    """Park the run until `runnable_at` (or a wake-up). A wake-up that came meanwhile wins."""
+    """Park the run until `runnable_at` (or a wake-up). A wake-up that came meanwhile wins.
+
+    Its duration cap's deadline comes first if it is earlier: a run waiting on an approval
+    overnight is claimed when its time is up, and stopped by the claim's `Meter.check`.
+    """
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE kernel_run SET status = 'waiting', lease_owner = '', lease_expires_at = NULL,"
-            " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %s ELSE %s END,"
+            " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %s"
+            " ELSE LEAST(%s::timestamptz, started_at + max_seconds * interval '1 second') END,"
             " wake_pending = false WHERE id = %s AND fence = %s RETURNING account_id",
             [timezone.now(), runnable_at, fence.run_id, fence.token],
         )
@@ -211,6 +219,13 @@ def finish(fence: Fence, *, status: str, output: Any = None, error: str = "") ->
         if row is None:
             raise LeaseLost(f"run {fence.run_id}: lease taken over")
         final, parent_id, account_id = row
+        # A run stopped at its claim (its duration cap came while it waited on an approval)
+        # leaves no open wait behind: nobody is asked to answer for a run that has ended.
+        closed = Wait.objects.filter(run_id=fence.run_id, state=WaitState.OPEN).update(
+            state=WaitState.EXPIRED, answer={STOPPED_MARK: final}, settled_at=timezone.now()
+        )
+        if closed:
+            bus.ring_on_commit("waits")
         journal.append_event(
             "run.finished",
             run_id=fence.run_id,

@@ -60,6 +60,9 @@ class CapsIn(Schema):
     max_usd_micros: StrictInt | None = Field(None, ge=0, le=INT64, description="Micro-dollars")
     max_turns: StrictInt | None = Field(None, ge=0, le=INT32)
     max_tool_calls: StrictInt | None = Field(None, ge=0, le=INT32)
+    max_seconds: StrictInt | None = Field(
+        None, ge=0, le=INT32, description="Wall time of each of its root runs, from its start"
+    )
     max_concurrent_runs: StrictInt | None = Field(None, ge=1, le=32_767, description="Default 12")
 
 
@@ -68,6 +71,7 @@ class CapsOut(Schema):
     max_usd_micros: int | None
     max_turns: int | None
     max_tool_calls: int | None
+    max_seconds: int | None
     max_concurrent_runs: int
 
 

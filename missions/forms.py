@@ -15,6 +15,8 @@ from missions.launch import MAX_GOAL
 from missions.models import ModelInfo, Project, RiskClass, Role, RoleRoute
 
 MICROS = Decimal(1_000_000)
+# The wall-time cap in minutes, as seconds fit `Account.max_seconds` (a 32-bit integer).
+MAX_MINUTES = (2**31 - 1) // 60
 
 
 def executor_choices() -> list[tuple[str, str]]:
@@ -98,6 +100,13 @@ class MissionForm(forms.Form):
         widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
     )
     max_tokens = forms.IntegerField(label=_("Max tokens"), required=False, min_value=0)
+    max_minutes = forms.IntegerField(
+        label=_("Max wall time (minutes)"),
+        required=False,
+        min_value=1,
+        max_value=MAX_MINUTES,
+        help_text=_("Its run stops when this much time has passed since it started, waits too."),
+    )
     max_turns = forms.IntegerField(label=_("Max model turns"), required=False, min_value=0)
     max_tool_calls = forms.IntegerField(label=_("Max tool calls"), required=False, min_value=0)
     executor = forms.ChoiceField(label=_("Executor model"), required=False, choices=[])
@@ -192,6 +201,8 @@ class MissionForm(forms.Form):
         for name in ("max_tokens", "max_turns", "max_tool_calls"):
             if data.get(name) is not None:
                 caps[name] = int(data[name])
+        if data.get("max_minutes") is not None:
+            caps["max_seconds"] = int(data["max_minutes"]) * 60
         return caps
 
     def routes(self) -> dict[str, dict[str, str]]:
@@ -215,6 +226,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
             "risk_class": mission.risk_class,
             "max_usd": _dollars(mission.max_usd_micros),
             "max_tokens": mission.max_tokens,
+            "max_minutes": _minutes(mission.max_seconds),
             "max_turns": mission.max_turns,
             "max_tool_calls": mission.max_tool_calls,
         }
@@ -226,6 +238,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
         "risk_class": mission.risk_class,
         "max_usd": _dollars(mission.max_usd_micros),
         "max_tokens": mission.max_tokens,
+        "max_minutes": _minutes(mission.max_seconds),
         "max_turns": mission.max_turns,
         "max_tool_calls": mission.max_tool_calls,
         "executor": f"{route['provider']}/{route['model']}" if isinstance(route, dict) else "",
@@ -237,6 +250,10 @@ def initial_from(mission: Any) -> dict[str, Any]:
 
 def _dollars(micros: int | None) -> Decimal | None:
     return Decimal(micros) / MICROS if micros is not None else None
+
+
+def _minutes(seconds: int | None) -> int | None:
+    return -(-seconds // 60) if seconds is not None else None
 
 
 class MessageForm(forms.Form):
