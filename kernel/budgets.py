@@ -107,16 +107,37 @@ def validate_caps(caps: dict[str, Any]) -> dict[str, int | None]:
     return clean
 
 
-# The global governors (`GlobalBudget`, one row): a daily spend cap in micro-dollars (null: none)
-# and a cap on runs executing at once across every account (0 holds every run back); each name
-# maps to the largest value its column holds.
-GLOBAL_CAPS = {"daily_usd_micros": 2**63 - 1, "max_running_runs": 2**31 - 1}
+# The global governors (`GlobalBudget`, one row): a daily spend cap in micro-dollars and a cap
+# on runs executing at once across every account (0 holds every run back), then the caps a
+# new mission gets when it sets none of its own; each name maps to the largest value its column
+# holds. Those in NO_CAP may be null, the owner's "no cap", and are at least 1 otherwise: a cap
+# of 0 would stop everything at once.
+GLOBAL_CAPS = {
+    "daily_usd_micros": 2**63 - 1,
+    "max_running_runs": 2**31 - 1,
+    "mission_usd_micros": 2**63 - 1,
+    "mission_tokens": 2**63 - 1,
+    "mission_seconds": 2**31 - 1,
+}
+NO_CAP = frozenset({"daily_usd_micros", "mission_usd_micros", "mission_tokens", "mission_seconds"})
+# A mission's cap, by the global default it takes when the mission sets none (`missions.launch`).
+MISSION_DEFAULTS = {
+    "max_usd_micros": "mission_usd_micros",
+    "max_tokens": "mission_tokens",
+    "max_seconds": "mission_seconds",
+}
 
 
 def global_caps() -> dict[str, int | None]:
     """The global caps in force: the row's, or the model's defaults while none was saved."""
     budget = GlobalBudget.objects.order_by("pk").first() or GlobalBudget()
     return {name: getattr(budget, name) for name in GLOBAL_CAPS}
+
+
+def mission_defaults() -> dict[str, int | None]:
+    """The caps a mission that sets none of its own gets, by the mission's cap names."""
+    caps = global_caps()
+    return {cap: caps[name] for cap, name in MISSION_DEFAULTS.items()}
 
 
 def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str, int | None]:
@@ -132,12 +153,12 @@ def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str,
                 f"Unknown global cap {name!r}; caps: {', '.join(GLOBAL_CAPS)}.",
                 code="invalid_budget",
             )
-        if value is None and name == "daily_usd_micros":
+        if value is None and name in NO_CAP:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise KernelError(f"Global cap {name} must be an integer.", code="invalid_budget")
-        # A daily cap of 0 reads as "no cap" (kernel.metering): say null for that, not 0.
-        low = 1 if name == "daily_usd_micros" else 0
+        # A cap of 0 would read as "no cap" or stop everything: say null for no cap, not 0.
+        low = 1 if name in NO_CAP else 0
         if not low <= value <= GLOBAL_CAPS[name]:
             raise KernelError(
                 f"Global cap {name} is between {low} and {GLOBAL_CAPS[name]} (got {value}).",

@@ -14,11 +14,11 @@ from datetime import timedelta
 from django.utils import timezone
 
 from kernel import journal, runs
-from kernel.budgets import CAP_FIELDS
+from kernel.budgets import CAP_FIELDS, global_caps
 from kernel.debits import Debit
 from kernel.exceptions import Stop
 from kernel.journal import Fence, Record
-from kernel.models import GlobalBudget, Run, RunStatus, StepKind
+from kernel.models import Run, RunStatus, StepKind
 
 
 @dataclass
@@ -126,5 +126,6 @@ class Meter:
 
 
 def _daily_cap() -> int:
-    """The global daily cap in micro-dollars; 0 when there is none."""
-    return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first() or 0
+    """The global daily cap in micro-dollars (the default while no row is saved); 0 when there
+    is none."""
+    return global_caps()["daily_usd_micros"] or 0

@@ -337,12 +337,29 @@ class Artifact(models.Model):
 
 
 class GlobalBudget(models.Model):
-    """The one row of global governors, edited in the admin."""
+    """The one row of global governors and of the caps a new mission gets when it sets none,
+    edited on the Agents screen (`kernel.budgets.set_global_caps`). Caps are on from the first
+    start: while no row is saved, these defaults are in force; null is the owner's "no cap"."""
 
     daily_usd_micros = models.PositiveBigIntegerField(
-        _("daily spend cap (micro-dollars)"), null=True, blank=True
+        _("daily spend cap (micro-dollars)"), null=True, blank=True, default=20_000_000
     )
     max_running_runs = models.PositiveIntegerField(_("global cap on running runs"), default=64)
+    mission_usd_micros = models.PositiveBigIntegerField(
+        _("a mission's spend cap by default (micro-dollars)"),
+        null=True,
+        blank=True,
+        default=5_000_000,
+    )
+    mission_tokens = models.PositiveBigIntegerField(
+        _("a mission's token cap by default"), null=True, blank=True, default=2_000_000
+    )
+    mission_seconds = models.PositiveIntegerField(
+        _("a mission's wall-time cap by default (seconds)"),
+        null=True,
+        blank=True,
+        default=4 * 3600,
+    )
 
     class Meta:
         verbose_name = _("global budget")

@@ -52,7 +52,8 @@ RoleName = Literal["planner", "executor", "evaluator", "memory_consolidator", "c
 
 
 class CapsIn(Schema):
-    """Caps over every run of the mission; null (or absent) means none."""
+    """Caps over every run of the mission; null means none, and an absent spend, token or
+    wall-time cap is the owner's default (GET /settings/budget)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -431,6 +432,15 @@ class EndpointOut(Schema):
 class BudgetOut(Schema):
     daily_usd_micros: int | None = Field(description="Daily spend cap, micro-dollars; null: none")
     max_running_runs: int = Field(description="Runs executing at once, all missions together")
+    mission_usd_micros: int | None = Field(
+        description="A new mission's spend cap when it sets none, micro-dollars; null: none"
+    )
+    mission_tokens: int | None = Field(
+        description="A new mission's token cap when it sets none; null: none"
+    )
+    mission_seconds: int | None = Field(
+        description="A new mission's wall-time cap when it sets none, seconds; null: none"
+    )
 
 
 class BudgetPatch(Schema):
@@ -438,6 +448,9 @@ class BudgetPatch(Schema):
 
     daily_usd_micros: StrictInt | None = Field(None, ge=1, le=INT64)
     max_running_runs: StrictInt = Field(None, ge=0, le=INT32)  # type: ignore[assignment]  # never null
+    mission_usd_micros: StrictInt | None = Field(None, ge=1, le=INT64)
+    mission_tokens: StrictInt | None = Field(None, ge=1, le=INT64)
+    mission_seconds: StrictInt | None = Field(None, ge=1, le=INT32)
 
 
 @router.get(

@@ -17,7 +17,8 @@ from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from kernel.models import TERMINAL, DailySpend, GlobalBudget, Run, RunStatus, Step, StepKind
+from kernel import budgets
+from kernel.models import TERMINAL, DailySpend, Run, RunStatus, Step, StepKind
 from missions.models import Mission
 
 WINDOW_DAYS = 30
@@ -80,6 +81,7 @@ class Today:
     counted_usd_micros: int | None  # the day counter of the daily cap; None: no row yet
     daily_cap_usd_micros: int | None  # None: no cap
     collected_at: datetime
+    mission_cap_usd_micros: int | None = None  # a new mission's spend cap by default; None: none
 
 
 def today() -> Today:
@@ -87,8 +89,15 @@ def today() -> Today:
     day = collected_at.astimezone(UTC).date()
     spend = Spend.of(steps_between(day_start(day)).aggregate(**_sums()))
     counted = DailySpend.objects.filter(day=day).values_list("usd_micros", flat=True).first()
-    cap = GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first()
-    return Today(day, spend, counted, cap, collected_at)
+    caps = budgets.global_caps()
+    return Today(
+        day,
+        spend,
+        counted,
+        caps["daily_usd_micros"],
+        collected_at,
+        mission_cap_usd_micros=caps["mission_usd_micros"],
+    )
 
 
 # --- Costs page -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from cluster import bridges as cluster_bridges
+from kernel import budgets
 from missions import offline, steering, verification
 from missions.launch import MAX_GOAL
 from missions.models import ModelInfo, Project, RiskClass, Role, RoleRoute
@@ -192,17 +193,23 @@ class MissionForm(forms.Form):
             "sensitive": bool(data.get("sensitive")),
         }
 
-    def caps(self) -> dict[str, int]:
-        """Budget caps as `create_mission` takes them (micro-dollars); absent: no cap."""
+    def caps(self) -> dict[str, int | None]:
+        """Budget caps as `create_mission` takes them (micro-dollars, seconds). The form shows
+        the owner's defaults (`initial_caps`): a field left empty is no cap, said as null, so
+        that the defaults do not come back behind the owner's back."""
         data = self.cleaned_data
-        caps: dict[str, int] = {}
-        if data.get("max_usd") is not None:
-            caps["max_usd_micros"] = int(data["max_usd"] * MICROS)
-        for name in ("max_tokens", "max_turns", "max_tool_calls"):
+        caps: dict[str, int | None] = {
+            "max_usd_micros": None
+            if data.get("max_usd") is None
+            else int(data["max_usd"] * MICROS),
+            "max_tokens": data.get("max_tokens"),
+            "max_seconds": None
+            if data.get("max_minutes") is None
+            else int(data["max_minutes"]) * 60,
+        }
+        for name in ("max_turns", "max_tool_calls"):
             if data.get(name) is not None:
                 caps[name] = int(data[name])
-        if data.get("max_minutes") is not None:
-            caps["max_seconds"] = int(data["max_minutes"]) * 60
         return caps
 
     def routes(self) -> dict[str, dict[str, str]]:
@@ -211,6 +218,16 @@ class MissionForm(forms.Form):
             return {}
         provider, _slash, model = chosen.partition("/")
         return {"executor": {"provider": provider, "model": model}}
+
+
+def initial_caps() -> dict[str, Any]:
+    """A new mission's form shows the caps it gets by default, for the owner to change."""
+    defaults = budgets.mission_defaults()
+    return {
+        "max_usd": _dollars(defaults["max_usd_micros"]),
+        "max_tokens": defaults["max_tokens"],
+        "max_minutes": _minutes(defaults["max_seconds"]),
+    }
 
 
 def initial_from(mission: Any) -> dict[str, Any]:

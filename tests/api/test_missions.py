@@ -133,7 +133,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "risk_class": "code",
         "sandbox_level": 1,
         "caps": {
-            "max_tokens": None,
+            "max_tokens": 2_000_000,  # the owner's default, as it set none
             "max_usd_micros": 2_000_000,
             "max_turns": 30,
             "max_tool_calls": None,

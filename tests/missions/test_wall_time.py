@@ -36,7 +36,7 @@ def work() -> list[str]:
 
 
 def waiting_mission(max_seconds: int | None) -> Run:
-    caps = {"max_seconds": max_seconds} if max_seconds is not None else {}
+    caps = {"max_seconds": max_seconds}  # null: no cap, the owner's default aside
     mission, run = create_mission(
         project=Project.objects.create(name="p"),
         goal="Ask the other agent.",
