@@ -8,13 +8,13 @@ account's, the day's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, timedelta
 
 from django.utils import timezone
 
-from kernel import journal, runs
-from kernel.budgets import CAP_FIELDS, global_caps
+from kernel import journal, notices, runs
+from kernel.budgets import CAP_FIELDS, Ledger, global_caps
 from kernel.debits import Debit
 from kernel.exceptions import Stop
 from kernel.journal import Fence, Record
@@ -39,6 +39,8 @@ class Meter:
     # are set when a run is created; an ancestor's are learnt from the first debit's totals.
     # Without any, debits need not return the runs' totals (`journal.record_result`).
     tree_capped: bool | None = None
+    # The 80 % notices this execution sent or found sent (`kernel.notices`): asked once each.
+    noticed: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.billed_through = self.run.billed_through
@@ -80,8 +82,18 @@ class Meter:
         """Stop before the next step if the run is out of time or a cap was crossed."""
         limit = self.run.max_seconds
         started = self.run.started_at
-        if limit is not None and started and timezone.now() - started >= timedelta(seconds=limit):
-            raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
+        if limit is not None and started:
+            elapsed = timezone.now() - started
+            if elapsed >= timedelta(seconds=limit):
+                raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
+            # A mission's wall time is its root run's: the owner hears at 80 %, once.
+            if (
+                not self.run.ancestors
+                and "wall" not in self.noticed
+                and notices.near(int(elapsed.total_seconds()), limit)
+            ):
+                self.noticed.add("wall")
+                notices.wall_time_near(self.run.pk, self.run.account_id)
         if self.over_budget:
             raise Stop(RunStatus.BUDGET_EXHAUSTED, self.over_budget)
 
@@ -117,12 +129,34 @@ class Meter:
             runs.stop_account(self.run.account_id, reason=RunStatus.BUDGET_EXHAUSTED)
             self.over_budget = f"account {self.run.account_id} reached {cap}"
             return
+        if debit.account is not None:
+            self._notice_account(debit.account)
         if self.daily_cap is None:
             self.daily_cap = _daily_cap()  # once per execution: caps edits apply at next claim
         daily_cap = self.daily_cap or None
         spent_today = debit.day_usd_micros
         if daily_cap is not None and spent_today is not None and spent_today >= daily_cap:
             self.over_budget = "the global daily spend cap is reached"
+        elif daily_cap is not None and spent_today is not None:
+            self._notice_day(spent_today, daily_cap)
+
+    def _notice_account(self, ledger: Ledger) -> None:
+        """Tell the owner once when the mission's spend or tokens reach 80 % of its caps."""
+        near = [
+            cap
+            for cap, spent in (("max_usd_micros", ledger.usd_micros), ("max_tokens", ledger.tokens))
+            if notices.near(spent, ledger.caps.get(cap)) and cap not in self.noticed
+        ]
+        if near:
+            self.noticed.update(near)
+            notices.account_near(self.run.account_id, ledger, run_id=self.run.pk)
+
+    def _notice_day(self, spent: int, cap: int) -> None:
+        day = timezone.now().astimezone(UTC).date()
+        key = f"day:{day.isoformat()}"
+        if key not in self.noticed and notices.near(spent, cap):
+            self.noticed.add(key)
+            notices.day_near(day, spent, cap)
 
 
 def _daily_cap() -> int:

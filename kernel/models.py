@@ -408,3 +408,15 @@ class WorkerBeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker} @ {self.beat_at:%H:%M:%S}"
+
+
+class BudgetNotice(models.Model):
+    """A notice that a cap is 80 % used, sent once: its key names the cap and what it holds
+    (`kernel.notices`); the row and its `budget.notice` event commit together."""
+
+    key = models.CharField(max_length=100, unique=True)
+    at = models.DateTimeField(db_index=True)  # Home lists today's, newest first
+    message = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.key

@@ -18,7 +18,7 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from kernel import budgets
-from kernel.models import TERMINAL, DailySpend, Run, RunStatus, Step, StepKind
+from kernel.models import TERMINAL, BudgetNotice, DailySpend, Run, RunStatus, Step, StepKind
 from missions.models import Mission
 
 WINDOW_DAYS = 30
@@ -82,6 +82,9 @@ class Today:
     daily_cap_usd_micros: int | None  # None: no cap
     collected_at: datetime
     mission_cap_usd_micros: int | None = None  # a new mission's spend cap by default; None: none
+    notices: tuple[
+        str, ...
+    ] = ()  # today's "80 % of a cap" notices (`kernel.notices`), newest first
 
 
 def today() -> Today:
@@ -97,6 +100,11 @@ def today() -> Today:
         caps["daily_usd_micros"],
         collected_at,
         mission_cap_usd_micros=caps["mission_usd_micros"],
+        notices=tuple(
+            BudgetNotice.objects.filter(at__gte=day_start(day))
+            .order_by("-at")
+            .values_list("message", flat=True)[:5]
+        ),
     )
 
 
