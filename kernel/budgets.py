@@ -10,17 +10,17 @@ the concurrency caps are applied by the claim (`kernel.scheduler`). See docs/des
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from agentos.core import audit
 from agentos.core.models import AuditEvent
 from kernel.exceptions import KernelError
-from kernel.models import DailySpend, GlobalBudget, Run
+from kernel.models import DailySpend, GlobalBudget, Run, Step, StepKind
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,54 @@ def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str,
         caps = {name: getattr(budget, name) for name in GLOBAL_CAPS}
         audit.record_by(AuditEvent.Kind.POLICY_CHANGED, actor, **caps)
     return caps
+
+
+PERIODS = ("day", "month")
+
+
+def provider_caps() -> dict[str, dict[str, int | None]]:
+    """Each capped provider's spend caps per UTC day and month, micro-dollars (None: no cap)."""
+    budget = GlobalBudget.objects.order_by("pk").first() or GlobalBudget()
+    return {name: dict(caps) for name, caps in (budget.provider_caps or {}).items()}
+
+
+def set_provider_caps(
+    provider: str, *, day: int | None, month: int | None, actor: audit.Actor
+) -> dict[str, dict[str, int | None]]:
+    """Set (or, both None, clear) a model provider's daily and monthly spend caps, with its
+    `policy.changed` event in the same transaction; model calls past one are refused
+    (`kernel.metering.Meter.check_provider`)."""
+    if not isinstance(provider, str) or not provider.strip() or len(provider) > 40:
+        raise KernelError("A provider is named by 1 to 40 characters.", code="invalid_budget")
+    for period, value in (("day", day), ("month", month)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
+            raise KernelError(
+                f"The {period} cap of {provider} is an integer of micro-dollars, at least 1"
+                f" (got {value!r}); null for none.",
+                code="invalid_budget",
+            )
+    with transaction.atomic():
+        budget = GlobalBudget.objects.select_for_update().order_by("pk").first() or GlobalBudget()
+        caps = dict(budget.provider_caps or {})
+        if day is None and month is None:
+            caps.pop(provider, None)
+        else:
+            caps[provider] = {"day": day, "month": month}
+        budget.provider_caps = caps
+        budget.save()
+        audit.record_by(AuditEvent.Kind.POLICY_CHANGED, actor, provider_caps=caps)
+    return caps
+
+
+def provider_spent(provider: str, since: datetime) -> int:
+    """What the model calls of `provider` cost since `since`, micro-dollars, from the journal's
+    model steps (their request names the provider)."""
+    spent = Step.objects.filter(
+        kind=StepKind.MODEL_CALL, finished_at__gte=since, request__provider=provider
+    ).aggregate(total=Sum("usd_micros"))["total"]
+    return int(spent or 0)
 
 
 def charge(run_id: int, usd_micros: int) -> None:

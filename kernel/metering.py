@@ -13,7 +13,7 @@ from datetime import UTC, timedelta
 
 from django.utils import timezone
 
-from kernel import journal, notices, runs
+from kernel import budgets, journal, notices, runs
 from kernel.budgets import CAP_FIELDS, Ledger, global_caps
 from kernel.debits import Debit
 from kernel.exceptions import Stop
@@ -41,6 +41,7 @@ class Meter:
     tree_capped: bool | None = None
     # The 80 % notices this execution sent or found sent (`kernel.notices`): asked once each.
     noticed: set[str] = field(default_factory=set)
+    provider_caps: dict[str, dict[str, int | None]] | None = None  # read at the first model call
 
     def __post_init__(self) -> None:
         self.billed_through = self.run.billed_through
@@ -96,6 +97,29 @@ class Meter:
                 notices.wall_time_near(self.run.pk, self.run.account_id)
         if self.over_budget:
             raise Stop(RunStatus.BUDGET_EXHAUSTED, self.over_budget)
+
+    def check_provider(self, request: object) -> None:
+        """Before a model call: refuse it if its provider's spend today or this month (UTC)
+        reached its cap. Read only when some provider is capped."""
+        if self.provider_caps is None:
+            self.provider_caps = budgets.provider_caps()  # once per execution, as the daily cap
+        provider = request.get("provider") if isinstance(request, dict) else None
+        caps = self.provider_caps.get(provider) if isinstance(provider, str) else None
+        if not caps:
+            return
+        now = timezone.now().astimezone(UTC)
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        for period, key, since in (("daily", "day", day), ("monthly", "month", day.replace(day=1))):
+            cap = caps.get(key)
+            if cap is None:
+                continue
+            spent = budgets.provider_spent(str(provider), since)
+            if spent >= cap:
+                raise Stop(
+                    RunStatus.BUDGET_EXHAUSTED,
+                    f"the {period} spend cap of provider {provider} is reached"
+                    f" ({spent} of {cap} micro-dollars since {since.date().isoformat()} UTC)",
+                )
 
     def check_counters(self) -> None:
         """This run's own turn and tool-call caps, exactly, from what it knows it has done."""

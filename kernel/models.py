@@ -360,6 +360,9 @@ class GlobalBudget(models.Model):
         blank=True,
         default=4 * 3600,
     )
+    # Spend caps per model provider, micro-dollars: {"anthropic": {"day": 10000000, "month":
+    # null}}; a provider or a period not named has no cap (`kernel.budgets.set_provider_caps`).
+    provider_caps = models.JSONField(_("spend caps per provider"), default=dict, blank=True)
 
     class Meta:
         verbose_name = _("global budget")

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,6 +38,8 @@ STOPPED_MARK = "run_stopped"
 class Claim:
     fence: Fence
     lease_seconds: float
+    # The spend caps per model provider when the run was claimed (`kernel.budgets`).
+    provider_caps: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
 
 # The version filter is a constant fragment of `kernel.versions`: no input is interpolated.
@@ -73,7 +75,10 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
         leases.free_dead_holders(cursor, now=now)
-        cap = GlobalBudget.objects.values_list("max_running_runs", flat=True).first()
+        # The same read brings the provider caps each claimed run's meter checks model calls
+        # against (`Meter.check_provider`): no statement of its own on the hot path.
+        row = GlobalBudget.objects.values_list("max_running_runs", "provider_caps").first()
+        cap, provider_caps = row if row is not None else (None, {})
         if cap is not None:
             cursor.execute("SELECT count(*) FROM kernel_run WHERE lease_expires_at >= %s", [now])
             (running,) = cursor.fetchone() or (0,)
@@ -118,7 +123,11 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
         )
         versions.announce_upgrades(upgraded)
         claims = [
-            Claim(fence=Fence(run_id=run_id, token=token), lease_seconds=lease_seconds)
+            Claim(
+                fence=Fence(run_id=run_id, token=token),
+                lease_seconds=lease_seconds,
+                provider_caps=dict(provider_caps or {}),
+            )
             for run_id, token in cursor.fetchall()
         ]
     for claim in claims:

@@ -22,7 +22,6 @@ from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 
 from agentos.core import audit
 from agentos.core.schemas import Text
-from kernel import budgets
 from missions import actions, endpoints, keys, launch, schedules, search
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
@@ -429,30 +428,6 @@ class EndpointOut(Schema):
     model: str
 
 
-class BudgetOut(Schema):
-    daily_usd_micros: int | None = Field(description="Daily spend cap, micro-dollars; null: none")
-    max_running_runs: int = Field(description="Runs executing at once, all missions together")
-    mission_usd_micros: int | None = Field(
-        description="A new mission's spend cap when it sets none, micro-dollars; null: none"
-    )
-    mission_tokens: int | None = Field(
-        description="A new mission's token cap when it sets none; null: none"
-    )
-    mission_seconds: int | None = Field(
-        description="A new mission's wall-time cap when it sets none, seconds; null: none"
-    )
-
-
-class BudgetPatch(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    daily_usd_micros: StrictInt | None = Field(None, ge=1, le=INT64)
-    max_running_runs: StrictInt = Field(None, ge=0, le=INT32)  # type: ignore[assignment]  # never null
-    mission_usd_micros: StrictInt | None = Field(None, ge=1, le=INT64)
-    mission_tokens: StrictInt | None = Field(None, ge=1, le=INT64)
-    mission_seconds: StrictInt | None = Field(None, ge=1, le=INT32)
-
-
 @router.get(
     "/settings/provider-keys",
     response=list[ProviderKeyOut],
@@ -522,20 +497,6 @@ def put_endpoint(request: HttpRequest, payload: EndpointIn) -> ProviderEndpoint:
 def delete_endpoint(request: HttpRequest) -> Status[None]:
     actions.remove_endpoint(actor=audit.Actor.of(request))
     return Status(204, None)
-
-
-@router.get("/settings/budget", response=BudgetOut, tags=["settings"], summary="Global caps")
-def get_budget(request: HttpRequest) -> dict[str, int | None]:
-    return budgets.global_caps()
-
-
-@router.patch(
-    "/settings/budget", response=BudgetOut, tags=["settings"], summary="Change global caps"
-)
-def update_budget(request: HttpRequest, payload: BudgetPatch) -> dict[str, int | None]:
-    return budgets.set_global_caps(
-        payload.model_dump(exclude_unset=True), actor=audit.Actor.of(request)
-    )
 
 
 class WebSearchIn(Schema):

@@ -278,3 +278,16 @@ def test_it_refuses_a_bad_schedule_and_changes_nothing(
 def test_it_answers_404_for_an_unknown_schedule(api: Api, db: None) -> None:
     assert api.patch("/schedules/999999", {"enabled": False}).status_code == 404
     assert api.delete("/schedules/999999").status_code == 404
+
+
+def test_it_sets_a_providers_spend_caps(api: Api) -> None:
+    assert api.get("/settings/budget/providers").json() == {}
+
+    response = api.put("/settings/budget/providers/anthropic", {"day": 10_000_000, "month": None})
+    refused = api.put("/settings/budget/providers/anthropic", {"day": 0})
+
+    assert response.status_code == 200
+    assert response.json() == {"anthropic": {"day": 10_000_000, "month": None}}
+    assert refused.status_code == 422
+    assert api.get("/settings/budget/providers").json() == response.json()
+    assert api.put("/settings/budget/providers/anthropic", {}).json() == {}

@@ -9,8 +9,11 @@ from django.test import Client
 from django.utils import timezone
 
 from agentos.core import audit
+from agentos.core.models import AuditEvent
 from kernel import budgets
+from kernel.budgets import Cost
 from kernel.context import Done, RunContext
+from kernel.exceptions import KernelError
 from kernel.models import BudgetNotice, Effect, Event, StepKind
 from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
@@ -111,3 +114,62 @@ def test_home_lists_todays_notices(owner_client: Client) -> None:
     content = owner_client.get("/").content.decode()
 
     assert f"Mission {mission.pk} has used 80 % of its spend cap." in content
+
+
+# --- spend caps per provider --------------------------------------------------------------------
+
+
+def model_caller(ctx: RunContext) -> Outcome:
+    """Model calls of 1,000 µ$ each to the provider the input names, `calls` times."""
+    for index in range(ctx.input["calls"]):
+        ctx.step(
+            StepKind.MODEL_CALL,
+            effect=Effect.MODEL_CALL,
+            name="m",
+            request={"turn": index, "provider": ctx.input["provider"], "model": "m"},
+            execute=lambda call: Done({"ok": True}, Cost(input_tokens=10, usd_micros=1000)),
+        )
+    return Outcome(output="called")
+
+
+PROGRAMS.add("test.model_caller", model_caller)
+
+
+def test_it_refuses_model_calls_past_a_providers_daily_cap_and_names_it() -> None:
+    budgets.set_provider_caps("anthropic", day=3000, month=None, actor=audit.Actor.command("test"))
+    capped = start("test.model_caller", {"provider": "anthropic", "calls": 5})
+    other = start("test.model_caller", {"provider": "openai", "calls": 5})
+
+    assert sorted(work()) == ["budget_exhausted", "done"]
+
+    capped.refresh_from_db()
+    assert capped.status == "budget_exhausted"
+    assert capped.usd_micros == 3000  # the 4th call was never made
+    assert capped.error.startswith(
+        "the daily spend cap of provider anthropic is reached (3000 of 3000 micro-dollars since"
+    )
+    other.refresh_from_db()
+    assert (other.status, other.usd_micros) == ("done", 5000)
+
+
+def test_it_refuses_model_calls_past_a_providers_monthly_cap() -> None:
+    budgets.set_provider_caps("openai", day=None, month=2000, actor=audit.Actor.command("test"))
+
+    run = start("test.model_caller", {"provider": "openai", "calls": 5})
+    assert work() == ["budget_exhausted"]
+
+    run.refresh_from_db()
+    assert run.usd_micros == 2000
+    assert "monthly spend cap of provider openai" in run.error
+
+
+def test_the_owner_sets_and_clears_a_providers_caps_audited() -> None:
+    actor = audit.Actor.command("test")
+    assert budgets.set_provider_caps("openai", day=5, month=None, actor=actor) == {
+        "openai": {"day": 5, "month": None}
+    }
+    assert budgets.set_provider_caps("openai", day=None, month=None, actor=actor) == {}
+    with pytest.raises(KernelError, match="The day cap of openai is an integer"):
+        budgets.set_provider_caps("openai", day=0, month=None, actor=actor)
+    assert budgets.provider_caps() == {}
+    assert AuditEvent.objects.filter(kind=AuditEvent.Kind.POLICY_CHANGED).count() == 2
