@@ -1,4 +1,5 @@
-"""Web Push: when something waits for the owner, the phones that subscribed are told.
+"""Web Push: when something waits for the owner, or a cap is 80 % used, the phones that
+subscribed are told.
 
 - Keys: one VAPID pair, made on first need (the workers' start, or the Settings page), its
   private half encrypted by the vault (`PushState.vapid_private`); only the public half leaves
@@ -51,6 +52,8 @@ SEND_TIMEOUT = 10
 TTL_SECONDS = 24 * 3600
 BATCH = 50
 TEXT_CHARS = 120
+# The events that reach the owner's phones: a wait for them, a cap 80 % used.
+PUSHED = ("wait.opened", "budget.notice")
 # Gone for good: the browser unsubscribed or the push service forgot it.
 GONE = {404, 410}
 
@@ -225,6 +228,22 @@ def message_for(wait: Wait) -> Message | None:
     )
 
 
+def notice_message(event: Event) -> Message:
+    """A cap 80 % used (`kernel.notices`: the kernel's words, never an agent's); it opens the
+    mission, or the costs page for the day's cap."""
+    url = (
+        reverse("console:mission", args=[event.account_id])
+        if event.account_id is not None
+        else reverse("console:costs")
+    )
+    return Message(
+        title=_("A cap is 80 % used"),
+        body=_line(str(event.data.get("message", ""))),
+        url=url,
+        tag=f"notice-{event.data.get('key', event.pk)}",
+    )
+
+
 def _mission_title(wait: Wait) -> str:
     mission = getattr(getattr(wait.run, "account", None), "mission", None)
     goal = getattr(mission, "goal", "") if mission is not None else ""
@@ -257,7 +276,7 @@ def deliver_one() -> bool:
         head = stream.head()
         events = list(
             Event.objects.filter(
-                number__gt=locked.cursor, number__lte=head, kind="wait.opened"
+                number__gt=locked.cursor, number__lte=head, kind__in=PUSHED
             ).order_by("number")[:BATCH]
         )
         more = len(events) == BATCH
@@ -266,6 +285,9 @@ def deliver_one() -> bool:
             PushState.objects.filter(pk=1).update(cursor=cursor)
     if not events or not PushSubscription.objects.exists():
         return more
+    for event in events:
+        if event.kind == "budget.notice":
+            send(notice_message(event))
     ids = [e.data.get("wait") for e in events if isinstance(e.data.get("wait"), int)]
     waits = Wait.objects.filter(pk__in=ids, state=WaitState.OPEN).select_related(
         "run__account__mission"

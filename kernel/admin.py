@@ -134,7 +134,7 @@ class WorkerBeatAdmin(ReadOnlyAdmin):
 
 @admin.register(GlobalBudget)
 class GlobalBudgetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # see StepInline
-    list_display = ["__str__", "daily_usd_micros", "max_running_runs"]
+    list_display = ["__str__", "daily_usd_micros", "max_running_runs", "mission_usd_micros"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A singleton: the kernel reads the one row, a second would be ignored.
@@ -143,7 +143,7 @@ class GlobalBudgetAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # see Step
     def save_model(self, request: HttpRequest, obj: GlobalBudget, form: Any, change: bool) -> None:
         # The caps change as from the Agents screen and the API: checked, and in the security log.
         # A daily cap of 0 reads as "no cap" (kernel.metering), which the kernel spells null.
-        caps = {"daily_usd_micros": obj.daily_usd_micros or None}
-        caps["max_running_runs"] = obj.max_running_runs
+        caps = {name: getattr(obj, name) for name in budgets.GLOBAL_CAPS}
+        caps["daily_usd_micros"] = obj.daily_usd_micros or None
         budgets.set_global_caps(caps, actor=audit.Actor.of(request))
         obj.pk = GlobalBudget.objects.order_by("pk").values_list("pk", flat=True).first()

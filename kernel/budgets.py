@@ -10,17 +10,17 @@ the concurrency caps are applied by the claim (`kernel.scheduler`). See docs/des
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from agentos.core import audit
 from agentos.core.models import AuditEvent
 from kernel.exceptions import KernelError
-from kernel.models import DailySpend, GlobalBudget, Run
+from kernel.models import DailySpend, GlobalBudget, Run, Step, StepKind
 
 
 @dataclass(frozen=True)
@@ -107,16 +107,37 @@ def validate_caps(caps: dict[str, Any]) -> dict[str, int | None]:
     return clean
 
 
-# The global governors (`GlobalBudget`, one row): a daily spend cap in micro-dollars (null: none)
-# and a cap on runs executing at once across every account (0 holds every run back); each name
-# maps to the largest value its column holds.
-GLOBAL_CAPS = {"daily_usd_micros": 2**63 - 1, "max_running_runs": 2**31 - 1}
+# The global governors (`GlobalBudget`, one row): a daily spend cap in micro-dollars and a cap
+# on runs executing at once across every account (0 holds every run back), then the caps a
+# new mission gets when it sets none of its own; each name maps to the largest value its column
+# holds. Those in NO_CAP may be null, the owner's "no cap", and are at least 1 otherwise: a cap
+# of 0 would stop everything at once.
+GLOBAL_CAPS = {
+    "daily_usd_micros": 2**63 - 1,
+    "max_running_runs": 2**31 - 1,
+    "mission_usd_micros": 2**63 - 1,
+    "mission_tokens": 2**63 - 1,
+    "mission_seconds": 2**31 - 1,
+}
+NO_CAP = frozenset({"daily_usd_micros", "mission_usd_micros", "mission_tokens", "mission_seconds"})
+# A mission's cap, by the global default it takes when the mission sets none (`missions.launch`).
+MISSION_DEFAULTS = {
+    "max_usd_micros": "mission_usd_micros",
+    "max_tokens": "mission_tokens",
+    "max_seconds": "mission_seconds",
+}
 
 
 def global_caps() -> dict[str, int | None]:
     """The global caps in force: the row's, or the model's defaults while none was saved."""
     budget = GlobalBudget.objects.order_by("pk").first() or GlobalBudget()
     return {name: getattr(budget, name) for name in GLOBAL_CAPS}
+
+
+def mission_defaults() -> dict[str, int | None]:
+    """The caps a mission that sets none of its own gets, by the mission's cap names."""
+    caps = global_caps()
+    return {cap: caps[name] for cap, name in MISSION_DEFAULTS.items()}
 
 
 def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str, int | None]:
@@ -132,12 +153,12 @@ def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str,
                 f"Unknown global cap {name!r}; caps: {', '.join(GLOBAL_CAPS)}.",
                 code="invalid_budget",
             )
-        if value is None and name == "daily_usd_micros":
+        if value is None and name in NO_CAP:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise KernelError(f"Global cap {name} must be an integer.", code="invalid_budget")
-        # A daily cap of 0 reads as "no cap" (kernel.metering): say null for that, not 0.
-        low = 1 if name == "daily_usd_micros" else 0
+        # A cap of 0 would read as "no cap" or stop everything: say null for no cap, not 0.
+        low = 1 if name in NO_CAP else 0
         if not low <= value <= GLOBAL_CAPS[name]:
             raise KernelError(
                 f"Global cap {name} is between {low} and {GLOBAL_CAPS[name]} (got {value}).",
@@ -151,6 +172,54 @@ def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str,
         caps = {name: getattr(budget, name) for name in GLOBAL_CAPS}
         audit.record_by(AuditEvent.Kind.POLICY_CHANGED, actor, **caps)
     return caps
+
+
+PERIODS = ("day", "month")
+
+
+def provider_caps() -> dict[str, dict[str, int | None]]:
+    """Each capped provider's spend caps per UTC day and month, micro-dollars (None: no cap)."""
+    budget = GlobalBudget.objects.order_by("pk").first() or GlobalBudget()
+    return {name: dict(caps) for name, caps in (budget.provider_caps or {}).items()}
+
+
+def set_provider_caps(
+    provider: str, *, day: int | None, month: int | None, actor: audit.Actor
+) -> dict[str, dict[str, int | None]]:
+    """Set (or, both None, clear) a model provider's daily and monthly spend caps, with its
+    `policy.changed` event in the same transaction; model calls past one are refused
+    (`kernel.metering.Meter.check_provider`)."""
+    if not isinstance(provider, str) or not provider.strip() or len(provider) > 40:
+        raise KernelError("A provider is named by 1 to 40 characters.", code="invalid_budget")
+    for period, value in (("day", day), ("month", month)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
+            raise KernelError(
+                f"The {period} cap of {provider} is an integer of micro-dollars, at least 1"
+                f" (got {value!r}); null for none.",
+                code="invalid_budget",
+            )
+    with transaction.atomic():
+        budget = GlobalBudget.objects.select_for_update().order_by("pk").first() or GlobalBudget()
+        caps = dict(budget.provider_caps or {})
+        if day is None and month is None:
+            caps.pop(provider, None)
+        else:
+            caps[provider] = {"day": day, "month": month}
+        budget.provider_caps = caps
+        budget.save()
+        audit.record_by(AuditEvent.Kind.POLICY_CHANGED, actor, provider_caps=caps)
+    return caps
+
+
+def provider_spent(provider: str, since: datetime) -> int:
+    """What the model calls of `provider` cost since `since`, micro-dollars, from the journal's
+    model steps (their request names the provider)."""
+    spent = Step.objects.filter(
+        kind=StepKind.MODEL_CALL, finished_at__gte=since, request__provider=provider
+    ).aggregate(total=Sum("usd_micros"))["total"]
+    return int(spent or 0)
 
 
 def charge(run_id: int, usd_micros: int) -> None:

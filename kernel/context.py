@@ -137,6 +137,8 @@ class RunContext:
         if recorded is not None and recorded.finished:
             return Begun(seq, recorded, True, True)
         self.check_stop()
+        if kind == StepKind.MODEL_CALL:
+            self.meter.check_provider(request)  # a provider past its spend cap is not called
         if ready is not None:
             ready()
         if recorded is not None:

@@ -115,6 +115,7 @@ def execute(claim: Claim, draining: threading.Event | None = None) -> str:
     context = RunContext(
         run=run, fence=fence, records=records, draining=draining or threading.Event()
     )
+    context.meter.provider_caps = claim.provider_caps  # read by the claim
     if run.cancel_requested:
         context.request_stop(run.stop_reason)
     keeper = LeaseKeeper(claim, context)

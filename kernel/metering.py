@@ -8,17 +8,17 @@ account's, the day's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, timedelta
 
 from django.utils import timezone
 
-from kernel import journal, runs
-from kernel.budgets import CAP_FIELDS
+from kernel import budgets, journal, notices, runs
+from kernel.budgets import CAP_FIELDS, Ledger, global_caps
 from kernel.debits import Debit
 from kernel.exceptions import Stop
 from kernel.journal import Fence, Record
-from kernel.models import GlobalBudget, Run, RunStatus, StepKind
+from kernel.models import Run, RunStatus, StepKind
 
 
 @dataclass
@@ -39,6 +39,9 @@ class Meter:
     # are set when a run is created; an ancestor's are learnt from the first debit's totals.
     # Without any, debits need not return the runs' totals (`journal.record_result`).
     tree_capped: bool | None = None
+    # The 80 % notices this execution sent or found sent (`kernel.notices`): asked once each.
+    noticed: set[str] = field(default_factory=set)
+    provider_caps: dict[str, dict[str, int | None]] | None = None  # read at the first model call
 
     def __post_init__(self) -> None:
         self.billed_through = self.run.billed_through
@@ -80,10 +83,43 @@ class Meter:
         """Stop before the next step if the run is out of time or a cap was crossed."""
         limit = self.run.max_seconds
         started = self.run.started_at
-        if limit is not None and started and timezone.now() - started >= timedelta(seconds=limit):
-            raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
+        if limit is not None and started:
+            elapsed = timezone.now() - started
+            if elapsed >= timedelta(seconds=limit):
+                raise Stop(RunStatus.BUDGET_EXHAUSTED, f"max_seconds {limit} reached")
+            # A mission's wall time is its root run's: the owner hears at 80 %, once.
+            if (
+                not self.run.ancestors
+                and "wall" not in self.noticed
+                and notices.near(int(elapsed.total_seconds()), limit)
+            ):
+                self.noticed.add("wall")
+                notices.wall_time_near(self.run.pk, self.run.account_id)
         if self.over_budget:
             raise Stop(RunStatus.BUDGET_EXHAUSTED, self.over_budget)
+
+    def check_provider(self, request: object) -> None:
+        """Before a model call: refuse it if its provider's spend today or this month (UTC)
+        reached its cap. Read only when some provider is capped."""
+        if self.provider_caps is None:
+            self.provider_caps = budgets.provider_caps()  # once per execution, as the daily cap
+        provider = request.get("provider") if isinstance(request, dict) else None
+        caps = self.provider_caps.get(provider) if isinstance(provider, str) else None
+        if not caps:
+            return
+        now = timezone.now().astimezone(UTC)
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        for period, key, since in (("daily", "day", day), ("monthly", "month", day.replace(day=1))):
+            cap = caps.get(key)
+            if cap is None:
+                continue
+            spent = budgets.provider_spent(str(provider), since)
+            if spent >= cap:
+                raise Stop(
+                    RunStatus.BUDGET_EXHAUSTED,
+                    f"the {period} spend cap of provider {provider} is reached"
+                    f" ({spent} of {cap} micro-dollars since {since.date().isoformat()} UTC)",
+                )
 
     def check_counters(self) -> None:
         """This run's own turn and tool-call caps, exactly, from what it knows it has done."""
@@ -117,14 +153,37 @@ class Meter:
             runs.stop_account(self.run.account_id, reason=RunStatus.BUDGET_EXHAUSTED)
             self.over_budget = f"account {self.run.account_id} reached {cap}"
             return
+        if debit.account is not None:
+            self._notice_account(debit.account)
         if self.daily_cap is None:
             self.daily_cap = _daily_cap()  # once per execution: caps edits apply at next claim
         daily_cap = self.daily_cap or None
         spent_today = debit.day_usd_micros
         if daily_cap is not None and spent_today is not None and spent_today >= daily_cap:
             self.over_budget = "the global daily spend cap is reached"
+        elif daily_cap is not None and spent_today is not None:
+            self._notice_day(spent_today, daily_cap)
+
+    def _notice_account(self, ledger: Ledger) -> None:
+        """Tell the owner once when the mission's spend or tokens reach 80 % of its caps."""
+        near = [
+            cap
+            for cap, spent in (("max_usd_micros", ledger.usd_micros), ("max_tokens", ledger.tokens))
+            if notices.near(spent, ledger.caps.get(cap)) and cap not in self.noticed
+        ]
+        if near:
+            self.noticed.update(near)
+            notices.account_near(self.run.account_id, ledger, run_id=self.run.pk)
+
+    def _notice_day(self, spent: int, cap: int) -> None:
+        day = timezone.now().astimezone(UTC).date()
+        key = f"day:{day.isoformat()}"
+        if key not in self.noticed and notices.near(spent, cap):
+            self.noticed.add(key)
+            notices.day_near(day, spent, cap)
 
 
 def _daily_cap() -> int:
-    """The global daily cap in micro-dollars; 0 when there is none."""
-    return GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first() or 0
+    """The global daily cap in micro-dollars (the default while no row is saved); 0 when there
+    is none."""
+    return global_caps()["daily_usd_micros"] or 0

@@ -70,6 +70,9 @@ class Account(models.Model):
     )
     max_turns = models.PositiveIntegerField(_("max turns"), null=True, blank=True)
     max_tool_calls = models.PositiveIntegerField(_("max tool calls"), null=True, blank=True)
+    # Not a cap over the account's runs together: each root run started for it gets it as its
+    # own duration cap (`Run.max_seconds`, its tree's wall time from its start).
+    max_seconds = models.PositiveIntegerField(_("max wall time (seconds)"), null=True, blank=True)
     max_concurrent_runs = models.PositiveSmallIntegerField(_("max concurrent runs"), default=12)
 
     def __str__(self) -> str:
@@ -334,12 +337,32 @@ class Artifact(models.Model):
 
 
 class GlobalBudget(models.Model):
-    """The one row of global governors, edited in the admin."""
+    """The one row of global governors and of the caps a new mission gets when it sets none,
+    edited on the Agents screen (`kernel.budgets.set_global_caps`). Caps are on from the first
+    start: while no row is saved, these defaults are in force; null is the owner's "no cap"."""
 
     daily_usd_micros = models.PositiveBigIntegerField(
-        _("daily spend cap (micro-dollars)"), null=True, blank=True
+        _("daily spend cap (micro-dollars)"), null=True, blank=True, default=20_000_000
     )
     max_running_runs = models.PositiveIntegerField(_("global cap on running runs"), default=64)
+    mission_usd_micros = models.PositiveBigIntegerField(
+        _("a mission's spend cap by default (micro-dollars)"),
+        null=True,
+        blank=True,
+        default=5_000_000,
+    )
+    mission_tokens = models.PositiveBigIntegerField(
+        _("a mission's token cap by default"), null=True, blank=True, default=2_000_000
+    )
+    mission_seconds = models.PositiveIntegerField(
+        _("a mission's wall-time cap by default (seconds)"),
+        null=True,
+        blank=True,
+        default=4 * 3600,
+    )
+    # Spend caps per model provider, micro-dollars: {"anthropic": {"day": 10000000, "month":
+    # null}}; a provider or a period not named has no cap (`kernel.budgets.set_provider_caps`).
+    provider_caps = models.JSONField(_("spend caps per provider"), default=dict, blank=True)
 
     class Meta:
         verbose_name = _("global budget")
@@ -388,3 +411,15 @@ class WorkerBeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker} @ {self.beat_at:%H:%M:%S}"
+
+
+class BudgetNotice(models.Model):
+    """A notice that a cap is 80 % used, sent once: its key names the cap and what it holds
+    (`kernel.notices`); the row and its `budget.notice` event commit together."""
+
+    key = models.CharField(max_length=100, unique=True)
+    at = models.DateTimeField(db_index=True)  # Home lists today's, newest first
+    message = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.key

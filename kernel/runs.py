@@ -16,7 +16,7 @@ from kernel.models import TERMINAL, Account, Run, RunStatus, Step, Trust, Wait, 
 
 MAX_DEPTH = 3
 # The answer of a wait ended because its run was stopped: `{STOPPED_MARK: stop reason}`.
-STOPPED_MARK = "run_stopped"
+STOPPED_MARK = scheduler.STOPPED_MARK
 
 
 def start_run(

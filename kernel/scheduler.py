@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,20 +21,25 @@ import psycopg
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kernel import crashpoints, journal, leases, programs, versions
+from kernel import bus, crashpoints, journal, leases, programs, versions
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
-from kernel.models import TERMINAL, GlobalBudget
+from kernel.models import TERMINAL, GlobalBudget, Wait, WaitState
 
 CLAIM_LOCK = 0x6167656E  # "agen": the advisory lock key of claims
 CHANNEL = "agentos_kernel"
 _TERMINAL = tuple(sorted(TERMINAL))
+# The answer of a wait ended because its run was stopped: `{STOPPED_MARK: stop reason}`
+# (`approvals.models` reads it; `kernel.runs` re-exports it).
+STOPPED_MARK = "run_stopped"
 
 
 @dataclass(frozen=True)
 class Claim:
     fence: Fence
     lease_seconds: float
+    # The spend caps per model provider when the run was claimed (`kernel.budgets`).
+    provider_caps: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
 
 # The version filter is a constant fragment of `kernel.versions`: no input is interpolated.
@@ -70,7 +75,10 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
         leases.free_dead_holders(cursor, now=now)
-        cap = GlobalBudget.objects.values_list("max_running_runs", flat=True).first()
+        # The same read brings the provider caps each claimed run's meter checks model calls
+        # against (`Meter.check_provider`): no statement of its own on the hot path.
+        row = GlobalBudget.objects.values_list("max_running_runs", "provider_caps").first()
+        cap, provider_caps = row if row is not None else (None, {})
         if cap is not None:
             cursor.execute("SELECT count(*) FROM kernel_run WHERE lease_expires_at >= %s", [now])
             (running,) = cursor.fetchone() or (0,)
@@ -115,7 +123,11 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
         )
         versions.announce_upgrades(upgraded)
         claims = [
-            Claim(fence=Fence(run_id=run_id, token=token), lease_seconds=lease_seconds)
+            Claim(
+                fence=Fence(run_id=run_id, token=token),
+                lease_seconds=lease_seconds,
+                provider_caps=dict(provider_caps or {}),
+            )
             for run_id, token in cursor.fetchall()
         ]
     for claim in claims:
@@ -171,11 +183,16 @@ def release(fence: Fence) -> None:
 
 
 def suspend(fence: Fence, *, runnable_at: datetime | None, reason: str) -> None:
-    """Park the run until `runnable_at` (or a wake-up). A wake-up that came meanwhile wins."""
+    """Park the run until `runnable_at` (or a wake-up). A wake-up that came meanwhile wins.
+
+    Its duration cap's deadline comes first if it is earlier: a run waiting on an approval
+    overnight is claimed when its time is up, and stopped by the claim's `Meter.check`.
+    """
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE kernel_run SET status = 'waiting', lease_owner = '', lease_expires_at = NULL,"
-            " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %s ELSE %s END,"
+            " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %s"
+            " ELSE LEAST(%s::timestamptz, started_at + max_seconds * interval '1 second') END,"
             " wake_pending = false WHERE id = %s AND fence = %s RETURNING account_id",
             [timezone.now(), runnable_at, fence.run_id, fence.token],
         )
@@ -211,6 +228,13 @@ def finish(fence: Fence, *, status: str, output: Any = None, error: str = "") ->
         if row is None:
             raise LeaseLost(f"run {fence.run_id}: lease taken over")
         final, parent_id, account_id = row
+        # A run stopped at its claim (its duration cap came while it waited on an approval)
+        # leaves no open wait behind: nobody is asked to answer for a run that has ended.
+        closed = Wait.objects.filter(run_id=fence.run_id, state=WaitState.OPEN).update(
+            state=WaitState.EXPIRED, answer={STOPPED_MARK: final}, settled_at=timezone.now()
+        )
+        if closed:
+            bus.ring_on_commit("waits")
         journal.append_event(
             "run.finished",
             run_id=fence.run_id,

@@ -19,7 +19,6 @@ from agentos.core import audit
 from agentos.core.models import AuditEvent
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from kernel import budgets
-from kernel.models import GlobalBudget
 from missions.models import ModelInfo, Role, RoleRoute
 from missions.providers.registry import ready
 from tools.models import Decision, PermissionRule
@@ -62,21 +61,49 @@ class BudgetForm(forms.Form):
         max_value=10_000,
         help_text=_("0 holds every run back."),
     )
+    mission_usd = forms.DecimalField(
+        label=_("A mission's spend cap by default ($)"),
+        required=False,
+        min_value=Decimal("0.000001"),
+        max_digits=12,
+        decimal_places=6,
+        help_text=_("For a mission that sets none; empty for none."),
+        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+    )
+    mission_tokens = forms.IntegerField(
+        label=_("A mission's token cap by default"),
+        required=False,
+        min_value=1,
+        max_value=budgets.GLOBAL_CAPS["mission_tokens"],
+        help_text=_("Empty for none."),
+    )
+    mission_minutes = forms.IntegerField(
+        label=_("A mission's wall time by default (minutes)"),
+        required=False,
+        min_value=1,
+        max_value=budgets.GLOBAL_CAPS["mission_seconds"] // 60,
+        help_text=_(
+            "Its run stops when this much time has passed since it started; empty for none."
+        ),
+    )
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
 @owner_required
 def agents_screen(request: HttpRequest) -> HttpResponse:
-    budget = GlobalBudget.objects.first() or GlobalBudget()
+    caps = budgets.global_caps()
     routes = {route.role: route for route in RoleRoute.objects.all()}
     route_forms = {role: _route_form(role, routes.get(role)) for role in Role.values}
     budget_form = BudgetForm(
         prefix="budget",
         initial={
-            "daily_usd": None
-            if budget.daily_usd_micros is None
-            else Decimal(budget.daily_usd_micros) / MICROS,
-            "max_running_runs": budget.max_running_runs,
+            "daily_usd": _dollars(caps["daily_usd_micros"]),
+            "max_running_runs": caps["max_running_runs"],
+            "mission_usd": _dollars(caps["mission_usd_micros"]),
+            "mission_tokens": caps["mission_tokens"],
+            "mission_minutes": None
+            if caps["mission_seconds"] is None
+            else -(-caps["mission_seconds"] // 60),
         },
     )
     status = 200
@@ -150,8 +177,21 @@ def _save_route(request: HttpRequest, data: dict[str, Any]) -> None:
 def _save_budget(request: HttpRequest, data: dict[str, Any]) -> None:
     daily = data["daily_usd"]
     micros = None if daily is None else int(daily * MICROS)
+    minutes = data["mission_minutes"]
     # A daily cap of 0 reads as "no cap" (kernel.metering), which the kernel spells null.
     budgets.set_global_caps(
-        {"daily_usd_micros": micros or None, "max_running_runs": data["max_running_runs"]},
+        {
+            "daily_usd_micros": micros or None,
+            "max_running_runs": data["max_running_runs"],
+            "mission_usd_micros": None
+            if data["mission_usd"] is None
+            else int(data["mission_usd"] * MICROS),
+            "mission_tokens": data["mission_tokens"],
+            "mission_seconds": None if minutes is None else minutes * 60,
+        },
         actor=audit.Actor.of(request),
     )
+
+
+def _dollars(micros: int | None) -> Decimal | None:
+    return None if micros is None else Decimal(micros) / MICROS

@@ -22,7 +22,6 @@ from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 
 from agentos.core import audit
 from agentos.core.schemas import Text
-from kernel import budgets
 from missions import actions, endpoints, keys, launch, schedules, search
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
@@ -52,7 +51,8 @@ RoleName = Literal["planner", "executor", "evaluator", "memory_consolidator", "c
 
 
 class CapsIn(Schema):
-    """Caps over every run of the mission; null (or absent) means none."""
+    """Caps over every run of the mission; null means none, and an absent spend, token or
+    wall-time cap is the owner's default (GET /settings/budget)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +60,9 @@ class CapsIn(Schema):
     max_usd_micros: StrictInt | None = Field(None, ge=0, le=INT64, description="Micro-dollars")
     max_turns: StrictInt | None = Field(None, ge=0, le=INT32)
     max_tool_calls: StrictInt | None = Field(None, ge=0, le=INT32)
+    max_seconds: StrictInt | None = Field(
+        None, ge=0, le=INT32, description="Wall time of each of its root runs, from its start"
+    )
     max_concurrent_runs: StrictInt | None = Field(None, ge=1, le=32_767, description="Default 12")
 
 
@@ -68,6 +71,7 @@ class CapsOut(Schema):
     max_usd_micros: int | None
     max_turns: int | None
     max_tool_calls: int | None
+    max_seconds: int | None
     max_concurrent_runs: int
 
 
@@ -424,18 +428,6 @@ class EndpointOut(Schema):
     model: str
 
 
-class BudgetOut(Schema):
-    daily_usd_micros: int | None = Field(description="Daily spend cap, micro-dollars; null: none")
-    max_running_runs: int = Field(description="Runs executing at once, all missions together")
-
-
-class BudgetPatch(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    daily_usd_micros: StrictInt | None = Field(None, ge=1, le=INT64)
-    max_running_runs: StrictInt = Field(None, ge=0, le=INT32)  # type: ignore[assignment]  # never null
-
-
 @router.get(
     "/settings/provider-keys",
     response=list[ProviderKeyOut],
@@ -505,20 +497,6 @@ def put_endpoint(request: HttpRequest, payload: EndpointIn) -> ProviderEndpoint:
 def delete_endpoint(request: HttpRequest) -> Status[None]:
     actions.remove_endpoint(actor=audit.Actor.of(request))
     return Status(204, None)
-
-
-@router.get("/settings/budget", response=BudgetOut, tags=["settings"], summary="Global caps")
-def get_budget(request: HttpRequest) -> dict[str, int | None]:
-    return budgets.global_caps()
-
-
-@router.patch(
-    "/settings/budget", response=BudgetOut, tags=["settings"], summary="Change global caps"
-)
-def update_budget(request: HttpRequest, payload: BudgetPatch) -> dict[str, int | None]:
-    return budgets.set_global_caps(
-        payload.model_dump(exclude_unset=True), actor=audit.Actor.of(request)
-    )
 
 
 class WebSearchIn(Schema):

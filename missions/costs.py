@@ -17,7 +17,8 @@ from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from kernel.models import TERMINAL, DailySpend, GlobalBudget, Run, RunStatus, Step, StepKind
+from kernel import budgets
+from kernel.models import TERMINAL, BudgetNotice, DailySpend, Run, RunStatus, Step, StepKind
 from missions.models import Mission
 
 WINDOW_DAYS = 30
@@ -80,6 +81,10 @@ class Today:
     counted_usd_micros: int | None  # the day counter of the daily cap; None: no row yet
     daily_cap_usd_micros: int | None  # None: no cap
     collected_at: datetime
+    mission_cap_usd_micros: int | None = None  # a new mission's spend cap by default; None: none
+    notices: tuple[
+        str, ...
+    ] = ()  # today's "80 % of a cap" notices (`kernel.notices`), newest first
 
 
 def today() -> Today:
@@ -87,8 +92,20 @@ def today() -> Today:
     day = collected_at.astimezone(UTC).date()
     spend = Spend.of(steps_between(day_start(day)).aggregate(**_sums()))
     counted = DailySpend.objects.filter(day=day).values_list("usd_micros", flat=True).first()
-    cap = GlobalBudget.objects.values_list("daily_usd_micros", flat=True).first()
-    return Today(day, spend, counted, cap, collected_at)
+    caps = budgets.global_caps()
+    return Today(
+        day,
+        spend,
+        counted,
+        caps["daily_usd_micros"],
+        collected_at,
+        mission_cap_usd_micros=caps["mission_usd_micros"],
+        notices=tuple(
+            BudgetNotice.objects.filter(at__gte=day_start(day))
+            .order_by("-at")
+            .values_list("message", flat=True)[:5]
+        ),
+    )
 
 
 # --- Costs page -----------------------------------------------------------------------------

@@ -10,11 +10,14 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from cluster import bridges as cluster_bridges
+from kernel import budgets
 from missions import offline, steering, verification
 from missions.launch import MAX_GOAL
 from missions.models import ModelInfo, Project, RiskClass, Role, RoleRoute
 
 MICROS = Decimal(1_000_000)
+# The wall-time cap in minutes, as seconds fit `Account.max_seconds` (a 32-bit integer).
+MAX_MINUTES = (2**31 - 1) // 60
 
 
 def executor_choices() -> list[tuple[str, str]]:
@@ -98,6 +101,13 @@ class MissionForm(forms.Form):
         widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
     )
     max_tokens = forms.IntegerField(label=_("Max tokens"), required=False, min_value=0)
+    max_minutes = forms.IntegerField(
+        label=_("Max wall time (minutes)"),
+        required=False,
+        min_value=1,
+        max_value=MAX_MINUTES,
+        help_text=_("Its run stops when this much time has passed since it started, waits too."),
+    )
     max_turns = forms.IntegerField(label=_("Max model turns"), required=False, min_value=0)
     max_tool_calls = forms.IntegerField(label=_("Max tool calls"), required=False, min_value=0)
     executor = forms.ChoiceField(label=_("Executor model"), required=False, choices=[])
@@ -183,13 +193,21 @@ class MissionForm(forms.Form):
             "sensitive": bool(data.get("sensitive")),
         }
 
-    def caps(self) -> dict[str, int]:
-        """Budget caps as `create_mission` takes them (micro-dollars); absent: no cap."""
+    def caps(self) -> dict[str, int | None]:
+        """Budget caps as `create_mission` takes them (micro-dollars, seconds). The form shows
+        the owner's defaults (`initial_caps`): a field left empty is no cap, said as null, so
+        that the defaults do not come back behind the owner's back."""
         data = self.cleaned_data
-        caps: dict[str, int] = {}
-        if data.get("max_usd") is not None:
-            caps["max_usd_micros"] = int(data["max_usd"] * MICROS)
-        for name in ("max_tokens", "max_turns", "max_tool_calls"):
+        caps: dict[str, int | None] = {
+            "max_usd_micros": None
+            if data.get("max_usd") is None
+            else int(data["max_usd"] * MICROS),
+            "max_tokens": data.get("max_tokens"),
+            "max_seconds": None
+            if data.get("max_minutes") is None
+            else int(data["max_minutes"]) * 60,
+        }
+        for name in ("max_turns", "max_tool_calls"):
             if data.get(name) is not None:
                 caps[name] = int(data[name])
         return caps
@@ -200,6 +218,16 @@ class MissionForm(forms.Form):
             return {}
         provider, _slash, model = chosen.partition("/")
         return {"executor": {"provider": provider, "model": model}}
+
+
+def initial_caps() -> dict[str, Any]:
+    """A new mission's form shows the caps it gets by default, for the owner to change."""
+    defaults = budgets.mission_defaults()
+    return {
+        "max_usd": _dollars(defaults["max_usd_micros"]),
+        "max_tokens": defaults["max_tokens"],
+        "max_minutes": _minutes(defaults["max_seconds"]),
+    }
 
 
 def initial_from(mission: Any) -> dict[str, Any]:
@@ -215,6 +243,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
             "risk_class": mission.risk_class,
             "max_usd": _dollars(mission.max_usd_micros),
             "max_tokens": mission.max_tokens,
+            "max_minutes": _minutes(mission.max_seconds),
             "max_turns": mission.max_turns,
             "max_tool_calls": mission.max_tool_calls,
         }
@@ -226,6 +255,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
         "risk_class": mission.risk_class,
         "max_usd": _dollars(mission.max_usd_micros),
         "max_tokens": mission.max_tokens,
+        "max_minutes": _minutes(mission.max_seconds),
         "max_turns": mission.max_turns,
         "max_tool_calls": mission.max_tool_calls,
         "executor": f"{route['provider']}/{route['model']}" if isinstance(route, dict) else "",
@@ -237,6 +267,10 @@ def initial_from(mission: Any) -> dict[str, Any]:
 
 def _dollars(micros: int | None) -> Decimal | None:
     return Decimal(micros) / MICROS if micros is not None else None
+
+
+def _minutes(seconds: int | None) -> int | None:
+    return -(-seconds // 60) if seconds is not None else None
 
 
 class MessageForm(forms.Form):

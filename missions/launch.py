@@ -11,7 +11,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from cluster import bridges as cluster_bridges
-from kernel import runs
+from kernel import budgets, runs
 from kernel.budgets import CAP_FIELDS, validate_caps
 from kernel.models import Run, Trust
 from memory import skills as memory_skills
@@ -129,6 +129,8 @@ def start_mission(
         account=mission,
         program="agent",
         input=spec,
+        # The mission's wall-time cap is its root run's duration cap, from the run's start.
+        caps={"max_seconds": mission.max_seconds} if mission.max_seconds is not None else None,
         model=route.model,
         contract={
             "trigger": trigger,
@@ -241,7 +243,7 @@ def needs_a_model(*, stand_in: bool) -> MissionError:
     )
 
 
-MISSION_CAPS = (*CAP_FIELDS, "max_concurrent_runs")
+MISSION_CAPS = (*CAP_FIELDS, "max_seconds", "max_concurrent_runs")
 PROVIDERS = ("anthropic", "openai", "compatible", "scripted")
 EFFORTS = ("low", "medium", "high")
 MAX_GOAL = 20_000
@@ -410,16 +412,16 @@ def _criteria(criteria: Any, project: Project) -> list[dict[str, Any]]:
 
 
 def _caps(caps: dict[str, Any]) -> dict[str, int | None]:
-    """The budget caps are the kernel's (`validate_caps`); a mission adds its concurrency cap
-    and has no wall-clock cap."""
+    """The budget caps are the kernel's (`validate_caps`), `max_seconds` the wall time of each
+    of its root runs; a mission adds its concurrency cap. A spend, token or wall-time cap it
+    does not name is the owner's default (`budgets.mission_defaults`), copied in: the mission
+    shows the caps it is held to, and a later change of the defaults leaves it alone. Null
+    names no cap."""
     caps = dict(caps)
     concurrent = caps.pop("max_concurrent_runs", None)
-    if "max_seconds" in caps:
-        raise MissionError(
-            "Unknown budget cap 'max_seconds' for a mission (it caps runs).",
-            code="invalid_budget",
-        )
     clean = validate_caps(caps)
+    for cap, default in budgets.mission_defaults().items():
+        clean.setdefault(cap, default)
     if concurrent is not None:
         if isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1:
             raise MissionError(

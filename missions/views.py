@@ -20,7 +20,7 @@ from kernel.exceptions import KernelError
 from kernel.models import Artifact
 from missions import costs, keys, overview
 from missions.errors import MissionError
-from missions.forms import MissionForm, initial_from
+from missions.forms import MissionForm, initial_caps, initial_from
 from missions.launch import create_mission
 from missions.models import Mission, Project, Role, RoleRoute
 from missions.providers import registry
@@ -49,11 +49,11 @@ def mission_list(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "HEAD", "POST"])
 @owner_required
 def mission_new(request: HttpRequest) -> HttpResponse:
-    initial: dict[str, Any] = {}
+    initial: dict[str, Any] = initial_caps()
     relaunch = request.GET.get("from", "")
     if relaunch.isdigit():
         earlier = Mission.objects.filter(pk=int(relaunch)).first()
-        initial = initial_from(earlier) if earlier else {}
+        initial = initial_from(earlier) if earlier else initial
     form = MissionForm(request.POST or None, initial=initial)
     status = 200
     refusal = ""

@@ -115,7 +115,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         {
             "project_id": project.pk,
             **MISSION,
-            "caps": {"max_usd_micros": 2_000_000, "max_turns": 30},
+            "caps": {"max_usd_micros": 2_000_000, "max_turns": 30, "max_seconds": 7200},
             "routes": {"executor": {"provider": "anthropic", "model": "claude-opus-5-5"}},
         },
     )
@@ -133,10 +133,11 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "risk_class": "code",
         "sandbox_level": 1,
         "caps": {
-            "max_tokens": None,
+            "max_tokens": 2_000_000,  # the owner's default, as it set none
             "max_usd_micros": 2_000_000,
             "max_turns": 30,
             "max_tool_calls": None,
+            "max_seconds": 7200,
             "max_concurrent_runs": 12,
         },
         "routes": {
@@ -152,6 +153,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
     }
     assert (run.account_id, run.status, run.contract["trigger"]) == (mission.pk, "queued", "api")
     assert run.model == "claude-opus-5-5"
+    assert run.max_seconds == 7200  # the mission's wall time is its root run's
 
 
 def test_a_mission_from_the_api_is_the_same_as_any_other_but_its_trigger(

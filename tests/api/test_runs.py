@@ -70,7 +70,7 @@ def test_it_shows_a_run_with_its_input_caps_and_output(api: Api) -> None:
         "max_usd_micros": None,
         "max_turns": None,
         "max_tool_calls": None,
-        "max_seconds": None,
+        "max_seconds": 14_400,  # the mission's wall time: the owner's default
     }
     assert (body["output"], body["error"], body["contract"]["trigger"]) == (None, "", "test")
     response = api.get("/runs/999999")

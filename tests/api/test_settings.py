@@ -145,21 +145,46 @@ def test_it_refuses_a_bad_provider_key(
 # --- global caps --------------------------------------------------------------------------------
 
 
+DEFAULT_CAPS = {
+    "daily_usd_micros": 20_000_000,
+    "max_running_runs": 64,
+    "mission_usd_micros": 5_000_000,
+    "mission_tokens": 2_000_000,
+    "mission_seconds": 14_400,
+}
+
+
 def test_it_shows_and_changes_the_global_caps(api: Api) -> None:
-    assert api.get("/settings/budget").json() == {
-        "daily_usd_micros": None,
-        "max_running_runs": 64,
-    }
+    # A fresh install: caps are on before the owner has set any.
+    assert not GlobalBudget.objects.exists()
+    assert api.get("/settings/budget").json() == DEFAULT_CAPS
 
     changed = api.patch("/settings/budget", {"daily_usd_micros": 5_000_000})
     changed_again = api.patch("/settings/budget", {"max_running_runs": 4})
     cleared = api.patch("/settings/budget", {"daily_usd_micros": None})
+    missions = api.patch("/settings/budget", {"mission_tokens": None, "mission_seconds": 600})
 
-    assert changed.json() == {"daily_usd_micros": 5_000_000, "max_running_runs": 64}
-    assert changed_again.json() == {"daily_usd_micros": 5_000_000, "max_running_runs": 4}
-    assert cleared.json() == {"daily_usd_micros": None, "max_running_runs": 4}
+    assert changed.json() == {**DEFAULT_CAPS, "daily_usd_micros": 5_000_000}
+    assert changed_again.json() == {
+        **DEFAULT_CAPS,
+        "daily_usd_micros": 5_000_000,
+        "max_running_runs": 4,
+    }
+    assert cleared.json() == {**DEFAULT_CAPS, "daily_usd_micros": None, "max_running_runs": 4}
+    assert missions.json() == {
+        **DEFAULT_CAPS,
+        "daily_usd_micros": None,
+        "max_running_runs": 4,
+        "mission_tokens": None,
+        "mission_seconds": 600,
+    }
     budget = GlobalBudget.objects.get()
     assert (budget.daily_usd_micros, budget.max_running_runs) == (None, 4)
+    assert (budget.mission_tokens, budget.mission_seconds) == (None, 600)
+    # Each change is in the security log, with the caps in force after it.
+    logged = AuditEvent.objects.filter(kind=AuditEvent.Kind.POLICY_CHANGED).order_by("pk")
+    assert logged.count() == 4
+    assert logged.last().detail["mission_seconds"] == 600  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -173,6 +198,9 @@ def test_it_shows_and_changes_the_global_caps(api: Api) -> None:
         {"max_running_runs": -1},
         {"max_running_runs": 2**31},
         {"max_running_runs": 1.5},
+        {"mission_usd_micros": 0},  # a cap of 0 would stop every mission at once
+        {"mission_tokens": -1},
+        {"mission_seconds": 2**31},
         {"max_tokens": 10},
     ],
 )
@@ -250,3 +278,16 @@ def test_it_refuses_a_bad_schedule_and_changes_nothing(
 def test_it_answers_404_for_an_unknown_schedule(api: Api, db: None) -> None:
     assert api.patch("/schedules/999999", {"enabled": False}).status_code == 404
     assert api.delete("/schedules/999999").status_code == 404
+
+
+def test_it_sets_a_providers_spend_caps(api: Api) -> None:
+    assert api.get("/settings/budget/providers").json() == {}
+
+    response = api.put("/settings/budget/providers/anthropic", {"day": 10_000_000, "month": None})
+    refused = api.put("/settings/budget/providers/anthropic", {"day": 0})
+
+    assert response.status_code == 200
+    assert response.json() == {"anthropic": {"day": 10_000_000, "month": None}}
+    assert refused.status_code == 422
+    assert api.get("/settings/budget/providers").json() == response.json()
+    assert api.put("/settings/budget/providers/anthropic", {}).json() == {}

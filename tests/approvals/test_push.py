@@ -22,6 +22,7 @@ from pytest_django.fixtures import Settings
 
 from agentos.core.models import AuditEvent, PushState, PushSubscription
 from approvals import push
+from kernel import notices
 from tests.approvals.factories import make_approval, make_question
 from tests.factories import Owner
 
@@ -255,3 +256,25 @@ def test_it_keeps_the_private_key_encrypted_and_off_every_page(
     body = "".join(pem.splitlines()[1:-1])
     assert body not in page
     assert body[:16] not in page
+
+
+def test_it_pushes_a_cap_80_percent_used_once(owner_client: Client, service: PushService) -> None:
+    owner_client.get("/settings/")
+    phone = subscribe(owner_client, service, "phone")
+    mission = make_approval().run.account
+    push.deliver_one()
+    service.received.clear()
+
+    notices.notify_once(
+        f"account:{mission.pk}:max_usd_micros",
+        message=f"Mission {mission.pk} has used 80 % of its spend cap.",
+        account_id=mission.pk,
+    )
+    push.deliver_one()
+    push.deliver_one()
+
+    (received,) = service.received
+    payload = phone.read(received)
+    assert payload["title"] == "A cap is 80 % used"
+    assert payload["body"] == f"Mission {mission.pk} has used 80 % of its spend cap."
+    assert payload["url"] == f"/missions/{mission.pk}/"

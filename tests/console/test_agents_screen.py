@@ -103,3 +103,35 @@ def test_it_counts_the_permission_rules_and_leads_to_the_tools(owner_client: Cli
 
 def test_an_unknown_action_is_refused(owner_client: Client) -> None:
     assert owner_client.post("/agents/", {"action": "everything"}).status_code == 400
+
+
+def test_it_shows_and_sets_a_missions_default_caps(owner_client: Client) -> None:
+    shown = owner_client.get("/agents/").content.decode()
+    assert 'name="budget-mission_usd" value="5"' in shown
+    assert 'name="budget-mission_tokens" value="2000000"' in shown
+    assert 'name="budget-mission_minutes" value="240"' in shown
+
+    response = owner_client.post(
+        "/agents/",
+        {
+            "action": "budget",
+            "budget-daily_usd": "20",
+            "budget-max_running_runs": "64",
+            "budget-mission_usd": "2.50",
+            "budget-mission_tokens": "",  # the owner's "no cap"
+            "budget-mission_minutes": "30",
+        },
+    )
+
+    assert response.status_code == 302
+    budget = GlobalBudget.objects.get()
+    assert (budget.mission_usd_micros, budget.mission_tokens, budget.mission_seconds) == (
+        2_500_000,
+        None,
+        1800,
+    )
+    logged = AuditEvent.objects.get(kind=AuditEvent.Kind.POLICY_CHANGED)
+    assert (logged.detail["mission_usd_micros"], logged.detail["mission_tokens"]) == (
+        2_500_000,
+        None,
+    )

@@ -180,6 +180,7 @@ def test_it_starts_a_mission_from_the_form_through_the_one_creation_path(
             "definition_of_done": "NOTES.md is up to date.",
             "max_usd": "2.50",
             "max_turns": "30",
+            "max_minutes": "90",
             "executor": "openai/gpt-6.1-sol",
             "bridges": ["git"],
             "allowed_hosts": "docs.example.org\n*.pypi.org:443",
@@ -203,6 +204,7 @@ def test_it_starts_a_mission_from_the_form_through_the_one_creation_path(
     run = Run.objects.get(account=mission)
     assert run.contract["trigger"] == "console"
     assert run.model == "gpt-6.1-sol"
+    assert (mission.max_seconds, run.max_seconds) == (5400, 5400)
     page = text_of(owner_client.get(response["Location"]))
     assert "NOTES.md is up to date." in page
     assert "$2.50" in page
@@ -282,12 +284,13 @@ def test_it_refuses_a_bad_mission_form(
 def test_it_fills_the_form_from_an_earlier_mission_to_relaunch(
     owner_client: Client, seeded_catalog: None
 ) -> None:
-    mission, _ = launch(DONE, caps={"max_usd_micros": 1_500_000})
+    mission, _ = launch(DONE, caps={"max_usd_micros": 1_500_000, "max_seconds": 1800})
 
     content = text_of(owner_client.get(f"/missions/new/?from={mission.pk}"))
 
     assert "Write the 1.3 release notes</textarea>" in content
     assert 'name="max_usd" value="1.5"' in content
+    assert 'name="max_minutes" value="30"' in content
     assert '<option value="scripted/scripted" selected>' in content
 
 
