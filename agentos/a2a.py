@@ -133,7 +133,7 @@ def card(base_url: str) -> AgentCard:
                     " question; its answer comes as an artifact."
                 ),
                 tags=["mission", "agents"],
-                examples=["Summarise the open issues of the project in five lines."],
+                examples=["Summarise what changed in the last release, in five lines."],
                 input_modes=["text/plain"],
                 output_modes=["text/plain"],
             )

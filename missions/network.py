@@ -88,10 +88,8 @@ def exposure_of(run_id: int, destination: str, sandboxed: bool) -> egress.Verdic
         flag, why = exposure.PRIVATE, f"bridge {destination.removeprefix('bridge:')}"
     else:
         host, _, port = destination.rpartition(":")
-        given, root_id = Run.objects.filter(pk=run_id).values_list("input", "root_id").first() or (
-            None,
-            None,
-        )
+        run = Run.objects.filter(pk=run_id).values_list("input", "root_id").first()
+        given, root_id = run if run is not None else (None, None)
         if any(_matches(p, host, destination) for p in _task_hosts(given, root_id)):
             return egress.Verdict(True, "")
         flag, why = exposure.OUTWARD, f"egress to {host}:{port}"

@@ -47,7 +47,9 @@ class Echo(AgentExecutor):
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        raise NotImplementedError
+        """Its tasks complete at once; one still known is marked canceled."""
+        if context.task_id is not None and context.context_id is not None:
+            await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
 @dataclass
