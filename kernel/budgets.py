@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from agentos.core import audit
@@ -175,19 +175,27 @@ def set_global_caps(changes: dict[str, Any], *, actor: audit.Actor) -> dict[str,
 
 
 PERIODS = ("day", "month")
+EVERY = "*"  # the provider caps of each provider not named
 
 
 def provider_caps() -> dict[str, dict[str, int | None]]:
-    """Each capped provider's spend caps per UTC day and month, micro-dollars (None: no cap)."""
+    """Each capped provider's spend caps per UTC day and month, micro-dollars (None: no cap);
+    `EVERY`'s apply to each provider not named (the defaults while no row is saved)."""
     budget = GlobalBudget.objects.order_by("pk").first() or GlobalBudget()
     return {name: dict(caps) for name, caps in (budget.provider_caps or {}).items()}
+
+
+def caps_of(caps: dict[str, dict[str, int | None]], provider: str) -> dict[str, int | None]:
+    """The caps that apply to `provider`: its own, else those of every provider."""
+    return caps.get(provider) or caps.get(EVERY) or {}
 
 
 def set_provider_caps(
     provider: str, *, day: int | None, month: int | None, actor: audit.Actor
 ) -> dict[str, dict[str, int | None]]:
-    """Set (or, both None, clear) a model provider's daily and monthly spend caps, with its
-    `policy.changed` event in the same transaction; model calls past one are refused
+    """Set a model provider's daily and monthly spend caps (`EVERY`: of each provider not
+    named; None: no cap for that period, whatever `EVERY` says), with its `policy.changed`
+    event in the same transaction; model calls past one are refused
     (`kernel.metering.Meter.check_provider`)."""
     if not isinstance(provider, str) or not provider.strip() or len(provider) > 40:
         raise KernelError("A provider is named by 1 to 40 characters.", code="invalid_budget")
@@ -203,10 +211,7 @@ def set_provider_caps(
     with transaction.atomic():
         budget = GlobalBudget.objects.select_for_update().order_by("pk").first() or GlobalBudget()
         caps = dict(budget.provider_caps or {})
-        if day is None and month is None:
-            caps.pop(provider, None)
-        else:
-            caps[provider] = {"day": day, "month": month}
+        caps[provider] = {"day": day, "month": month}
         budget.provider_caps = caps
         budget.save()
         audit.record_by(AuditEvent.Kind.POLICY_CHANGED, actor, provider_caps=caps)
@@ -215,9 +220,14 @@ def set_provider_caps(
 
 def provider_spent(provider: str, since: datetime) -> int:
     """What the model calls of `provider` cost since `since`, micro-dollars, from the journal's
-    model steps (their request names the provider)."""
+    model steps (their request names the provider). Only runs alive since then can hold them:
+    that filter reaches their steps through the (run, seq) index, not by reading every step."""
+    alive = Run.objects.filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
     spent = Step.objects.filter(
-        kind=StepKind.MODEL_CALL, finished_at__gte=since, request__provider=provider
+        run_id__in=alive.values("id"),
+        kind=StepKind.MODEL_CALL,
+        finished_at__gte=since,
+        request__provider=provider,
     ).aggregate(total=Sum("usd_micros"))["total"]
     return int(spent or 0)
 

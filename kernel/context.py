@@ -381,6 +381,8 @@ class RunContext:
             self.planned.add(planned_seq)
         if costly:
             self.meter.billed(call.seq)
+        if kind == StepKind.MODEL_CALL:
+            self.meter.provider_paid(done.cost.usd_micros)
         name = self.records[call.seq].name if call.seq in self.records else ""
         self.records[call.seq] = Record(call.seq, kind, "", "", "", done.result, True, settled_by)
         crashpoints.hit("after_result_commit", run=self.run_id, seq=call.seq)

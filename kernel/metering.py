@@ -9,7 +9,7 @@ account's, the day's).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
@@ -19,6 +19,9 @@ from kernel.debits import Debit
 from kernel.exceptions import Stop
 from kernel.journal import Fence, Record
 from kernel.models import Run, RunStatus, StepKind
+
+# How long what a provider spent is trusted before it is read again (`Meter.check_provider`).
+PROVIDER_SPENT_SECONDS = 30.0
 
 
 @dataclass
@@ -42,6 +45,9 @@ class Meter:
     # The 80 % notices this execution sent or found sent (`kernel.notices`): asked once each.
     noticed: set[str] = field(default_factory=set)
     provider_caps: dict[str, dict[str, int | None]] | None = None  # read at the first model call
+    # What each capped provider spent since a period's start, and when that was read.
+    provider_spent: dict[tuple[str, datetime], tuple[datetime, int]] = field(default_factory=dict)
+    calling: str | None = None  # the capped provider of the model call under way
 
     def __post_init__(self) -> None:
         self.billed_through = self.run.billed_through
@@ -100,12 +106,17 @@ class Meter:
 
     def check_provider(self, request: object) -> None:
         """Before a model call: refuse it if its provider's spend today or this month (UTC)
-        reached its cap. Read only when some provider is capped."""
+        reached its cap, and tell the owner once at 80 %. What a provider spent is read again
+        after `PROVIDER_SPENT_SECONDS`, not before every call: runs in parallel may overshoot
+        a provider's cap by what they spend in that time."""
         if self.provider_caps is None:
             self.provider_caps = budgets.provider_caps()  # once per execution, as the daily cap
         provider = request.get("provider") if isinstance(request, dict) else None
-        caps = self.provider_caps.get(provider) if isinstance(provider, str) else None
-        if not caps:
+        if not isinstance(provider, str):
+            return
+        caps = budgets.caps_of(self.provider_caps, provider)
+        self.calling = None
+        if all(caps.get(key) is None for key in budgets.PERIODS):
             return
         now = timezone.now().astimezone(UTC)
         day = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -113,13 +124,33 @@ class Meter:
             cap = caps.get(key)
             if cap is None:
                 continue
-            spent = budgets.provider_spent(str(provider), since)
+            spent = self._provider_spent(provider, since, now)
             if spent >= cap:
                 raise Stop(
                     RunStatus.BUDGET_EXHAUSTED,
                     f"the {period} spend cap of provider {provider} is reached"
                     f" ({spent} of {cap} micro-dollars since {since.date().isoformat()} UTC)",
                 )
+            notice = f"provider:{provider}:{key}:{since.date().isoformat()}"
+            if notice not in self.noticed and notices.near(spent, cap):
+                self.noticed.add(notice)
+                notices.provider_near(notice, provider, period, run_id=self.run.pk)
+        self.calling = provider
+
+    def provider_paid(self, usd_micros: int) -> None:
+        """The model call under way cost this: added to what its provider spent as last read."""
+        if self.calling is None or usd_micros <= 0:
+            return
+        for (provider, since), (read_at, spent) in list(self.provider_spent.items()):
+            if provider == self.calling:
+                self.provider_spent[(provider, since)] = (read_at, spent + usd_micros)
+
+    def _provider_spent(self, provider: str, since: datetime, now: datetime) -> int:
+        read = self.provider_spent.get((provider, since))
+        if read is None or (now - read[0]).total_seconds() >= PROVIDER_SPENT_SECONDS:
+            read = (now, budgets.provider_spent(provider, since))
+            self.provider_spent[(provider, since)] = read
+        return read[1]
 
     def check_counters(self) -> None:
         """This run's own turn and tool-call caps, exactly, from what it knows it has done."""

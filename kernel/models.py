@@ -336,6 +336,11 @@ class Artifact(models.Model):
         return f"{self.name or self.sha256[:12]} ({self.size} bytes)"
 
 
+def default_provider_caps() -> dict[str, dict[str, int | None]]:
+    """A fresh install's caps of each model provider: $15 a UTC day, $150 a UTC month."""
+    return {"*": {"day": 15_000_000, "month": 150_000_000}}
+
+
 class GlobalBudget(models.Model):
     """The one row of global governors and of the caps a new mission gets when it sets none,
     edited on the Agents screen (`kernel.budgets.set_global_caps`). Caps are on from the first
@@ -361,8 +366,11 @@ class GlobalBudget(models.Model):
         default=4 * 3600,
     )
     # Spend caps per model provider, micro-dollars: {"anthropic": {"day": 10000000, "month":
-    # null}}; a provider or a period not named has no cap (`kernel.budgets.set_provider_caps`).
-    provider_caps = models.JSONField(_("spend caps per provider"), default=dict, blank=True)
+    # null}}; "*" holds the caps of each provider not named; a null period has no cap
+    # (`kernel.budgets.set_provider_caps`).
+    provider_caps = models.JSONField(
+        _("spend caps per provider"), default=default_provider_caps, blank=True
+    )
 
     class Meta:
         verbose_name = _("global budget")

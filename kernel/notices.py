@@ -1,8 +1,9 @@
 """The owner is told once when a cap is 80 % used: a mission's spend or tokens (its account's
-caps), a root run's wall time, the day's global spend. The notice is a `budget.notice` event
-(the Home screen lists today's, `approvals.push` sends it to the owner's phones); its
-`BudgetNotice` row, keyed by the cap and what it holds, is written in the same transaction, so a
-notice is sent once whatever process dies or retries. See docs/design.md §10.
+caps), a root run's wall time, the day's global spend, a provider's spend in a day or a month.
+The notice is a `budget.notice` event (the Home screen lists today's, `approvals.push` sends it
+to the owner's phones); its `BudgetNotice` row, keyed by the cap and what it holds, is written
+in the same transaction, so a notice is sent once whatever process dies or retries. See
+docs/design.md §10.
 """
 
 from __future__ import annotations
@@ -76,4 +77,14 @@ def wall_time_near(run_id: int, account_id: int) -> bool:
         message=f"Mission {account_id} has used 80 % of its wall time.",
         run_id=run_id,
         account_id=account_id,
+    )
+
+
+def provider_near(key: str, provider: str, period: str, *, run_id: int) -> bool:
+    """The notice of a provider's spend at 80 % of its daily or monthly cap, sent once per
+    period (`key` names the provider, the cap and the period's first day)."""
+    return notify_once(
+        key,
+        message=f"Spend on {provider} has reached 80 % of its {period} cap.",
+        run_id=run_id,
     )

@@ -60,6 +60,10 @@ FROM kernel_account a WHERE a.id = ANY(%s)
 """
 
 
+# While no `GlobalBudget` row is saved, its defaults are in force (`kernel.budgets.global_caps`).
+_DEFAULT_GOVERNORS = (GlobalBudget().max_running_runs, GlobalBudget().provider_caps)
+
+
 def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Claim]:
     """Take up to `limit` runnable runs, oldest first.
 
@@ -78,7 +82,7 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
         # The same read brings the provider caps each claimed run's meter checks model calls
         # against (`Meter.check_provider`): no statement of its own on the hot path.
         row = GlobalBudget.objects.values_list("max_running_runs", "provider_caps").first()
-        cap, provider_caps = row if row is not None else (None, {})
+        cap, provider_caps = row if row is not None else _DEFAULT_GOVERNORS
         if cap is not None:
             cursor.execute("SELECT count(*) FROM kernel_run WHERE lease_expires_at >= %s", [now])
             (running,) = cursor.fetchone() or (0,)

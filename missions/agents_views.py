@@ -1,5 +1,6 @@
 """The Agents & policies screen: which model and effort each role runs on, the global budget
-(a daily spend cap and a cap on runs executing at once), and a summary of the permission rules
+(a daily spend cap, a cap on runs executing at once, a new mission's caps), the spend caps per
+model provider, and a summary of the permission rules
 (edited on the Tools screen). Every change is in the security log; runs already started keep the
 model they started with (a run's model is fixed for its life)."""
 
@@ -88,6 +89,39 @@ class BudgetForm(forms.Form):
     )
 
 
+class ProviderCapsForm(forms.Form):
+    provider = forms.ChoiceField(label=_("Provider"))
+    day_usd = forms.DecimalField(
+        label=_("Spend cap a UTC day ($)"),
+        required=False,
+        min_value=Decimal("0.000001"),
+        max_digits=12,
+        decimal_places=6,
+        help_text=_("Empty for none."),
+        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+    )
+    month_usd = forms.DecimalField(
+        label=_("Spend cap a UTC month ($)"),
+        required=False,
+        min_value=Decimal("0.000001"),
+        max_digits=12,
+        decimal_places=6,
+        help_text=_("Empty for none."),
+        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        named = set(ModelInfo.objects.values_list("provider", flat=True)) | set(
+            budgets.provider_caps()
+        )
+        named.discard(budgets.EVERY)
+        self.fields["provider"].choices = [  # type: ignore[attr-defined]  # a ChoiceField
+            (budgets.EVERY, _("Each provider not named below")),
+            *((name, name) for name in sorted(named)),
+        ]
+
+
 @require_http_methods(["GET", "HEAD", "POST"])
 @owner_required
 def agents_screen(request: HttpRequest) -> HttpResponse:
@@ -106,6 +140,7 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
             else -(-caps["mission_seconds"] // 60),
         },
     )
+    provider_form = ProviderCapsForm(prefix="provider")
     status = 200
     refused: list[str] = []  # errors of a form posted for a role this page does not show
     action = request.POST.get("action")
@@ -126,6 +161,18 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
             _save_budget(request, budget_form.cleaned_data)
             return redirect("console:agents")
         status = 400
+    elif request.method == "POST" and action == "provider_caps":
+        provider_form = ProviderCapsForm(request.POST, prefix="provider")
+        if provider_form.is_valid():
+            data = provider_form.cleaned_data
+            budgets.set_provider_caps(
+                data["provider"],
+                day=_micros(data["day_usd"]),
+                month=_micros(data["month_usd"]),
+                actor=audit.Actor.of(request),
+            )
+            return redirect("console:agents")
+        status = 400
     elif request.method == "POST":
         status = 400
     rules = PermissionRule.objects.all()
@@ -142,6 +189,8 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
         ],
         "route_refused": refused,
         "budget_form": budget_form,
+        "provider_form": provider_form,
+        "provider_caps": sorted(budgets.provider_caps().items()),
         "rule_counts": [
             (decision.label, rules.filter(decision=decision).count()) for decision in Decision
         ],
@@ -191,6 +240,10 @@ def _save_budget(request: HttpRequest, data: dict[str, Any]) -> None:
         },
         actor=audit.Actor.of(request),
     )
+
+
+def _micros(dollars: Decimal | None) -> int | None:
+    return None if dollars is None else int(dollars * MICROS)
 
 
 def _dollars(micros: int | None) -> Decimal | None:

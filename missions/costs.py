@@ -82,6 +82,10 @@ class Today:
     daily_cap_usd_micros: int | None  # None: no cap
     collected_at: datetime
     mission_cap_usd_micros: int | None = None  # a new mission's spend cap by default; None: none
+    mission_cap_tokens: int | None = None  # … its token cap
+    mission_cap_seconds: int | None = None  # … its wall-time cap
+    # Spend caps per provider ("*": each provider not named), {"day": micros, "month": micros}.
+    provider_caps: tuple[tuple[str, dict[str, int | None]], ...] = ()
     notices: tuple[
         str, ...
     ] = ()  # today's "80 % of a cap" notices (`kernel.notices`), newest first
@@ -100,6 +104,9 @@ def today() -> Today:
         caps["daily_usd_micros"],
         collected_at,
         mission_cap_usd_micros=caps["mission_usd_micros"],
+        mission_cap_tokens=caps["mission_tokens"],
+        mission_cap_seconds=caps["mission_seconds"],
+        provider_caps=tuple(sorted(budgets.provider_caps().items(), key=lambda item: item[0])),
         notices=tuple(
             BudgetNotice.objects.filter(at__gte=day_start(day))
             .order_by("-at")

@@ -1,8 +1,9 @@
-"""Ledger figures as the console writes them: dollars from micro-dollars, token counts."""
+"""Ledger figures as the console writes them: dollars from micro-dollars, token counts, caps."""
 
 from __future__ import annotations
 
 from django import template
+from django.utils.translation import gettext
 
 register = template.Library()
 
@@ -30,3 +31,26 @@ def tokens(count: int | None) -> str:
     if count is None:
         return "unknown"
     return f"{int(count):,}"
+
+
+@register.filter
+def cap(micros: int | None) -> str:
+    """A spend cap: dollars, or "none" (None is the owner's "no cap")."""
+    return gettext("none") if micros is None else usd(micros)
+
+
+@register.filter
+def cap_tokens(count: int | None) -> str:
+    """A token cap: `2000000` → `2,000,000`, None → "none"."""
+    return gettext("none") if count is None else tokens(count)
+
+
+@register.filter
+def wall_time(seconds: int | None) -> str:
+    """A wall-time cap: `14400` → `4 h`, `5400` → `90 min`, None → "none"."""
+    if seconds is None:
+        return gettext("none")
+    seconds = int(seconds)
+    if seconds % 3600 == 0:
+        return gettext("%(hours)d h") % {"hours": seconds // 3600}
+    return gettext("%(minutes)d min") % {"minutes": -(-seconds // 60)}

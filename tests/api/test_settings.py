@@ -281,13 +281,21 @@ def test_it_answers_404_for_an_unknown_schedule(api: Api, db: None) -> None:
 
 
 def test_it_sets_a_providers_spend_caps(api: Api) -> None:
-    assert api.get("/settings/budget/providers").json() == {}
+    every = {"day": 15_000_000, "month": 150_000_000}
+    assert api.get("/settings/budget/providers").json() == {"*": every}
 
     response = api.put("/settings/budget/providers/anthropic", {"day": 10_000_000, "month": None})
     refused = api.put("/settings/budget/providers/anthropic", {"day": 0})
 
     assert response.status_code == 200
-    assert response.json() == {"anthropic": {"day": 10_000_000, "month": None}}
+    assert response.json() == {"*": every, "anthropic": {"day": 10_000_000, "month": None}}
     assert refused.status_code == 422
     assert api.get("/settings/budget/providers").json() == response.json()
-    assert api.put("/settings/budget/providers/anthropic", {}).json() == {}
+    assert api.put("/settings/budget/providers/anthropic", {}).json() == {
+        "*": every,
+        "anthropic": {"day": None, "month": None},
+    }
+    assert api.put("/settings/budget/providers/*", {"day": 1_000_000}).json()["*"] == {
+        "day": 1_000_000,
+        "month": None,
+    }

@@ -14,7 +14,7 @@ from kernel import budgets
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext
 from kernel.exceptions import KernelError
-from kernel.models import BudgetNotice, Effect, Event, StepKind
+from kernel.models import BudgetNotice, Effect, Event, GlobalBudget, StepKind
 from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
 from tests.kernel.factories import make_account, make_mission, start
@@ -120,14 +120,17 @@ def test_home_lists_todays_notices(owner_client: Client) -> None:
 
 
 def model_caller(ctx: RunContext) -> Outcome:
-    """Model calls of 1,000 µ$ each to the provider the input names, `calls` times."""
+    """Model calls of `usd` µ$ each (1,000 unless said) to the provider the input names,
+    `calls` times."""
     for index in range(ctx.input["calls"]):
         ctx.step(
             StepKind.MODEL_CALL,
             effect=Effect.MODEL_CALL,
             name="m",
             request={"turn": index, "provider": ctx.input["provider"], "model": "m"},
-            execute=lambda call: Done({"ok": True}, Cost(input_tokens=10, usd_micros=1000)),
+            execute=lambda call: Done(
+                {"ok": True}, Cost(input_tokens=10, usd_micros=ctx.input.get("usd", 1000))
+            ),
         )
     return Outcome(output="called")
 
@@ -163,13 +166,50 @@ def test_it_refuses_model_calls_past_a_providers_monthly_cap() -> None:
     assert "monthly spend cap of provider openai" in run.error
 
 
-def test_the_owner_sets_and_clears_a_providers_caps_audited() -> None:
+def test_the_owner_sets_and_lifts_a_providers_caps_audited() -> None:
     actor = audit.Actor.command("test")
+    every = {"day": 15_000_000, "month": 150_000_000}
+    assert budgets.provider_caps() == {"*": every}  # a fresh install's
     assert budgets.set_provider_caps("openai", day=5, month=None, actor=actor) == {
-        "openai": {"day": 5, "month": None}
+        "*": every,
+        "openai": {"day": 5, "month": None},
     }
-    assert budgets.set_provider_caps("openai", day=None, month=None, actor=actor) == {}
+    # No cap for openai, whatever each provider's caps say.
+    assert budgets.set_provider_caps("openai", day=None, month=None, actor=actor) == {
+        "*": every,
+        "openai": {"day": None, "month": None},
+    }
     with pytest.raises(KernelError, match="The day cap of openai is an integer"):
         budgets.set_provider_caps("openai", day=0, month=None, actor=actor)
-    assert budgets.provider_caps() == {}
+    assert budgets.caps_of(budgets.provider_caps(), "openai") == {"day": None, "month": None}
+    assert budgets.caps_of(budgets.provider_caps(), "anthropic") == every
     assert AuditEvent.objects.filter(kind=AuditEvent.Kind.POLICY_CHANGED).count() == 2
+
+
+def test_a_fresh_install_caps_each_provider_a_day() -> None:
+    # $6 calls under the default $15 a day of each provider: the 4th is refused. The account
+    # has no cap of its own, so only the provider's stops it.
+    assert not GlobalBudget.objects.exists()
+    run = start("test.model_caller", {"provider": "anthropic", "calls": 5, "usd": 6_000_000})
+
+    assert work() == ["budget_exhausted"]
+
+    run.refresh_from_db()
+    assert run.usd_micros == 18_000_000
+    assert "the daily spend cap of provider anthropic is reached" in run.error
+
+
+def test_it_tells_the_owner_once_at_80_percent_of_a_providers_cap() -> None:
+    actor = audit.Actor.command("test")
+    budgets.set_provider_caps("*", day=10_000, month=None, actor=actor)
+    budgets.set_provider_caps("openai", day=None, month=None, actor=actor)
+    start("test.model_caller", {"provider": "anthropic", "calls": 9})
+    start("test.model_caller", {"provider": "openai", "calls": 20})  # not capped: no notice
+
+    assert sorted(work()) == ["done", "done"]
+
+    day = timezone.now().date().isoformat()
+    assert sent() == [f"provider:anthropic:day:{day}"]
+    assert [event.data["message"] for event in events()] == [
+        "Spend on anthropic has reached 80 % of its daily cap."
+    ]

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from agentos.core import audit
+from agentos.core.models import AuditEvent
 from kernel import budgets
 from kernel.models import GlobalBudget, Run
 from missions.launch import create_mission
@@ -76,13 +77,40 @@ def test_the_owners_new_defaults_apply_to_new_missions_only() -> None:
 
 
 def test_home_says_the_caps_in_force_and_where_to_change_them(owner_client: Client) -> None:
-    content = owner_client.get("/").content.decode()
-    assert "Caps: $5.00 a mission, $20.00 a day" in content
+    content = " ".join(owner_client.get("/").content.decode().split())
+    assert (
+        "Caps: a mission $5.00, 2,000,000 tokens, 4 h of wall time · all missions $20.00 a day"
+        " · each provider $15.00 a day, $150.00 a month"
+    ) in content
     assert 'href="/agents/#budget-title"' in content
 
-    budgets.set_global_caps({"daily_usd_micros": None}, actor=audit.Actor.command("test"))
+    budgets.set_global_caps(
+        {"daily_usd_micros": None, "mission_seconds": 5400}, actor=audit.Actor.command("test")
+    )
+    budgets.set_provider_caps("openai", day=None, month=None, actor=audit.Actor.command("test"))
 
-    assert "Caps: $5.00 a mission, none a day" in owner_client.get("/").content.decode()
+    content = " ".join(owner_client.get("/").content.decode().split())
+    assert "90 min of wall time · all missions none a day" in content
+    assert "openai none a day, none a month" in content
+
+
+def test_the_owner_caps_a_provider_on_the_agents_screen(owner_client: Client) -> None:
+    page = owner_client.get("/agents/").content.decode()
+    assert "each provider not named" in page
+
+    response = owner_client.post(
+        "/agents/",
+        {"action": "provider_caps", "provider-provider": "anthropic", "provider-day_usd": "2.5"},
+    )
+    refused = owner_client.post(
+        "/agents/",
+        {"action": "provider_caps", "provider-provider": "anthropic", "provider-day_usd": "-1"},
+    )
+
+    assert response.status_code == 302
+    assert budgets.provider_caps()["anthropic"] == {"day": 2_500_000, "month": None}
+    assert refused.status_code == 400
+    assert AuditEvent.objects.filter(kind=AuditEvent.Kind.POLICY_CHANGED).count() == 1
 
 
 def test_the_new_mission_form_shows_the_defaults(owner_client: Client) -> None:
