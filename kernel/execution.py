@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from kernel import crashpoints, journal, programs, scheduler
+from kernel import crashpoints, journal, programs, runs, scheduler
 from kernel.context import RunContext
 from kernel.exceptions import JournalMismatch, LeaseLost, Stop, Suspend
 from kernel.models import Run, RunStatus
@@ -132,6 +132,8 @@ def execute(claim: Claim, draining: threading.Event | None = None) -> str:
             return "waiting"
         except Stop as stop:
             context.bill()
+            if stop.status == RunStatus.BUDGET_EXHAUSTED:
+                runs.stop_descendants(fence.run_id, reason=stop.status)
             return scheduler.finish(fence, status=stop.status, error=stop.reason)
         except (LeaseLost, DatabaseError):
             raise

@@ -321,6 +321,15 @@ def fork_run(run_id: int, *, at_seq: int, by: str = "owner") -> Run:
     return fork
 
 
+def stop_descendants(run_id: int, *, reason: str) -> int:
+    """A run stopped by its own cap (its wall time, a cap its debit crossed) takes its unfinished
+    sub-agents with it: nobody would read what they go on to do. Return how many were asked."""
+    live = Run.objects.filter(ancestors__contains=[run_id]).exclude(status__in=TERMINAL)
+    if not live.exclude(cancel_requested=True).exists():
+        return 0
+    return request_stop(run_id, reason=reason, by="kernel") - 1
+
+
 def stop_account(account_id: int, *, reason: str = RunStatus.CANCELLED, by: str = "kernel") -> int:
     """Stop every unfinished run tree of an account (its budget is spent, or its owner says so)."""
     roots = Run.objects.filter(account_id=account_id, parent__isnull=True).exclude(

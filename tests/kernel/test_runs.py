@@ -13,7 +13,7 @@ from kernel import execution, runs
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import KernelError
-from kernel.models import Effect, Event, GlobalBudget, Run, Step, StepKind, Wait
+from kernel.models import Effect, Event, GlobalBudget, Run, Step, StepKind, Wait, WaitState
 from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
 from tests.kernel.factories import make_mission, start
@@ -271,6 +271,20 @@ def test_it_stops_a_run_past_its_wall_clock_cap() -> None:
     with time_machine.travel(timezone.now() + timedelta(hours=3)):
         assert work() == ["budget_exhausted"]
     assert Run.objects.get(pk=run.pk).error == "max_seconds 60 reached"
+
+
+def test_a_root_past_its_wall_time_takes_its_sub_agents_with_it() -> None:
+    parent = start("test.spawner", {"program": "test.asker"}, caps={"max_seconds": 60})
+    assert sorted(work()) == ["waiting", "waiting"]  # the parent joins, the child asks
+    child = Run.objects.get(parent=parent)
+
+    with time_machine.travel(timezone.now() + timedelta(minutes=2)):
+        assert sorted(work()) == ["budget_exhausted", "budget_exhausted"]
+
+    parent.refresh_from_db()
+    child.refresh_from_db()
+    assert (parent.error, child.status) == ("max_seconds 60 reached", "budget_exhausted")
+    assert not Wait.objects.filter(run=child, state=WaitState.OPEN).exists()
 
 
 @pytest.mark.parametrize(
