@@ -20,7 +20,8 @@ reference; the number is what clients call the "event number".
 Kinds a client sees (the `kind` of each event):
 - runs: `run.created` (program, parent), `run.waiting` (reason, until), `run.paused`,
   `run.resumed`, `run.forked` (source, seq), `run.stop_requested` (reason, runs, by),
-  `run.interrupt_requested`, `run.finished` (status, error);
+  `run.interrupt_requested`, `run.retry_requested` (seq, by: a provider's outage cut short),
+  `run.finished` (status, error);
 - steps, derived by the sequencer from the step rows (migration 0018) for every journaled
   step, at the place in the stream its intent and its result took when written:
   `step.started` (kind, name, effect) and `step.completed` (kind, name, settled_by, tokens,

@@ -367,6 +367,16 @@ def stop(request: HttpRequest, run_id: int) -> dict[str, Any]:
 
 
 @router.post(
+    "/runs/{run_id}/retry",
+    response=RunDetailOut,
+    summary="A run waiting on a model provider's outage: ask the provider again now",
+)
+def retry(request: HttpRequest, run_id: int) -> dict[str, Any]:
+    outage.retry_now(run_id, by=tokens.actor(request))
+    return run_detail_out(run_or_404(run_id))
+
+
+@router.post(
     "/runs/{run_id}/interrupt", response=RunOut, summary="Cut short the step under way only"
 )
 def interrupt(request: HttpRequest, run_id: int) -> dict[str, Any]:

@@ -169,6 +169,18 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @require_POST
 @owner_required
+def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(run_id)
+    try:
+        outage.retry_now(run.pk, by="owner")
+    except KernelError as refused:
+        return _page(request, run, status=refused.status, error=refused.message)
+    messages.success(request, _("The provider is asked again now."))
+    return _back(run)
+
+
+@require_POST
+@owner_required
 def run_stop(request: HttpRequest, run_id: int) -> HttpResponse:
     """Stop only with `confirm=yes` (the second button): without it, ask first."""
     run = _run(run_id)

@@ -16,6 +16,7 @@ urlpatterns: list[URLPattern] = [
     path("runs/<int:run_id>/pause/", run_views.run_pause, name="run-pause"),
     path("runs/<int:run_id>/resume/", run_views.run_resume, name="run-resume"),
     path("runs/<int:run_id>/stop/", run_views.run_stop, name="run-stop"),
+    path("runs/<int:run_id>/retry/", run_views.run_retry, name="run-retry"),
     path("runs/<int:run_id>/fork/", run_views.run_fork, name="run-fork"),
     path("runs/<int:run_id>/restart/", run_views.run_restart, name="run-restart"),
     path("runs/<int:run_id>/trace/", trace.run_trace, name="run-trace"),

@@ -17,11 +17,12 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from kernel import waits
+from kernel import journal, scheduler, waits
 from kernel.context import StepCall
-from kernel.exceptions import StepFailed, Suspend
+from kernel.exceptions import KernelError, StepFailed, Suspend
 from kernel.models import TERMINAL, Run, RunStatus, Wait, WaitKind, WaitState
 from missions.providers.base import ProviderError, Usage
 from missions.providers.errors import Trouble, classify
@@ -206,6 +207,37 @@ def waiting_on(run: Run) -> dict[str, object] | None:
         "owner": owner,
         "question": hold.pk if owner else None,
     }
+
+
+def retry_now(run_id: int, *, by: str) -> Wait:
+    """The owner asks the provider again now, not when the hold is due: the hold falls due at
+    once and the run is woken (its next hold, if the provider still fails, waits longer)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            raise KernelError(f"No run {run_id}.", code="not_found", status=404)
+        hold = (
+            Wait.objects.select_for_update()
+            .filter(run=run, kind=WaitKind.TIMER, state=WaitState.OPEN, question__has_key="outage")
+            .order_by("-seq")
+            .first()
+        )
+        if run.status != RunStatus.WAITING or hold is None:
+            raise KernelError(
+                f"Run {run_id} is not waiting on a model provider: there is nothing to retry.",
+                code="not_waiting_on_provider",
+                status=409,
+            )
+        now = timezone.now()
+        outage = {**hold.question["outage"], "until": now.isoformat()}
+        hold.question = {**hold.question, "outage": outage}
+        hold.due_at = now
+        hold.save(update_fields=["question", "due_at"])
+        journal.append_event(
+            "run.retry_requested", run_id=run_id, account_id=run.account_id, seq=hold.seq, by=by
+        )
+        scheduler.wake([run_id])
+    return hold
 
 
 def provider_down(provider: str) -> str | None:
