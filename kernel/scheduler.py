@@ -190,15 +190,22 @@ def suspend(fence: Fence, *, runnable_at: datetime | None, reason: str) -> None:
     """Park the run until `runnable_at` (or a wake-up). A wake-up that came meanwhile wins.
 
     Its duration cap's deadline comes first if it is earlier: a run waiting on an approval
-    overnight is claimed when its time is up, and stopped by the claim's `Meter.check`.
+    overnight is claimed when its time is up, and stopped by the claim's `Meter.check`. A root
+    run is also claimed when 80 % of its time is up, for that check to tell the owner
+    (`kernel.notices`); it then parks again until its deadline.
     """
+    now = timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE kernel_run SET status = 'waiting', lease_owner = '', lease_expires_at = NULL,"
-            " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %s"
-            " ELSE LEAST(%s::timestamptz, started_at + max_seconds * interval '1 second') END,"
-            " wake_pending = false WHERE id = %s AND fence = %s RETURNING account_id",
-            [timezone.now(), runnable_at, fence.run_id, fence.token],
+            " runnable_at = CASE WHEN wake_pending OR cancel_requested THEN %(now)s"
+            " ELSE LEAST(%(at)s::timestamptz, CASE"
+            "  WHEN parent_id IS NULL AND started_at + max_seconds * interval '0.8 second'"
+            "   > %(now)s THEN started_at + max_seconds * interval '0.8 second'"
+            "  ELSE started_at + max_seconds * interval '1 second' END) END,"
+            " wake_pending = false WHERE id = %(run)s AND fence = %(fence)s"
+            " RETURNING account_id",
+            {"now": now, "at": runnable_at, "run": fence.run_id, "fence": fence.token},
         )
         row = cursor.fetchone()
         if row is None:

@@ -3,6 +3,8 @@ wall time, the day's spend; through a real worker, the notice rows and their eve
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import time_machine
 from django.test import Client
@@ -104,6 +106,23 @@ def test_it_tells_the_owner_once_at_80_percent_of_a_root_runs_wall_time() -> Non
 
     assert sent() == [f"run:{run.pk}:max_seconds"]
     assert len(events()) == 1
+
+
+def test_a_root_run_waiting_on_the_owner_is_woken_to_tell_at_80_percent_of_its_time() -> None:
+    run = start("test.asker", caps={"max_seconds": 100}, account=make_account())
+    assert work() == ["waiting"]
+    run.refresh_from_db()
+    assert run.started_at is not None
+    assert run.runnable_at is not None
+    assert (run.runnable_at - run.started_at).total_seconds() == pytest.approx(80)
+
+    with time_machine.travel(run.started_at + timedelta(seconds=81)):
+        assert work() == ["waiting"]  # told, and parked again until its deadline
+        assert work() == []
+
+    assert sent() == [f"run:{run.pk}:max_seconds"]
+    run.refresh_from_db()
+    assert (run.runnable_at - run.started_at).total_seconds() == pytest.approx(100)
 
 
 def test_home_lists_todays_notices(owner_client: Client) -> None:
