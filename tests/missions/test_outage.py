@@ -18,10 +18,11 @@ from approvals.models import Question
 from kernel import runs
 from kernel.models import Run, RunStatus, Step, Wait, WaitKind, WaitState
 from kernel.worker import Worker
-from missions import contracts
+from missions import contracts, endpoints
 from missions.engine.spec import Spec
 from tests.kernel.factories import make_mission
 from tests.polling import wait_for
+from tests.providers import compatible_wire
 from tests.providers.anthropic_wire import error_body, reply, text
 from tests.providers.openai_wire import Responses
 from tests.providers.wire import Failure, Stream, WireServer, wire_server
@@ -315,3 +316,33 @@ def test_it_waits_out_openai_the_same_way(
     wait_for(ended, timeout=20, message="the held OpenAI run to be asked again and end")
     assert outcomes == ["done"]
     assert len(anthropic.received) == 3
+
+
+def test_it_waits_out_the_compatible_endpoint_the_same_way(anthropic: WireServer) -> None:
+    # An owner-run server that is down for longer than the in-step retries (502 from its
+    # proxy, twice), then back.
+    endpoints.put(base_url=anthropic.url + "/v1", model=compatible_wire.MODEL)
+    down = Failure(502, {"error": {"message": "Bad gateway", "type": "server_error"}})
+    anthropic.queue(down, down, down, compatible_wire.Chat().text("Hi.").finish())
+    run = runs.start_run(
+        account=make_mission(),
+        program="agent",
+        input={"goal": "Hello.", "provider": "compatible", "model": compatible_wire.MODEL},
+    )
+    worker = Worker(lease_seconds=30)
+
+    assert worker.run_until_idle() == ["waiting"]
+    hold = Wait.objects.get(run=run, kind=WaitKind.TIMER)
+    assert hold.question["outage"]["kind"] == "server_error"
+
+    outcomes: list[str] = []
+
+    def ended() -> bool:
+        outcomes.extend(worker.run_until_idle())
+        return "done" in outcomes
+
+    wait_for(ended, timeout=30, message="the held run on the compatible endpoint to end")
+    assert outcomes == ["done"]  # its held step failed once more, then got through
+    assert len(anthropic.received) == 4
+    run.refresh_from_db()
+    assert run.status == RunStatus.DONE
