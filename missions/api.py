@@ -23,6 +23,7 @@ from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
 from agentos.core import audit
 from agentos.core.schemas import Text
 from missions import actions, endpoints, keys, launch, schedules, search
+from missions.engine import outage
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
 from tools import levels
@@ -180,9 +181,22 @@ class MissionCreatedOut(MissionOut):
     offline: str | None = Field(description="The offline mission the offline model plays")
 
 
+class ProviderWaitOut(Schema):
+    run_id: int
+    said: str = Field(description='In the owner\'s words: "Anthropic overloaded (529)"')
+    until: datetime = Field(
+        description="When the model is asked again, or when the owner's question expires"
+    )
+    owner: bool = Field(description="Waiting for the owner (a refused key, an unpaid account)")
+    question: int | None = Field(description="The owner's question to answer, if owner")
+
+
 class MissionDetailOut(MissionOut):
     spent: SpentOut
     runs: RunsSummaryOut
+    waiting_on: list[ProviderWaitOut] = Field(
+        description="Its runs held by a model provider's failure (details: each run's `waiting_on`)"
+    )
 
 
 class MissionPage(Schema):
@@ -314,6 +328,7 @@ def get_mission(request: HttpRequest, mission_id: int) -> dict[str, Any]:
         **mission_out(mission),
         "spent": mission.spent(),
         "runs": {"total": sum(by_status.values()), "by_status": by_status, "root_run_ids": roots},
+        "waiting_on": outage.waiting_in(mission.pk),
     }
 
 

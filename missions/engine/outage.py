@@ -209,6 +209,28 @@ def waiting_on(run: Run) -> dict[str, object] | None:
     }
 
 
+def waiting_in(account_id: int) -> list[dict[str, object]]:
+    """The runs of a mission that a provider's failure holds, each with what `waiting_on`
+    says of it and its `run_id`, oldest hold first."""
+    holds = (
+        Wait.objects.filter(
+            run__account_id=account_id,
+            run__status=RunStatus.WAITING,
+            kind__in=[WaitKind.TIMER, WaitKind.HUMAN],
+            state=WaitState.OPEN,
+            question__has_key="outage",
+        )
+        .select_related("run")
+        .order_by("created_at", "pk")
+    )
+    found = []
+    for run in dict.fromkeys(hold.run for hold in holds):
+        said = waiting_on(run)
+        if said is not None:
+            found.append({"run_id": run.pk, **said})
+    return found
+
+
 def retry_now(run_id: int, *, by: str) -> Wait:
     """The owner asks the provider again now, not when the hold is due: the hold falls due at
     once and the run is woken (its next hold, if the provider still fails, waits longer)."""

@@ -79,6 +79,10 @@ def test_it_waits_out_an_overloaded_provider_without_holding_a_worker(
     assert detail["waiting_on"]["said"] == "Anthropic overloaded (529)"
     assert detail["waiting_on"]["holds"] == 1
     assert detail["waiting_on"]["owner"] is False
+    mission = owner_client.get(f"/api/v1/missions/{run.account_id}").json()
+    assert [(wait["run_id"], wait["said"]) for wait in mission["waiting_on"]] == [
+        (run.pk, "Anthropic overloaded (529)")
+    ]
 
     # Claimed before its timer is due (as after a crash between the hold and the suspension):
     # it waits again, the provider not asked. (The timer is moved out of a slow machine's
