@@ -19,6 +19,7 @@ from kernel import artifacts as artifact_files
 from kernel.exceptions import KernelError
 from kernel.models import Artifact
 from missions import costs, keys, overview
+from missions.engine import outage
 from missions.errors import MissionError
 from missions.forms import MissionForm, initial_caps, initial_from
 from missions.launch import create_mission
@@ -93,6 +94,7 @@ def mission_detail(request: HttpRequest, mission_id: int) -> HttpResponse:
         "tree": overview.tree(mission),
         "budget": _budget(mission),
         "ledger": overview.ledger_of(mission),
+        "held": outage.waiting_in(mission.pk),
     }
     if request.htmx and request.htmx.target == "run-tree":  # type: ignore[attr-defined]
         return render(request, "missions/mission.html#tree", live)

@@ -79,6 +79,8 @@ def test_it_waits_out_an_overloaded_provider_without_holding_a_worker(
     assert detail["waiting_on"]["said"] == "Anthropic overloaded (529)"
     assert detail["waiting_on"]["holds"] == 1
     assert detail["waiting_on"]["owner"] is False
+    page = owner_client.get(reverse("console:mission", args=[run.account_id])).content.decode()
+    assert f"Run {run.pk}: Anthropic overloaded (529); retrying at" in page
     mission = owner_client.get(f"/api/v1/missions/{run.account_id}").json()
     assert [(wait["run_id"], wait["said"]) for wait in mission["waiting_on"]] == [
         (run.pk, "Anthropic overloaded (529)")
