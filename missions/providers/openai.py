@@ -198,7 +198,10 @@ class OpenAIProvider:
                     case ResponseFailedEvent():
                         error = event.response.error
                         message = error.message if error else "the response failed"
-                        raise _coded_error(error.code if error else None, message)
+                        failed = _coded_error(error.code if error else None, message)
+                        # What the failed answer was billed, when the server says.
+                        failed.spent = _usage(event.response) if event.response.usage else None
+                        raise failed
                     case ResponseErrorEvent():
                         raise _coded_error(event.code, event.message)
         # The body ended cleanly but early: a partial response is never reported as Completed.

@@ -327,6 +327,28 @@ def test_it_maps_a_failed_response_to_a_typed_error(
         run(provider, thread(provider.user_message("Hi")))
 
 
+def test_a_failed_response_says_what_it_was_billed(
+    provider: OpenAIProvider, server: WireServer
+) -> None:
+    answer = Responses().message("msg_1", "Hel")
+    usage = {
+        "input_tokens": 120,
+        "input_tokens_details": {"cached_tokens": 100},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 123,
+    }
+    failed = answer.response("failed", answer.output, usage)
+    failed["error"] = {"code": "server_error", "message": "it failed"}
+    answer.emit("response.failed", response=failed)
+    server.queue(Stream(events=answer.events))
+
+    with pytest.raises(ServerError) as caught:
+        run(provider, thread(provider.user_message("Hi")))
+
+    assert caught.value.spent == Usage(input_tokens=20, output_tokens=3, cache_read_tokens=100)
+
+
 @pytest.mark.parametrize(
     "error",
     [
