@@ -23,6 +23,7 @@ POINTS = (
     "lease_renew",
     "cancel_seen",
     "before_finish",
+    "backup_mid_write",  # `manage.py backup`, run 0: the archive half written
 )
 
 _plan: dict[tuple[int, str, int], str] | None = None
