@@ -54,6 +54,12 @@ class Restored:
 
 
 def restore(*, archive: Path, passphrase: str) -> Restored:
+    with archive.open("rb") as source:
+        reader = SealedReader(source, passphrase)  # a wrong passphrase is said first
+        return _restore(reader)
+
+
+def _restore(reader: SealedReader) -> Restored:
     marker = Path(settings.DATA_DIR) / PENDING
     tables = pg.tables_in()
     if tables and marker.is_file():
@@ -68,21 +74,19 @@ def restore(*, archive: Path, passphrase: str) -> Restored:
             " database) and run it again."
         )
     done = Restored()
-    with archive.open("rb") as source:
-        reader = SealedReader(source, passphrase)
-        ended = False
-        for entry in entries(reader):
-            done.entries += 1
-            name = entry.header["name"]
-            if name == "manifest":
-                done.manifest = json.loads(entry.stream.read())
-                _check_version(done.manifest)
-            elif name == "end":
-                ended = True
-            else:
-                _restore_entry(entry, done, marker)
-        if not ended:
-            raise ArchiveError("The archive has no end entry: it is incomplete.")
+    ended = False
+    for entry in entries(reader):
+        done.entries += 1
+        name = entry.header["name"]
+        if name == "manifest":
+            done.manifest = json.loads(entry.stream.read())
+            _check_version(done.manifest)
+        elif name == "end":
+            ended = True
+        else:
+            _restore_entry(entry, done, marker)
+    if not ended:
+        raise ArchiveError("The archive has no end entry: it is incomplete.")
     finish(done)
     return done
 

@@ -1,0 +1,305 @@
+"""Backup and restore, real everything: a running install (the demo mission waiting for the
+owner's approval of its push) backed up, restored by `manage.py restore` in another process onto
+a fresh database, data dir and workspaces dir, and resumed there to `done` with exactly one push;
+a backup SIGKILLed half way; `--verify`; a wrong passphrase; a tampered archive."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from psycopg import sql
+
+from agentos.backups import archive, pg, restore, retention, schedule, sealed, verify
+from agentos.core import database, roots, vault
+from approvals.models import Approval
+from kernel import artifacts
+from kernel.journal import request_hash
+from kernel.models import Run
+from kernel.worker import Worker
+from memory import store
+from missions import demo
+from tests.live import crash_env
+from tools import workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PASSPHRASE = "correct horse battery staple"
+MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """The demo's repositories, under the workspaces dir (sandbox uids reach it)."""
+    path = workspace.root() / "test-backup" / uuid.uuid4().hex[:8]
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[Path]:
+    """Another install's folders: its data dir and its workspaces dir, both new, both reachable
+    by the sandbox uids (as /var/lib/agentos is, not a private tmp)."""
+    path = workspace.root().parent / f"test-restore-{uuid.uuid4().hex[:8]}"
+    workspace.make_dirs(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def empty_database() -> Iterator[str]:
+    name = f"restore_{uuid.uuid4().hex[:8]}"
+    with pg.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    yield name
+    with pg.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def manage(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603  # our own manage.py
+        [sys.executable, MANAGE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def other_install(folder: Path, database_name: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(pg.entry(database_name)),
+        "AGENTOS_DATA_DIR": str(folder / "data"),
+        "AGENTOS_WORKSPACES_DIR": str(folder / "workspaces"),
+        "AGENTOS_BACKUP_PASSPHRASE": PASSPHRASE,
+    }
+
+
+def reflog_count(remote: Path) -> int:
+    log = workspace.host_git(remote, "reflog", "show", "main", check=False).stdout
+    return len(log.splitlines())
+
+
+# What the restored install runs: the owner approves the pending push, a worker runs until idle.
+RESUME = """
+from approvals.models import Approval
+from approvals.service import decide
+from kernel.models import Run
+from kernel.worker import Worker
+approval = Approval.objects.get(state="open")
+assert approval.status == "pending", approval.status
+decide(approval.pk, approve=True, args_hash=approval.request["args_hash"])
+Worker(lease_seconds=30).run_until_idle()
+run = Run.objects.get(pk=approval.run_id)
+print("STATUS", run.status, run.workspace, run.error)
+"""
+
+
+def test_it_restores_a_waiting_mission_elsewhere_and_it_ends_done_with_one_push(
+    seeded_catalog: None, base: Path, elsewhere: Path, empty_database: str, tmp_path: Path
+) -> None:
+    run = demo.ensure_demo(base)
+    assert run is not None
+    Worker(lease_seconds=30).run_until_idle()
+    run.refresh_from_db()
+    assert run.status == "waiting", run.error
+    assert Approval.objects.get(run=run).status == "pending"
+    kept = artifacts.store(content=b"an artifact of the run", name="notes.txt", run=run)
+    # A scope of its own: memory repositories outlive the test database's rows.
+    scope = f"test-backup/{uuid.uuid4().hex[:8]}"
+    store.write(scope, [store.Draft("Owner likes tests", "Real ones.")], author="owner", message="m")
+    vault.ensure()
+    made = archive.create(directory=tmp_path / "backups", passphrase=PASSPHRASE)
+    old_ws = str(roots.workspaces_dir())
+
+    # The old install's repositories and worktree out of the way: the restored one must not
+    # reach them (a path not re-rooted would fail, or push to the old remote).
+    moved = base.with_name(base.name + "-moved")
+    base.rename(moved)
+    worktree = Path(run.workspace)
+    worktree.rename(worktree.with_name(worktree.name + "-moved"))
+    try:
+        env = other_install(elsewhere, empty_database)
+        done = manage("restore", str(made.path), env=env)
+        assert done.returncode == 0, done.stderr
+        assert f"paths under {old_ws} now under {elsewhere / 'workspaces'}" in done.stdout
+        resumed = manage("shell", "-c", RESUME, env=env)
+        assert resumed.returncode == 0, resumed.stderr
+    finally:
+        worktree.with_name(worktree.name + "-moved").rename(worktree)
+        moved.rename(base)
+
+    new_base = elsewhere / "workspaces" / base.relative_to(old_ws)
+    status = resumed.stdout.split("STATUS ", 1)[1].split()
+    assert status[0] == "done", resumed.stdout
+    assert status[1] == str(elsewhere / "workspaces" / "worktrees" / f"run-{run.pk}")
+    # Pushed once, to the restored remote: the seed push, then the agent's.
+    assert reflog_count(new_base / "calc-remote.git") == 2
+    assert reflog_count(base / "calc-remote.git") == 1  # the old one untouched
+    fixed = workspace.host_git(new_base / "calc-remote.git", "show", "main:calc.py").stdout
+    assert "return sum(values) / len(values)" in fixed
+    # Settings, the vault key, the artifact and memory came along.
+    data = elsewhere / "data"
+    assert (data / "secret_key").read_text() == (Path(settings.DATA_DIR) / "secret_key").read_text()
+    assert (data / "vault.keys").read_text() == vault.key_file().read_text()
+    assert (data / "vault.keys").stat().st_mode & 0o777 == 0o600
+    assert (data / "artifacts" / kept.sha256[:2] / kept.sha256[2:]).read_bytes() == (
+        b"an artifact of the run"
+    )
+    with pg.connect(empty_database) as conn:
+        notes = conn.execute(
+            "SELECT n.title, s.head FROM memory_note n JOIN memory_scope s ON s.id = n.scope_id"
+            " WHERE s.name = %s",
+            [scope],
+        ).fetchall()
+        leased = conn.execute("SELECT count(*) FROM kernel_run WHERE lease_owner <> ''").fetchone()
+    assert [title for title, _ in notes] == ["Owner likes tests"]
+    assert leased == (0,)
+    # The index names the commit the restored repository holds (the index is intact).
+    restored_head = workspace.host_git(data / "memory" / f"{scope}.git", "rev-parse", "main")
+    assert notes[0][1] == restored_head.stdout.strip()
+    shutil.rmtree(Path(settings.MEMORY_DIR) / scope.split("/")[0] / f"{scope.split('/')[1]}.git")
+
+
+def test_a_request_hash_does_not_change_with_the_roots(monkeypatch: pytest.MonkeyPatch) -> None:
+    here = str(roots.workspaces_dir())
+    before = request_hash("checkpoint", "workspace", {"repository": f"{here}/demo/calc"})
+    monkeypatch.setenv("AGENTOS_WORKSPACES_DIR", "/srv/elsewhere")
+    after = request_hash("checkpoint", "workspace", {"repository": "/srv/elsewhere/demo/calc"})
+    assert before == after
+    assert request_hash("checkpoint", "workspace", {"repository": "/srv/elsewhere2/x"}) != (
+        request_hash("checkpoint", "workspace", {"repository": "/srv/other/x"})
+    )
+
+
+def test_a_killed_backup_leaves_the_previous_archive_and_no_half_archive(tmp_path: Path) -> None:
+    folder = tmp_path / "backups"
+    first = archive.create(directory=folder, passphrase=PASSPHRASE)
+    digest = hashlib.sha256(first.path.read_bytes()).hexdigest()
+    env = crash_env(tmp_path, [{"run": 0, "point": "backup_mid_write"}])
+    env["AGENTOS_DATA_DIR"] = str(settings.DATA_DIR)
+    env["AGENTOS_BACKUP_PASSPHRASE"] = PASSPHRASE
+    killed = manage("backup", "--to", str(folder), env=env)
+
+    assert killed.returncode == -9, killed.stderr
+    assert archive.archives(folder) == [first.path]
+    assert hashlib.sha256(first.path.read_bytes()).hexdigest() == digest
+    (stale,) = folder.glob("*.partial")
+    assert stale.stat().st_size > 0
+    # The next backup removes the stale one.
+    second = archive.create(directory=folder, passphrase=PASSPHRASE)
+    assert archive.archives(folder) == [first.path, second.path]
+    assert not list(folder.glob("*.partial"))
+
+
+def test_verify_passes_then_names_a_tampered_record(tmp_path: Path) -> None:
+    made = archive.create(directory=tmp_path, passphrase=PASSPHRASE)
+    report = verify.verify(made.path, PASSPHRASE)
+    assert report.ok, report.mismatches
+    assert report.tables > 50
+    assert report.rows > 0
+
+    data = bytearray(made.path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    made.path.write_bytes(bytes(data))
+    with pytest.raises(sealed.ArchiveError, match=r"record \d+ \(bytes \d+-\d+\) fails its AES-GCM"):
+        verify.verify(made.path, PASSPHRASE)
+
+
+def test_verify_reports_a_table_that_differs_from_the_manifest(tmp_path: Path) -> None:
+    made = archive.create(directory=tmp_path, passphrase=PASSPHRASE)
+    forged = tmp_path / f"agentos-20000101T000000000Z{archive.SUFFIX}"
+    with made.path.open("rb") as source, forged.open("wb") as out:
+        sink = sealed.SealedWriter(out, PASSPHRASE)
+        for entry in sealed.entries(sealed.SealedReader(source, PASSPHRASE)):
+            body = entry.stream.read()
+            if entry.header["name"] == "manifest":
+                manifest = json.loads(body)
+                manifest["tables"]["public.kernel_run"]["rows"] += 1
+                body = json.dumps(manifest).encode()
+            sealed.begin_entry(sink, entry.header).write(body)
+            sealed.end_entry(sink)
+        sealed.end_archive(sink)
+        sink.close()
+    os.environ["AGENTOS_BACKUP_PASSPHRASE"] = PASSPHRASE
+    try:
+        with pytest.raises(CommandError, match="1 mismatches"):
+            call_command("backup", "--verify", str(forged), stdout=open(os.devnull, "w"))  # noqa: SIM115, PTH123
+    finally:
+        del os.environ["AGENTOS_BACKUP_PASSPHRASE"]
+
+
+def test_a_wrong_passphrase_and_a_missing_one_are_said_precisely(tmp_path: Path) -> None:
+    made = archive.create(directory=tmp_path, passphrase=PASSPHRASE)
+    with pytest.raises(sealed.WrongPassphrase, match="Wrong passphrase"):
+        restore.restore(archive=made.path, passphrase="not the passphrase at all")
+    with pytest.raises(archive.BackupError, match="AGENTOS_BACKUP_PASSPHRASE"):
+        archive.create(directory=tmp_path, passphrase="")
+    with pytest.raises(archive.BackupError, match="at least 12"):
+        archive.create(directory=tmp_path, passphrase="short")
+
+
+def test_a_restore_onto_a_database_in_use_is_refused(tmp_path: Path) -> None:
+    made = archive.create(directory=tmp_path, passphrase=PASSPHRASE)
+    with pytest.raises(restore.RestoreError, match="already holds .* tables: a restore goes onto"):
+        restore.restore(archive=made.path, passphrase=PASSPHRASE)
+
+
+def test_the_vault_key_is_never_in_the_archive_in_the_clear(tmp_path: Path) -> None:
+    vault.ensure()
+    key = vault.key_file().read_text().split()[0]
+    made = archive.create(directory=tmp_path / "with", passphrase=PASSPHRASE)
+    raw = made.path.read_bytes()
+    assert key.encode() not in raw
+    assert base64.urlsafe_b64decode(key) not in raw
+    assert made.vault_key == "included"
+
+    without = archive.create(directory=tmp_path / "without", passphrase=PASSPHRASE, with_vault_key=False)
+    names = [
+        entry.header["name"]
+        for entry in sealed.entries(sealed.SealedReader(without.path.open("rb"), PASSPHRASE))
+    ]
+    assert "vault.keys" not in names
+    assert any("unreadable until you enter them" in note for note in without.notes)
+
+
+def test_retention_keeps_the_last_days_and_weeks() -> None:
+    start = datetime(2026, 11, 1, 2, 41, tzinfo=UTC)  # a Sunday
+    nightly = [start + timedelta(days=n) for n in range(36)]
+    twice = start + timedelta(days=35, hours=5)  # a manual one the same day
+    kept = retention.keep([*nightly, twice], daily=3, weekly=2)
+    # The newest (also its day's and its ISO week's), the two days before, and the previous
+    # week's newest (Sunday 29 November).
+    assert kept == {twice, nightly[34], nightly[33], nightly[28]}
+    assert nightly[28].date().isoformat() == "2026-11-29"
+    assert retention.keep([], daily=3, weekly=2) == set()
+    assert retention.keep(nightly, daily=0, weekly=0) == {nightly[-1]}
+
+
+def test_prune_removes_what_retention_does_not_keep(tmp_path: Path) -> None:
+    for day in range(1, 11):
+        (tmp_path / f"agentos-202611{day:02d}T024100000Z{archive.SUFFIX}").write_bytes(b"x")
+    (tmp_path / "unrelated.txt").write_text("kept")
+    removed = schedule.prune(tmp_path, daily=2, weekly=1)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(removed) == 8
+    assert left == [
+        f"agentos-20261109T024100000Z{archive.SUFFIX}",
+        f"agentos-20261110T024100000Z{archive.SUFFIX}",
+        "unrelated.txt",
+    ]
