@@ -140,7 +140,9 @@ def _write(sink: SealedWriter, made: Made, *, stamp: datetime, with_vault_key: b
         ]
         made.tables = len(tables)
         made.rows = sum(t["rows"] for t in tables.values())
-        migrations = conn.execute("SELECT app, name FROM django_migrations ORDER BY 1, 2").fetchall()
+        migrations = conn.execute(
+            "SELECT app, name FROM django_migrations ORDER BY 1, 2"
+        ).fetchall()
         manifest = _manifest(stamp, tables, projects, migrations, with_vault_key, made)
         _json_entry(sink, "manifest", manifest)
         _write_files(sink, made, projects)
@@ -148,7 +150,6 @@ def _write(sink: SealedWriter, made: Made, *, stamp: datetime, with_vault_key: b
             _write_vault_key(sink)
         out = begin_entry(sink, {"name": "database", "kind": "pg_dump"})
         process = pg.dump(snapshot_id)
-        assert process.stdout is not None
         files.pump(process.stdout, out)
         _, err = process.communicate()
         if process.returncode != 0:
@@ -238,12 +239,12 @@ def _write_files(sink: SealedWriter, made: Made, projects: list[dict[str, Any]])
             end_entry(sink)
             made.repositories += 1
     for project in projects:
-        path = Path(project["repository"]) if project["repository"] else None
-        if path is None or _under_a_root(path) or not path.exists():
+        repository = Path(project["repository"] or "/nonexistent")
+        if _under_a_root(repository) or not repository.exists():
             continue
         # The owner's own repository, outside our folders: a restore elsewhere may need it.
         out = begin_entry(sink, {"name": f"project/{project['pk']}", "kind": "bundle"})
-        files.write_bundle(out, path)
+        files.write_bundle(out, repository)
         end_entry(sink)
         made.repositories += 1
     # Everything else of the workspaces dir as plain files: worktrees (hostile: never
@@ -254,7 +255,7 @@ def _write_files(sink: SealedWriter, made: Made, projects: list[dict[str, Any]])
 
 
 def _not_kept(relative: str) -> bool:
-    name = os.path.basename(relative)
+    name = Path(relative).name
     return name.startswith(".tmp-") or name.endswith(".lock")
 
 

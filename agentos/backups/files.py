@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from agentos.backups.sealed import CHUNK, EntryReader, EntryWriter
 from tools import workspace
@@ -46,31 +46,28 @@ def write_tree(out: EntryWriter, top: Path, *, skip: Skip | None = None) -> int:
     """A tar stream of everything under `top` (names relative to it); the number of files.
     `skip` gets each relative path and leaves out what it says (a whole folder for a folder)."""
     count = 0
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[arg-type]  # a writer
+    with tarfile.open(fileobj=cast(IO[bytes], out), mode="w|", format=tarfile.PAX_FORMAT) as tar:
         if not top.is_dir():
             return 0
-        for folder, dirs, names in os.walk(top, followlinks=False):
-            relative_folder = os.path.relpath(folder, top)
+        for folder, dirs, names in top.walk(follow_symlinks=False):
+            relative_folder = folder.relative_to(top)
             kept = []
             for name in sorted(dirs):
-                rel = os.path.normpath(os.path.join(relative_folder, name))
+                rel = str(relative_folder / name)
                 if skip is not None and skip(rel):
                     continue
-                full = os.path.join(folder, name)
-                if os.path.islink(full):  # a link to a folder is listed as a folder: add it
-                    count += _add(tar, full, rel)
-                    continue
-                kept.append(name)
-                count += _add(tar, full, rel)
+                count += _add(tar, folder / name, rel)
+                if not (folder / name).is_symlink():  # a link to a folder is kept as a link
+                    kept.append(name)
             dirs[:] = kept
             for name in sorted(names):
-                rel = os.path.normpath(os.path.join(relative_folder, name))
+                rel = str(relative_folder / name)
                 if skip is None or not skip(rel):
-                    count += _add(tar, os.path.join(folder, name), rel)
+                    count += _add(tar, folder / name, rel)
     return count
 
 
-def _add(tar: tarfile.TarFile, path: str, name: str) -> int:
+def _add(tar: tarfile.TarFile, path: Path, name: str) -> int:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -85,7 +82,7 @@ def _add(tar: tarfile.TarFile, path: str, name: str) -> int:
         return 0
     if stat.S_ISLNK(info.st_mode):
         member.type = tarfile.SYMTYPE
-        member.linkname = os.readlink(path)  # kept as text, never followed
+        member.linkname = str(path.readlink())  # kept as text, never followed
         tar.addfile(member)
         return 1
     if not stat.S_ISREG(info.st_mode):
@@ -99,7 +96,7 @@ def _add(tar: tarfile.TarFile, path: str, name: str) -> int:
         if not stat.S_ISREG(opened.st_mode):
             return 0
         member.size = opened.st_size
-        tar.addfile(member, _Exact(fd, opened.st_size))  # type: ignore[arg-type]  # a reader
+        tar.addfile(member, cast(IO[bytes], _Exact(fd, opened.st_size)))
     finally:
         os.close(fd)
     return 1
@@ -109,7 +106,7 @@ def extract_tree(source: EntryReader, top: Path) -> None:
     """The tar stream into `top` (created 0700 if missing), owners kept as numbers when we are
     root."""
     top.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with tarfile.open(fileobj=source, mode="r|") as tar:  # type: ignore[arg-type]  # a reader
+    with tarfile.open(fileobj=cast(IO[bytes], source), mode="r|") as tar:
         tar.extractall(top, filter="tar", numeric_owner=True)
 
 
@@ -130,7 +127,6 @@ def write_bundle(out: EntryWriter, repo: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    assert process.stdout is not None
     pump(process.stdout, out)
     _, err = process.communicate()
     if process.returncode != 0:

@@ -77,9 +77,8 @@ def snapshot() -> Iterator[tuple[psycopg.Connection[Any], str]]:
     with connect() as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         conn.execute("SET TimeZone = 'UTC'")
-        row = conn.execute("SELECT pg_export_snapshot()").fetchone()
-        assert row is not None
-        yield conn, str(row[0])
+        (snapshot_id,) = _one(conn.execute("SELECT pg_export_snapshot()").fetchone())
+        yield conn, str(snapshot_id)
         conn.rollback()
 
 
@@ -91,12 +90,17 @@ def checksums(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     for schema, table in conn.execute(TABLES).fetchall():
         query = sql.SQL(
             "SELECT count(*), coalesce(md5(string_agg(h, '' ORDER BY h)), '') FROM"
-            " (SELECT md5(t::text) COLLATE \"C\" AS h FROM {}.{} t) s"
+            ' (SELECT md5(t::text) COLLATE "C" AS h FROM {}.{} t) s'
         ).format(sql.Identifier(schema), sql.Identifier(table))
-        row = conn.execute(query).fetchone()
-        assert row is not None
-        found[f"{schema}.{table}"] = {"rows": int(row[0]), "md5": str(row[1])}
+        rows, digest = _one(conn.execute(query).fetchone())
+        found[f"{schema}.{table}"] = {"rows": int(rows), "md5": str(digest)}
     return found
+
+
+def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    if row is None:
+        raise RuntimeError("PostgreSQL returned no row for an aggregate.")
+    return row
 
 
 def dump(snapshot_id: str) -> subprocess.Popen[bytes]:

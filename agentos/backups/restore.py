@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,10 +142,12 @@ def _restore_project(entry: Entry, done: Restored) -> None:
 
 def _restore_database(entry: Entry, database: str | None) -> None:
     process = pg.restore_into(database)
-    assert process.stdin is not None
+    stdin = process.stdin
+    if stdin is None:
+        raise RestoreError("pg_restore started without a pipe to read from.")
     try:
-        files.pump(entry.stream, process.stdin)
-        process.stdin.close()
+        files.pump(entry.stream, stdin)
+        stdin.close()
     except BrokenPipeError:
         pass  # pg_restore stopped early: its own error says why
     err = process.stderr.read() if process.stderr is not None else b""
@@ -168,7 +169,9 @@ def restore_database_only(archive: Path, passphrase: str, database: str) -> dict
 
 def _check_version(manifest: dict[str, Any]) -> None:
     known = set(MigrationLoader(None, ignore_no_migrations=True).disk_migrations)
-    newer = [f"{app}.{name}" for app, name in manifest.get("migrations", []) if (app, name) not in known]
+    newer = [
+        f"{app}.{name}" for app, name in manifest.get("migrations", []) if (app, name) not in known
+    ]
     if newer:
         raise RestoreError(
             f"The archive was made by a newer agentos (product {manifest.get('product')}): this"
@@ -180,7 +183,7 @@ def _check_version(manifest: dict[str, Any]) -> None:
 
 
 def finish(done: Restored) -> None:
-    old = {name: path for name, path in done.manifest.get("roots", {}).items()}
+    old = dict(done.manifest.get("roots", {}))
     new = roots.named()
     done.rerooted = {old[n]: new[n] for n in old if n in new and old[n] != new[n]}
     if done.rerooted:

@@ -14,7 +14,7 @@ from django.conf import settings
 from agentos.backups import archive, retention
 
 NAME = re.compile(r"^agentos-(\d{8}T\d{6})(\d{3})Z" + re.escape(archive.SUFFIX) + "$")
-PASSPHRASE_ENV = "AGENTOS_BACKUP_PASSPHRASE"
+PASSPHRASE_ENV = "AGENTOS_BACKUP_PASSPHRASE"  # noqa: S105  # a variable's name, not its value
 
 
 def stamp_of(path: Path) -> datetime | None:

@@ -172,9 +172,8 @@ class SealedReader:
         parts = []
         wanted = size if size >= 0 else None
         while wanted is None or wanted > 0:
-            if self._position >= len(self._buffer):
-                if not self._next():
-                    break
+            if self._position >= len(self._buffer) and not self._next():
+                break
             end = len(self._buffer) if wanted is None else self._position + wanted
             piece = self._buffer[self._position : end]
             self._position += len(piece)
@@ -304,9 +303,7 @@ def entries(source: SealedReader) -> Iterator[Entry]:
                 raise ArchiveError("The archive's contents go on after their end marker.")
             return
         if kind != b"F":
-            raise ArchiveError(
-                "The archive's contents are malformed or end early (no end marker)."
-            )
+            raise ArchiveError("The archive's contents are malformed or end early (no end marker).")
         (length,) = struct.unpack(">I", _exactly(source, 4, "an entry header"))
         header = json.loads(_exactly(source, length, "an entry header"))
         entry = Entry(header, EntryReader(source))

@@ -73,7 +73,9 @@ class Command(BaseCommand):
         for line in report.mismatches:
             self.stdout.write(self.style.ERROR(f"MISMATCH {line}"))
         if not report.ok:
-            raise CommandError(f"{found}: {len(report.mismatches)} mismatches; not restorable as is.")
+            raise CommandError(
+                f"{found}: {len(report.mismatches)} mismatches; not restorable as is."
+            )
         self.stdout.write(
             self.style.SUCCESS(
                 f"Verified {found}: {report.tables} tables, {report.rows} rows and"
