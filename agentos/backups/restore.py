@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,11 @@ from django.db import connection, transaction
 from django.db.migrations.loader import MigrationLoader
 
 from agentos.backups import files, pg
+from agentos.backups.archive import DATA_FILES
 from agentos.backups.sealed import ArchiveError, Entry, SealedReader, entries
 from agentos.core import private, roots, vault
+from kernel import crashpoints
+from memory import notes
 from memory import repository as memory_repository
 from memory import store as memory_store
 from tools import workspace
@@ -59,10 +63,18 @@ def restore(*, archive: Path, passphrase: str) -> Restored:
 
 
 def _restore(reader: SealedReader) -> Restored:
+    """1. the manifest (the first entry) and its version; 2. an empty database (or an
+    interrupted restore's, finished); 3. every other entry; 4. `finish`."""
     marker = Path(settings.DATA_DIR) / PENDING
+    stream = entries(reader)
+    first = next(stream, None)
+    if first is None or first.header["name"] != "manifest":
+        raise ArchiveError("The archive does not start with its manifest: it is malformed.")
+    done = Restored(manifest=json.loads(first.stream.read()))
+    _check_version(done.manifest)
     tables = pg.tables_in()
     if tables and marker.is_file():
-        done = Restored(manifest=json.loads(marker.read_text()))
+        done.manifest = json.loads(marker.read_text())
         finish(done)
         done.notes.append("An interrupted restore was finished (its database was restored).")
         return done
@@ -72,26 +84,23 @@ def _restore(reader: SealedReader) -> Restored:
             " only. Point AGENTOS_DATA_DIR at a new folder (or DATABASE_URL at an empty"
             " database) and run it again."
         )
-    done = Restored()
     ended = False
-    for entry in entries(reader):
+    for entry in stream:
         done.entries += 1
-        name = entry.header["name"]
-        if name == "manifest":
-            done.manifest = json.loads(entry.stream.read())
-            _check_version(done.manifest)
-        elif name == "end":
+        if entry.header["name"] == "end":
             ended = True
         else:
             _restore_entry(entry, done, marker)
     if not ended:
         raise ArchiveError("The archive has no end entry: it is incomplete.")
+    crashpoints.hit("restore_before_finish", run=0)  # the chaos test's kill: database restored
     finish(done)
     return done
 
 
 def _restore_entry(entry: Entry, done: Restored, marker: Path) -> None:
     name, kind = entry.header["name"], entry.header["kind"]
+    _check_name(name)
     data = Path(settings.DATA_DIR)
     if name.startswith("data/"):
         target = data / name.removeprefix("data/")
@@ -123,6 +132,22 @@ def _restore_entry(entry: Entry, done: Restored, marker: Path) -> None:
         _restore_database(entry, None)
     else:
         raise ArchiveError(f"The archive holds an entry this version does not know: {name!r}.")
+
+
+# What an entry may be called: nothing in an archive names a path outside the install's folders,
+# even one made by someone who holds the passphrase.
+_DATA = "|".join(map(re.escape, DATA_FILES))
+NAMES = re.compile(
+    rf"^(data/({_DATA})|artifacts|node|workspaces|vault\.keys|database|memory/[a-z0-9_/-]+"
+    r"|staging/[0-9a-f]{16}\.git|project/[0-9]+)$"
+)
+
+
+def _check_name(name: str) -> None:
+    if not NAMES.fullmatch(name) or ".." in name:
+        raise ArchiveError(f"The archive holds an entry this version does not know: {name!r}.")
+    if name.startswith("memory/"):
+        notes.check_scope(name.removeprefix("memory/"))
 
 
 def _restore_project(entry: Entry, done: Restored) -> None:
@@ -168,14 +193,24 @@ def restore_database_only(archive: Path, passphrase: str, database: str) -> dict
 
 
 def _check_version(manifest: dict[str, Any]) -> None:
-    known = set(MigrationLoader(None, ignore_no_migrations=True).disk_migrations)
-    newer = [
-        f"{app}.{name}" for app, name in manifest.get("migrations", []) if (app, name) not in known
-    ]
+    """The same migrations as this code's, both ways. A newer archive cannot be read; an older
+    one must be restored by its own version and upgraded there: the restore re-roots paths in
+    the schema and journal of this version (an older journal's hashes are not rooted yet)."""
+    known = set(MigrationLoader(None, ignore_no_migrations=True).graph.nodes)
+    archived = {(app, name) for app, name in manifest.get("migrations", [])}
+    product = manifest.get("product", "?")
+    newer = sorted(f"{app}.{name}" for app, name in archived - known)
     if newer:
         raise RestoreError(
-            f"The archive was made by a newer agentos (product {manifest.get('product')}): this"
-            f" version lacks its migrations {', '.join(newer[:5])}. Install the same version."
+            f"The archive was made by a newer agentos (product {product}): this version lacks"
+            f" its migrations {', '.join(newer[:5])}. Restore it with the version that made it."
+        )
+    older = sorted(f"{app}.{name}" for app, name in known - archived)
+    if older:
+        raise RestoreError(
+            f"The archive was made by an older agentos (product {product}): it lacks the"
+            f" migrations {', '.join(older[:5])}. Restore it with the version that made it, then"
+            " upgrade that install."
         )
 
 

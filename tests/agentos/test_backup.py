@@ -13,9 +13,10 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -30,6 +31,7 @@ from kernel.journal import request_hash
 from kernel.worker import Worker
 from memory import store
 from missions import demo
+from missions.models import Project
 from tests.live import crash_env
 from tools import workspace
 
@@ -181,6 +183,68 @@ def test_it_restores_a_waiting_mission_elsewhere_and_it_ends_done_with_one_push(
     shutil.rmtree(Path(settings.MEMORY_DIR) / scope.split("/")[0] / f"{scope.split('/')[1]}.git")
 
 
+def forge(made: Path, into: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of the archive `made` with its manifest changed (we hold the passphrase)."""
+    with made.open("rb") as source, into.open("wb") as out:
+        sink = sealed.SealedWriter(out, PASSPHRASE)
+        for entry in sealed.entries(sealed.SealedReader(source, PASSPHRASE)):
+            body = entry.stream.read()
+            if entry.header["name"] == "manifest":
+                manifest = json.loads(body)
+                change(manifest)
+                body = json.dumps(manifest).encode()
+            sealed.begin_entry(sink, entry.header).write(body)
+            sealed.end_entry(sink)
+        sealed.end_archive(sink)
+        sink.close()
+    return into
+
+
+def test_an_interrupted_restore_is_finished_by_running_it_again(
+    elsewhere: Path, empty_database: str, tmp_path: Path
+) -> None:
+    repository = f"{roots.workspaces_dir()}/test-backup/nowhere/calc"
+    Project.objects.create(name="moved", repository=repository)
+    made = archive.create(directory=tmp_path / "backups", passphrase=PASSPHRASE)
+    env = other_install(elsewhere, empty_database)
+
+    crashing = {**crash_env(tmp_path, [{"run": 0, "point": "restore_before_finish"}]), **env}
+    killed = manage("restore", str(made.path), env=crashing)
+    assert killed.returncode == -9, killed.stderr
+    with pg.connect(empty_database) as conn:
+        (stored,) = _one(conn, "SELECT repository FROM missions_project WHERE name = 'moved'")
+    assert stored == repository  # restored, not re-rooted yet
+
+    again = manage("restore", str(made.path), env=env)
+    assert again.returncode == 0, again.stderr
+    assert "An interrupted restore was finished" in again.stdout
+    with pg.connect(empty_database) as conn:
+        (stored,) = _one(conn, "SELECT repository FROM missions_project WHERE name = 'moved'")
+    assert stored == f"{elsewhere}/workspaces/test-backup/nowhere/calc"
+    assert not (elsewhere / "data" / restore.PENDING).exists()
+
+
+def test_an_archive_of_another_version_is_refused(tmp_path: Path) -> None:
+    made = archive.create(directory=tmp_path, passphrase=PASSPHRASE)
+
+    def newer(manifest: dict[str, Any]) -> None:
+        manifest["migrations"].append(["kernel", "9999_future"])
+
+    def older(manifest: dict[str, Any]) -> None:
+        manifest["migrations"].remove(["kernel", "0025_request_hash_roots"])
+
+    with pytest.raises(restore.RestoreError, match=r"newer agentos .* kernel\.9999_future"):
+        restore.restore(archive=forge(made.path, tmp_path / "a", newer), passphrase=PASSPHRASE)
+    with pytest.raises(restore.RestoreError, match=r"older agentos .* kernel\.0025_request_hash"):
+        restore.restore(archive=forge(made.path, tmp_path / "b", older), passphrase=PASSPHRASE)
+
+
+def _one(conn: Any, query: str) -> tuple[Any, ...]:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
 def test_a_request_hash_does_not_change_with_the_roots(monkeypatch: pytest.MonkeyPatch) -> None:
     here = str(roots.workspaces_dir())
     before = request_hash("checkpoint", "workspace", {"repository": f"{here}/demo/calc"})
@@ -230,19 +294,11 @@ def test_verify_passes_then_names_a_tampered_record(tmp_path: Path) -> None:
 
 def test_verify_reports_a_table_that_differs_from_the_manifest(tmp_path: Path) -> None:
     made = archive.create(directory=tmp_path, passphrase=PASSPHRASE)
-    forged = tmp_path / f"agentos-20000101T000000000Z{archive.SUFFIX}"
-    with made.path.open("rb") as source, forged.open("wb") as out:
-        sink = sealed.SealedWriter(out, PASSPHRASE)
-        for entry in sealed.entries(sealed.SealedReader(source, PASSPHRASE)):
-            body = entry.stream.read()
-            if entry.header["name"] == "manifest":
-                manifest = json.loads(body)
-                manifest["tables"]["public.kernel_run"]["rows"] += 1
-                body = json.dumps(manifest).encode()
-            sealed.begin_entry(sink, entry.header).write(body)
-            sealed.end_entry(sink)
-        sealed.end_archive(sink)
-        sink.close()
+
+    def one_more_run(manifest: dict[str, Any]) -> None:
+        manifest["tables"]["public.kernel_run"]["rows"] += 1
+
+    forged = forge(made.path, tmp_path / f"forged{archive.SUFFIX}", one_more_run)
     os.environ["AGENTOS_BACKUP_PASSPHRASE"] = PASSPHRASE
     try:
         with pytest.raises(CommandError, match="1 mismatches"):
@@ -314,3 +370,31 @@ def test_prune_removes_what_retention_does_not_keep(tmp_path: Path) -> None:
         f"agentos-20261110T024100000Z{archive.SUFFIX}",
         "unrelated.txt",
     ]
+
+
+def test_the_nightly_backup_runs_when_turned_on_copies_and_prunes(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.BACKUP_NIGHTLY = False
+    assert schedule.nightly() is None
+    settings.BACKUP_NIGHTLY = True
+    settings.BACKUP_DIR = tmp_path / "nightly"
+    settings.BACKUP_COPY_TO = str(tmp_path / "copy")
+    settings.BACKUP_DAILY, settings.BACKUP_WEEKLY = 1, 0
+    monkeypatch.delenv(schedule.PASSPHRASE_ENV, raising=False)
+    with pytest.raises(archive.BackupError, match="No passphrase"):
+        schedule.nightly()
+    old = f"agentos-20200101T024100000Z{archive.SUFFIX}"
+    for folder in (tmp_path / "nightly", tmp_path / "copy"):
+        folder.mkdir(exist_ok=True)
+        (folder / old).write_bytes(b"last year's")
+    monkeypatch.setenv(schedule.PASSPHRASE_ENV, PASSPHRASE)
+
+    made = schedule.nightly()
+
+    assert made is not None
+    assert archive.archives(tmp_path / "nightly") == [made.path]
+    (copied,) = archive.archives(tmp_path / "copy")
+    assert copied.name == made.path.name
+    assert copied.read_bytes() == made.path.read_bytes()
+    assert not list((tmp_path / "copy").glob("*.partial"))
