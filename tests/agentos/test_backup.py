@@ -95,6 +95,20 @@ def other_install(folder: Path, database_name: str) -> dict[str, str]:
     }
 
 
+def old_paths_in(database_name: str, paths: list[str]) -> list[str]:
+    """Each "table.column" of the database whose text holds one of `paths`."""
+    found = []
+    with pg.connect(database_name) as conn:
+        for schema, table, column, _ in conn.execute(restore.TEXT_COLUMNS).fetchall():
+            query = sql.SQL("SELECT count(*) FROM {}.{} WHERE {}::text LIKE ANY(%s)").format(
+                sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column)
+            )
+            row = conn.execute(query, [[f"%{path}/%" for path in paths]]).fetchone()
+            if row and row[0]:
+                found.append(f"{table}.{column}")
+    return found
+
+
 def reflog_count(remote: Path) -> int:
     log = workspace.host_git(remote, "reflog", "show", "main", check=False).stdout
     return len(log.splitlines())
@@ -175,6 +189,11 @@ def test_it_restores_a_waiting_mission_elsewhere_and_it_ends_done_with_one_push(
             [scope],
         ).fetchall()
         leased = conn.execute("SELECT count(*) FROM kernel_run WHERE lease_owner <> ''").fetchone()
+    # No stored value names the old install's folders any more (a grep of every text column),
+    # nor does a worktree's marker.
+    assert old_paths_in(empty_database, [old_ws, str(settings.DATA_DIR)]) == []
+    for marker in (elsewhere / "workspaces" / "worktrees").glob("*.ready"):
+        assert old_ws not in marker.read_text()
     assert [title for title, _ in notes] == ["Owner likes tests"]
     assert leased == (0,)
     # The index names the commit the restored repository holds (the index is intact).
