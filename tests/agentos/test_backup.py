@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from psycopg import sql
 
+from agentos import checks
 from agentos.backups import archive, pg, restore, retention, schedule, sealed, verify
 from agentos.core import database, roots, vault
 from approvals.models import Approval
@@ -417,3 +418,20 @@ def test_the_nightly_backup_runs_when_turned_on_copies_and_prunes(
     assert copied.name == made.path.name
     assert copied.read_bytes() == made.path.read_bytes()
     assert not list((tmp_path / "copy").glob("*.partial"))
+
+
+def test_a_nightly_backup_without_a_passphrase_is_a_system_check_warning(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.BACKUP_NIGHTLY = True
+    monkeypatch.delenv(schedule.PASSPHRASE_ENV, raising=False)
+    (warning,) = checks.check_backups(None)
+    assert warning.id == "agentos.W030"
+    assert "AGENTOS_BACKUP_PASSPHRASE is not set" in warning.msg
+    monkeypatch.setenv(schedule.PASSPHRASE_ENV, "short")
+    assert "shorter than 12" in checks.check_backups(None)[0].msg
+    monkeypatch.setenv(schedule.PASSPHRASE_ENV, PASSPHRASE)
+    assert checks.check_backups(None) == []
+    settings.BACKUP_NIGHTLY = False
+    monkeypatch.delenv(schedule.PASSPHRASE_ENV)
+    assert checks.check_backups(None) == []
