@@ -1,7 +1,9 @@
 """`manage.py restore ARCHIVE`: an archive onto an empty install, here or on another machine.
 
-1. Refused unless the database is empty (an interrupted restore, its marker present, is
-   finished instead of refused).
+1. Refused unless the archive's version is this code's, the database is empty and the
+   workspaces, memory and artifacts folders hold nothing (another install may use them). A
+   marker (`restore.pending`) is written before anything else: a restore cut short during the
+   files is run again as is; one cut short after the database is finished instead of refused.
 2. The files first, in the archive's order: settings, artifacts, repositories, the workspaces
    dir, the vault key. The database comes last, in one transaction: until it commits, nothing
    counts and the restore can be run again.
@@ -72,6 +74,13 @@ def _restore(reader: SealedReader) -> Restored:
         raise ArchiveError("The archive does not start with its manifest: it is malformed.")
     done = Restored(manifest=json.loads(first.stream.read()))
     _check_version(done.manifest)
+    occupied = [] if marker.is_file() else _occupied()  # a restore cut short may go again
+    if occupied:
+        raise RestoreError(
+            f"These folders already hold an install's files: {', '.join(occupied)}. A restore"
+            " goes onto empty folders only (another install may be using them): point"
+            " AGENTOS_DATA_DIR, AGENTOS_WORKSPACES_DIR or AGENTOS_MEMORY_DIR at new ones."
+        )
     tables = pg.tables_in()
     if tables and marker.is_file():
         done.manifest = json.loads(marker.read_text())
@@ -84,13 +93,14 @@ def _restore(reader: SealedReader) -> Restored:
             " only. Point AGENTOS_DATA_DIR at a new folder (or DATABASE_URL at an empty"
             " database) and run it again."
         )
+    private.replace(marker, json.dumps(done.manifest))
     ended = False
     for entry in stream:
         done.entries += 1
         if entry.header["name"] == "end":
             ended = True
         else:
-            _restore_entry(entry, done, marker)
+            _restore_entry(entry, done)
     if not ended:
         raise ArchiveError("The archive has no end entry: it is incomplete.")
     crashpoints.hit("restore_before_finish", run=0)  # the chaos test's kill: database restored
@@ -98,7 +108,23 @@ def _restore(reader: SealedReader) -> Restored:
     return done
 
 
-def _restore_entry(entry: Entry, done: Restored, marker: Path) -> None:
+def _occupied() -> list[str]:
+    """The folders of this install that already hold repositories, worktrees or artifacts."""
+    base = workspace.root()
+    found = [
+        str(base / name)
+        for name in ("worktrees", "staging", "projects")
+        if (base / name).is_dir() and any((base / name).iterdir())
+    ]
+    if memory_repository.scopes():
+        found.append(str(memory_repository.root()))
+    artifacts = Path(settings.DATA_DIR) / "artifacts"
+    if artifacts.is_dir() and any(artifacts.iterdir()):
+        found.append(str(artifacts))
+    return found
+
+
+def _restore_entry(entry: Entry, done: Restored) -> None:
     name, kind = entry.header["name"], entry.header["kind"]
     _check_name(name)
     data = Path(settings.DATA_DIR)
@@ -128,7 +154,6 @@ def _restore_entry(entry: Entry, done: Restored, marker: Path) -> None:
         else:
             private.replace(vault.key_file(), entry.stream.read().decode())
     elif name == "database":
-        private.replace(marker, json.dumps(done.manifest))
         _restore_database(entry, None)
     else:
         raise ArchiveError(f"The archive holds an entry this version does not know: {name!r}.")

@@ -337,10 +337,30 @@ def test_a_wrong_passphrase_and_a_missing_one_are_said_precisely(tmp_path: Path)
         archive.create(directory=tmp_path, passphrase="short")
 
 
-def test_a_restore_onto_a_database_in_use_is_refused(tmp_path: Path) -> None:
+@pytest.fixture
+def empty_folders(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process's install moved to empty folders (its database stays: in use)."""
+    folder = tmp_path / "empty"
+    settings.DATA_DIR = folder / "data"
+    settings.MEMORY_DIR = folder / "data" / "memory"
+    monkeypatch.setenv("AGENTOS_WORKSPACES_DIR", str(folder / "workspaces"))
+    return folder
+
+
+def test_a_restore_onto_a_database_in_use_is_refused(tmp_path: Path, empty_folders: Path) -> None:
     made = archive.create(directory=tmp_path, passphrase=PASSPHRASE)
     with pytest.raises(
         restore.RestoreError, match=r"already holds \d+ tables: a restore goes onto"
+    ):
+        restore.restore(archive=made.path, passphrase=PASSPHRASE)
+
+
+def test_a_restore_into_folders_in_use_is_refused(tmp_path: Path, empty_folders: Path) -> None:
+    made = archive.create(directory=tmp_path / "backups", passphrase=PASSPHRASE)
+    busy = empty_folders / "workspaces" / "worktrees" / "run-1"
+    busy.mkdir(parents=True)
+    with pytest.raises(
+        restore.RestoreError, match=r"already hold an install's files: \S+/workspaces/worktrees\."
     ):
         restore.restore(archive=made.path, passphrase=PASSPHRASE)
 
