@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ PARTIAL = ".partial"
 DATA_FILES = ("secret_key", "run-tokens.key")
 # Folders of the workspaces dir left out of its tar: staging repositories go as bundles.
 STAGING = "staging"
+CHUNK_BUFFER = 1 << 20  # the archive file's write buffer
 
 
 class BackupError(Exception):
@@ -80,7 +82,11 @@ def archives(directory: Path) -> list[Path]:
     """The complete archives in `directory`, oldest first (by name: the name is the time)."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.name.endswith(SUFFIX) and p.is_file())
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.name.startswith("agentos-") and p.name.endswith(SUFFIX) and p.is_file()
+    )
 
 
 @contextlib.contextmanager
@@ -126,9 +132,6 @@ def create(*, directory: Path, passphrase: str, with_vault_key: bool = True) -> 
     return made
 
 
-CHUNK_BUFFER = 1 << 20
-
-
 def _write(sink: SealedWriter, made: Made, *, stamp: datetime, with_vault_key: bool) -> None:
     with pg.snapshot() as (conn, snapshot_id):
         tables = pg.checksums(conn)
@@ -149,11 +152,13 @@ def _write(sink: SealedWriter, made: Made, *, stamp: datetime, with_vault_key: b
         if manifest["vault_key"] == "included":
             _write_vault_key(sink)
         out = begin_entry(sink, {"name": "database", "kind": "pg_dump"})
-        process = pg.dump(snapshot_id)
-        files.pump(process.stdout, out)
-        _, err = process.communicate()
-        if process.returncode != 0:
-            raise BackupError(f"pg_dump failed: {err.decode(errors='replace').strip()}")
+        with tempfile.TemporaryFile() as errors:
+            process = pg.dump(snapshot_id, errors)
+            files.pump(process.stdout, out)
+            if process.wait() != 0:
+                errors.seek(0)
+                said = errors.read().decode(errors="replace").strip()
+                raise BackupError(f"pg_dump failed: {said}")
         end_entry(sink)
     crashpoints.hit("backup_mid_write", run=0)  # the chaos test's kill: most bytes written
     _json_entry(sink, "end", {"database_bytes": out.size, "files": made.files})
@@ -181,6 +186,8 @@ def _manifest(
             " repository credentials, the nodes' SSH key) are unreadable until you enter them"
             " again."
         )
+    elif not vault.key_file().is_file():
+        made.vault_key = "none yet (no secret was ever stored)"
     else:
         made.vault_key = "included"
     return {

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 from django.conf import settings
@@ -103,8 +103,9 @@ def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
     return row
 
 
-def dump(snapshot_id: str) -> subprocess.Popen[bytes]:
-    """`pg_dump` of the whole database in the snapshot, custom format, on its stdout."""
+def dump(snapshot_id: str, errors: IO[bytes]) -> subprocess.Popen[bytes]:
+    """`pg_dump` of the whole database in the snapshot, custom format, on its stdout; its
+    messages into `errors` (a file: a pipe left unread could fill and stall it)."""
     return subprocess.Popen(  # noqa: S603  # our bundled binary, an argv list
         [
             binary("pg_dump"),
@@ -115,12 +116,12 @@ def dump(snapshot_id: str) -> subprocess.Popen[bytes]:
             f"--dbname={url()}",
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errors,
         env=environment(),
     )
 
 
-def restore_into(name: str | None) -> subprocess.Popen[bytes]:
+def restore_into(name: str | None, errors: IO[bytes]) -> subprocess.Popen[bytes]:
     """`pg_restore` reading a custom-format dump on its stdin, in one transaction."""
     return subprocess.Popen(  # noqa: S603  # our bundled binary, an argv list
         [
@@ -132,7 +133,7 @@ def restore_into(name: str | None) -> subprocess.Popen[bytes]:
             f"--dbname={url(name)}",
         ],
         stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errors,
         env=environment(),
     )
 

@@ -154,7 +154,7 @@ def _restore_entry(entry: Entry, done: Restored) -> None:
         else:
             private.replace(vault.key_file(), entry.stream.read().decode())
     elif name == "database":
-        _restore_database(entry, None)
+        restore_database(entry, None)
     else:
         raise ArchiveError(f"The archive holds an entry this version does not know: {name!r}.")
 
@@ -190,31 +190,22 @@ def _restore_project(entry: Entry, done: Restored) -> None:
     done.notes.append(f"The project repository {path} was missing: cloned back from the archive.")
 
 
-def _restore_database(entry: Entry, database: str | None) -> None:
-    process = pg.restore_into(database)
-    stdin = process.stdin
-    if stdin is None:
-        raise RestoreError("pg_restore started without a pipe to read from.")
-    try:
-        files.pump(entry.stream, stdin)
-        stdin.close()
-    except BrokenPipeError:
-        pass  # pg_restore stopped early: its own error says why
-    err = process.stderr.read() if process.stderr is not None else b""
-    if process.wait() != 0:
-        raise RestoreError(f"pg_restore failed: {err.decode(errors='replace').strip()}")
-
-
-def restore_database_only(archive: Path, passphrase: str, database: str) -> dict[str, Any]:
-    """The archive's database into `database` (for `--verify`); the manifest."""
-    manifest: dict[str, Any] = {}
-    with archive.open("rb") as source:
-        for entry in entries(SealedReader(source, passphrase)):
-            if entry.header["name"] == "manifest":
-                manifest = json.loads(entry.stream.read())
-            elif entry.header["name"] == "database":
-                _restore_database(entry, database)
-    return manifest
+def restore_database(entry: Entry, database: str | None) -> None:
+    """The entry's dump into `database` (None: this install's), in one transaction."""
+    with tempfile.TemporaryFile() as errors:
+        process = pg.restore_into(database, errors)
+        stdin = process.stdin
+        if stdin is None:
+            raise RestoreError("pg_restore started without a pipe to read from.")
+        try:
+            files.pump(entry.stream, stdin)
+            stdin.close()
+        except BrokenPipeError:
+            pass  # pg_restore stopped early: its own error says why
+        if process.wait() != 0:
+            errors.seek(0)
+            said = errors.read().decode(errors="replace").strip()
+            raise RestoreError(f"pg_restore failed: {said}")
 
 
 def _check_version(manifest: dict[str, Any]) -> None:

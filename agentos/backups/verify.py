@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentos.backups import pg
-from agentos.backups.restore import _restore_database
+from agentos.backups.restore import restore_database
 from agentos.backups.sealed import SealedReader, entries
 
 
@@ -38,7 +38,7 @@ def verify(archive: Path, passphrase: str) -> Verified:
             if name == "manifest":
                 manifest = json.loads(entry.stream.read())
             elif name == "database":
-                _restore_database(entry, scratch)
+                restore_database(entry, scratch)
             elif name == "artifacts":
                 report.artifacts = _check_artifacts(entry.stream, report.mismatches)
         with pg.connect(scratch) as conn:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentos.backups import archive, passphrase, verify
+from agentos.backups import archive, passphrase, restore, verify
 from agentos.backups.sealed import ArchiveError
 
 
@@ -52,7 +52,7 @@ class Command(BaseCommand):
             made = archive.create(
                 directory=directory, passphrase=checked, with_vault_key=not without_vault_key
             )
-        except (archive.BackupError, ArchiveError) as error:
+        except (archive.BackupError, restore.RestoreError, ArchiveError) as error:
             raise CommandError(str(error)) from None
         self.stdout.write(
             f"Backup written: {made.path}\n"
