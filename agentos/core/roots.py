@@ -24,40 +24,54 @@ def workspaces_dir() -> Path:
     `tools.workspace.root`): `AGENTOS_WORKSPACES_DIR`; as root, one directory per data dir under
     /var/lib/agentos (sandbox uids must traverse to it: docs/design.md §14); else in the data
     dir."""
-    configured = os.environ.get("AGENTOS_WORKSPACES_DIR")
-    if configured:
-        return Path(configured)
-    if os.geteuid() == 0:
-        return Path("/var/lib/agentos") / _data_key(str(settings.DATA_DIR))
-    return Path(settings.DATA_DIR) / "workspaces"
+    return _workspaces(os.environ.get("AGENTOS_WORKSPACES_DIR"), settings.DATA_DIR)
 
 
 @cache
-def _data_key(data_dir: str) -> str:
-    return hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:12]
+def _workspaces(configured: str | None, data_dir: Path | str) -> Path:
+    data_dir = Path(data_dir)
+    if configured:
+        return Path(configured)
+    if os.geteuid() == 0:
+        key = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
+        return Path("/var/lib/agentos") / key
+    return data_dir / "workspaces"
 
 
 def named() -> dict[str, str]:
     """Each root's name and absolute path, as text without a trailing slash."""
-    return {
-        WORKSPACES: str(workspaces_dir()),
-        MEMORY: str(settings.MEMORY_DIR),
-        DATA: str(settings.DATA_DIR),
-    }
+    return dict(_ordered_roots())
 
 
 def neutral(text: str) -> str:
     """`text` with every root it names (a root followed by "/" or by a JSON string's closing
     quote) replaced by a marker of the root's name: the same text on every machine once the
-    roots are re-rooted alike (`agentos.backups.reroot` rewrites stored text with the same two
-    patterns). The longest root first: the workspaces dir may lie inside the data dir."""
-    for name, path in _ordered(tuple(named().items())):
+    roots are re-rooted alike (`agentos.backups.restore` rewrites stored text with the same two
+    patterns). The longest root first: the workspaces dir may lie inside the data dir.
+
+    On every journal hash, a replay's included: the roots are worked out once per value of the
+    settings and variable they come from."""
+    for name, path in _ordered_roots():
         if path in text:
             marker = f"\x00{name}\x00"  # never in JSON text: a NUL is always escaped there
             text = text.replace(path + "/", marker + "/").replace(path + '"', marker + '"')
     return text
 
 
+def _ordered_roots() -> tuple[tuple[str, str], ...]:
+    # The settings' own objects as the cache's key: no path is made or hashed anew per call.
+    return _ordered(
+        os.environ.get("AGENTOS_WORKSPACES_DIR"), settings.DATA_DIR, settings.MEMORY_DIR
+    )
+
+
 @cache
-def _ordered(roots: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
-    return sorted(roots, key=lambda item: len(item[1]), reverse=True)
+def _ordered(
+    configured: str | None, data_dir: Path | str, memory_dir: Path | str
+) -> tuple[tuple[str, str], ...]:
+    roots = {
+        WORKSPACES: str(_workspaces(configured, data_dir)),
+        MEMORY: str(memory_dir),
+        DATA: str(data_dir),
+    }
+    return tuple(sorted(roots.items(), key=lambda item: len(item[1]), reverse=True))
