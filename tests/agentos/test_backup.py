@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -19,20 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 from psycopg import sql
 
 from agentos import checks
 from agentos.backups import archive, pg, restore, retention, schedule, sealed, verify
 from agentos.core import database, roots, vault
 from approvals.models import Approval
-from kernel import artifacts
+from kernel import artifacts, journal
 from kernel.journal import request_hash
+from kernel.models import Run, Step
 from kernel.worker import Worker
 from memory import store
 from missions import demo
-from missions.models import Project
+from missions.models import Mission, Project
 from tests.live import crash_env
 from tools import workspace
 
@@ -455,3 +459,32 @@ def test_a_nightly_backup_without_a_passphrase_is_a_system_check_warning(
     settings.BACKUP_NIGHTLY = False
     monkeypatch.delenv(schedule.PASSPHRASE_ENV)
     assert checks.check_backups(None) == []
+
+
+def test_the_upgrade_rehashes_steps_journaled_with_absolute_paths(seeded_catalog: None) -> None:
+    rehash = importlib.import_module("kernel.migrations.0025_request_hash_roots").rehash
+    project = Project.objects.create(name="p", repository="")
+    mission = Mission.objects.create(project=project, goal="g")
+    run = Run.objects.create(account=mission, program="mission")
+    rooted = {"repository": f"{roots.workspaces_dir()}/demo/calc", "base": "HEAD"}
+    plain = {"path": "src/a.py"}
+    for seq, request in ((1, rooted), (2, plain)):
+        encoded = journal._encode_for_hash(["checkpoint", "workspace", request])
+        Step.objects.create(
+            run=run,
+            seq=seq,
+            kind="checkpoint",
+            effect="idempotent_write",
+            name="workspace",
+            request=request,
+            request_hash=hashlib.sha256(encoded.encode()).hexdigest(),  # the old way
+            started_at=timezone.now(),
+        )
+    before = dict(Step.objects.values_list("seq", "request_hash"))
+
+    rehash(django_apps, None)
+
+    after = dict(Step.objects.values_list("seq", "request_hash"))
+    assert after[1] != before[1]
+    assert after[1] == request_hash("checkpoint", "workspace", rooted)
+    assert after[2] == before[2]  # no root in it: its hash was already the same
