@@ -189,7 +189,7 @@ def staging(repository: str) -> Path:
     path = root() / "staging" / f"{staging_key(repository)}.git"
     with _locked(path):
         if not (path / "HEAD").is_file():
-            create_staging(path)
+            _create_staging(path)
         _copy_remotes(project, path)
         _forget_push_settings(path)
     return path
@@ -201,20 +201,22 @@ def staging_key(repository: str) -> str:
     return hashlib.sha256(str(Path(repository).resolve()).encode()).hexdigest()[:16]
 
 
-def create_staging(path: Path) -> None:
-    """A new, empty staging repository at `path` (also for a restore, which then fetches its
-    refs from a bundle)."""
+# A staging repository's whole configuration besides its remotes (a restore sets it too).
+STAGING_CONFIG = {
+    # Run repositories fetch exact commits from here (the run's base, by its hash).
+    "uploadpack.allowAnySHA1InWant": "true",
+    "core.logAllRefUpdates": "false",
+    "gc.auto": "0",  # refs/agentos/* keep what runs need; gc runs when we say
+}
+
+
+def _create_staging(path: Path) -> None:
     temp = path.with_name(path.name + ".new")
     shutil.rmtree(temp, ignore_errors=True)
     make_dirs(temp.parent, 0o700)
     host_git(temp.parent, "init", "--quiet", "--bare", str(temp))
     temp.chmod(0o700)
-    for key, value in (
-        # Run repositories fetch exact commits from here (the run's base, by its hash).
-        ("uploadpack.allowAnySHA1InWant", "true"),
-        ("core.logAllRefUpdates", "false"),
-        ("gc.auto", "0"),  # refs/agentos/* keep what runs need; gc runs when we say
-    ):
+    for key, value in STAGING_CONFIG.items():
         host_git(temp, "config", key, value)
     temp.rename(path)
 

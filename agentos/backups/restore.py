@@ -38,12 +38,6 @@ from memory import store as memory_store
 from tools import workspace
 
 PENDING = "restore.pending"  # in the data dir, from the database's restore until `finish` ends
-MEMORY_CONFIG = {"gc.auto": "0", "core.logAllRefUpdates": "false"}
-STAGING_CONFIG = {
-    "uploadpack.allowAnySHA1InWant": "true",
-    "core.logAllRefUpdates": "false",
-    "gc.auto": "0",
-}
 
 
 class RestoreError(Exception):
@@ -139,11 +133,11 @@ def _restore_entry(entry: Entry, done: Restored) -> None:
             memory_repository.ensure(scope)
         else:
             path = memory_repository.path_of(scope)
-            files.read_bundle(entry.stream, path, bare_config=MEMORY_CONFIG)
+            files.read_bundle(entry.stream, path, bare_config=memory_repository.CONFIG)
     elif name.startswith("staging/"):
         # Under its old name; `finish` renames it after its project's new path.
         path = workspace.root() / "staging" / name.removeprefix("staging/")
-        files.read_bundle(entry.stream, path, bare_config=STAGING_CONFIG)
+        files.read_bundle(entry.stream, path, bare_config=workspace.STAGING_CONFIG)
     elif name.startswith("project/"):
         _restore_project(entry, done)
     elif name == "workspaces":
