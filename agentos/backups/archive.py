@@ -227,7 +227,7 @@ def _write_files(sink: SealedWriter, made: Made, projects: list[dict[str, Any]])
             end_entry(sink)
     for name, top in (("artifacts", data / "artifacts"), ("node", data / "node")):
         out = begin_entry(sink, {"name": name, "kind": "tree"})
-        made.files += files.write_tree(out, top, skip=_not_kept)
+        made.files += files.write_tree(out, top, skip=_skipping(top, made.path.parent))
         end_entry(sink)
     for scope in memory_repository.scopes():
         path = memory_repository.path_of(scope)
@@ -257,7 +257,8 @@ def _write_files(sink: SealedWriter, made: Made, projects: list[dict[str, Any]])
     # Everything else of the workspaces dir as plain files: worktrees (hostile: never
     # interpreted), their markers, cloned projects, the demo's repositories, environments.
     out = begin_entry(sink, {"name": "workspaces", "kind": "tree"})
-    made.files += files.write_tree(out, base, skip=_not_in_workspaces)
+    skip = _skipping(base, made.path.parent, STAGING)
+    made.files += files.write_tree(out, base, skip=skip)
     end_entry(sink)
 
 
@@ -266,9 +267,20 @@ def _not_kept(relative: str) -> bool:
     return name.startswith(".tmp-") or name.endswith(".lock")
 
 
-def _not_in_workspaces(relative: str) -> bool:
-    first = relative.split("/", 1)[0]
-    return first == STAGING or _not_kept(relative)
+def _skipping(top: Path, backups: Path, *folders: str) -> files.Skip:
+    """What a tree of `top` leaves out: temporary files and locks, `folders` (relative), and
+    the backup folder itself if it lies inside (an archive must not hold the archives, nor
+    itself half written)."""
+    left_out = set(folders)
+    if backups.resolve().is_relative_to(top.resolve()):
+        left_out.add(str(backups.resolve().relative_to(top.resolve())))
+
+    def skip(relative: str) -> bool:
+        return _not_kept(relative) or any(
+            relative == folder or relative.startswith(folder + "/") for folder in left_out
+        )
+
+    return skip
 
 
 def _under_a_root(path: Path) -> bool:

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -367,6 +368,23 @@ def test_a_restore_into_folders_in_use_is_refused(tmp_path: Path, empty_folders:
         restore.RestoreError, match=r"already hold an install's files: \S+/workspaces/worktrees\."
     ):
         restore.restore(archive=made.path, passphrase=PASSPHRASE)
+
+
+def test_an_archive_written_inside_the_workspaces_dir_does_not_hold_itself() -> None:
+    folder = roots.workspaces_dir() / f"test-backups-{uuid.uuid4().hex[:8]}"
+    (folder / "older").mkdir(parents=True)
+    (folder / "older" / "kept-out.txt").write_text("an older archive's neighbour")
+    try:
+        made = archive.create(directory=folder, passphrase=PASSPHRASE)
+        with made.path.open("rb") as source:
+            for entry in sealed.entries(sealed.SealedReader(source, PASSPHRASE)):
+                if entry.header["name"] == "workspaces":
+                    with tarfile.open(fileobj=entry.stream, mode="r|") as tar:  # type: ignore[call-overload]  # a reader
+                        names = [member.name for member in tar]
+        assert names
+        assert not [name for name in names if name.startswith(folder.name)]
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_the_vault_key_is_never_in_the_archive_in_the_clear(tmp_path: Path) -> None:
