@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.conf import settings
@@ -10,6 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.utils import DatabaseError
 
+from agentos.backups.schedule import PASSPHRASE_ENV
+from agentos.backups.sealed import MIN_PASSPHRASE
 from agentos.core import vault
 from kernel.telemetry import EXPORTERS
 
@@ -110,3 +113,21 @@ def check_database(app_configs: Any, databases: Any = None, **kwargs: Any) -> li
             )
         )
     return messages
+
+
+@register()
+def check_backups(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """The nightly backup turned on without a usable passphrase would fail every night."""
+    if not settings.BACKUP_NIGHTLY:
+        return []
+    passphrase = os.environ.get(PASSPHRASE_ENV, "")
+    if len(passphrase) < MIN_PASSPHRASE:
+        return [
+            Warning(
+                f"AGENTOS_BACKUP_NIGHTLY is on but {PASSPHRASE_ENV} is "
+                + ("not set" if not passphrase else f"shorter than {MIN_PASSPHRASE} characters")
+                + ": the nightly backup will fail (docs/operations.md).",
+                id="agentos.W030",
+            )
+        ]
+    return []

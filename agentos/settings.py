@@ -288,3 +288,13 @@ EGRESS_BRIDGE_URLS = {
 # Host directories shown read-only, at their own paths, to every stdio MCP server's sandbox
 # besides our own Python environment: where the owner installs servers of other kinds.
 MCP_SERVER_DIRS = env_list("AGENTOS_MCP_SERVER_DIRS", [])
+
+# --- Backups (agentos.backups, docs/operations.md) -------------------------------------------
+# The nightly backup runs only when the owner turns it on; its passphrase is read from
+# AGENTOS_BACKUP_PASSPHRASE when it runs, never kept in the settings.
+BACKUP_NIGHTLY = env_bool("AGENTOS_BACKUP_NIGHTLY", default=False)
+BACKUP_DIR = env_path("AGENTOS_BACKUP_DIR", DATA_DIR / "backups")
+BACKUP_DAILY = env_int("AGENTOS_BACKUP_DAILY", 7, minimum=0)
+BACKUP_WEEKLY = env_int("AGENTOS_BACKUP_WEEKLY", 4, minimum=0)
+# A second folder (another disk, a mount) each new archive is copied to, with the same retention.
+BACKUP_COPY_TO = env_str("AGENTOS_BACKUP_COPY_TO")

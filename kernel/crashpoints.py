@@ -23,6 +23,8 @@ POINTS = (
     "lease_renew",
     "cancel_seen",
     "before_finish",
+    "backup_mid_write",  # `manage.py backup`, run 0: the archive half written
+    "restore_before_finish",  # `manage.py restore`, run 0: database restored, paths not re-rooted
 )
 
 _plan: dict[tuple[int, str, int], str] | None = None

@@ -37,6 +37,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
+from agentos.core import roots
 from agentos.core.scrubber import scrub_json, scrub_value
 from kernel import debits, statements
 from kernel.budgets import Cost
@@ -100,7 +101,12 @@ _encode_for_hash = _hash_encoder()
 
 
 def request_hash(kind: str, name: str, request: Any) -> str:
-    return hashlib.sha256(_encode_for_hash([kind, name, request]).encode()).hexdigest()
+    """The hash a replay compares its request with. Paths under the install's roots count
+    relative to their root (`roots.neutral`): a run restored on another machine, its data and
+    workspaces dirs elsewhere, replays the steps it journaled here (migration 0025 re-hashed
+    the steps journaled before)."""
+    encoded = roots.neutral(_encode_for_hash([kind, name, request]))
+    return hashlib.sha256(encoded.encode()).hexdigest()
 
 
 def idempotency_key(run_id: int, seq: int) -> str:

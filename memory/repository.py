@@ -21,6 +21,8 @@ from django.conf import settings
 BRANCH = "refs/heads/main"
 AUTHOR = "agentos memory <memory@agentos.invalid>"
 TIMEOUT = 600.0
+# A scope repository's whole configuration (a restore sets it too: `agentos.backups.restore`).
+CONFIG = {"gc.auto": "0", "core.logAllRefUpdates": "false"}
 
 
 class RepositoryError(RuntimeError):
@@ -53,7 +55,7 @@ def ensure(scope: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     building = path.with_name(path.name + ".new")
     _git(path.parent, "init", "--quiet", "--bare", "--initial-branch=main", str(building))
-    for key, value in (("gc.auto", "0"), ("core.logAllRefUpdates", "false")):
+    for key, value in CONFIG.items():
         _git(building, "config", key, value)
     try:
         building.rename(path)

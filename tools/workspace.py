@@ -32,8 +32,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from django.conf import settings
-
+from agentos.core import roots
 from cluster.sandbox import Limits, SandboxUnavailable, for_level, give
 from kernel.models import Run
 from tools.base import ToolError
@@ -78,14 +77,7 @@ def root() -> Path:
     directory does. Only directories created here are given a mode (searchable, not listable):
     the product never changes a directory it did not make.
     """
-    configured = os.environ.get("AGENTOS_WORKSPACES_DIR")
-    if configured:
-        base = Path(configured)
-    elif os.geteuid() == 0:
-        key = hashlib.sha256(str(Path(settings.DATA_DIR).resolve()).encode()).hexdigest()[:12]
-        base = Path("/var/lib/agentos") / key
-    else:
-        base = Path(settings.DATA_DIR) / "workspaces"
+    base = roots.workspaces_dir()
     if not base.is_dir():
         make_dirs(base, 0o711 if os.geteuid() == 0 else 0o700)
     return base
@@ -194,8 +186,7 @@ def staging(repository: str) -> Path:
     project = Path(repository)
     if not (project / ".git").exists() and not (project / "HEAD").exists():
         raise ToolError(f"{repository} is not a git repository.")
-    key = hashlib.sha256(str(project.resolve()).encode()).hexdigest()[:16]
-    path = root() / "staging" / f"{key}.git"
+    path = root() / "staging" / f"{staging_key(repository)}.git"
     with _locked(path):
         if not (path / "HEAD").is_file():
             _create_staging(path)
@@ -204,18 +195,28 @@ def staging(repository: str) -> Path:
     return path
 
 
+def staging_key(repository: str) -> str:
+    """The name of the staging repository of the project at `repository` (a restore elsewhere
+    renames each to its project's new key: `agentos.backups.restore`)."""
+    return hashlib.sha256(str(Path(repository).resolve()).encode()).hexdigest()[:16]
+
+
+# A staging repository's whole configuration besides its remotes (a restore sets it too).
+STAGING_CONFIG = {
+    # Run repositories fetch exact commits from here (the run's base, by its hash).
+    "uploadpack.allowAnySHA1InWant": "true",
+    "core.logAllRefUpdates": "false",
+    "gc.auto": "0",  # refs/agentos/* keep what runs need; gc runs when we say
+}
+
+
 def _create_staging(path: Path) -> None:
     temp = path.with_name(path.name + ".new")
     shutil.rmtree(temp, ignore_errors=True)
     make_dirs(temp.parent, 0o700)
     host_git(temp.parent, "init", "--quiet", "--bare", str(temp))
     temp.chmod(0o700)
-    for key, value in (
-        # Run repositories fetch exact commits from here (the run's base, by its hash).
-        ("uploadpack.allowAnySHA1InWant", "true"),
-        ("core.logAllRefUpdates", "false"),
-        ("gc.auto", "0"),  # refs/agentos/* keep what runs need; gc runs when we say
-    ):
+    for key, value in STAGING_CONFIG.items():
         host_git(temp, "config", key, value)
     temp.rename(path)
 
