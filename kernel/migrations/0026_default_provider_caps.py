@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('kernel', '0024_provider_caps'),
+        ('kernel', '0025_request_hash_roots'),
     ]
 
     operations = [
