@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db.migrations.loader import MigrationLoader
 
 from agentos.backups import files, pg
 from agentos.backups.sealed import MIN_PASSPHRASE, SealedWriter, begin_entry, end_archive, end_entry
@@ -143,9 +144,16 @@ def _write(sink: SealedWriter, made: Made, *, stamp: datetime, with_vault_key: b
         ]
         made.tables = len(tables)
         made.rows = sum(t["rows"] for t in tables.values())
-        migrations = conn.execute(
-            "SELECT app, name FROM django_migrations ORDER BY 1, 2"
-        ).fetchall()
+        # The schema's version: the applied migrations this code knows (a row left by a
+        # migration since renamed or squashed names no schema).
+        known = set(MigrationLoader(None, ignore_no_migrations=True).graph.nodes)
+        migrations = [
+            (app, name)
+            for app, name in conn.execute(
+                "SELECT app, name FROM django_migrations ORDER BY 1, 2"
+            ).fetchall()
+            if (app, name) in known
+        ]
         manifest = _manifest(stamp, tables, projects, migrations, with_vault_key, made)
         _json_entry(sink, "manifest", manifest)
         _write_files(sink, made, projects)
