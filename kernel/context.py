@@ -173,6 +173,8 @@ class RunContext:
         self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
         if crash_after_intent:
             crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
+        else:  # a wait's or a join's intent: its own crash points come later, if at all
+            crashpoints.hit("intent_committed", run=self.run_id, seq=seq)
         return Begun(seq, None, False, woken)
 
     def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
@@ -456,6 +458,7 @@ class RunContext:
                 # this attempt dies too, the next one must ask again (make chaos found a step
                 # applied twice when a stale verdict was reused after a second interruption).
                 Wait.objects.filter(pk=wait.pk).update(answer={**answer, "acted_on": True})
+                crashpoints.hit("verdict_marked", run=self.run_id, seq=call.seq)
                 return None
             Wait.objects.filter(pk=wait.pk).update(
                 state=WaitState.OPEN, answer=None, settled_at=None
