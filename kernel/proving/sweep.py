@@ -1,47 +1,59 @@
-"""The in-process crash sweep: every crash point a workload passes, crashed at in turn, with the
-invariants checked after each.
+"""The in-process crash sweep: the crash points a workload passes, crashed at in turn, with the
+invariants checked after each crash.
 
 1. A dry pass of each seeded workload (`kernel.proving.scripted`) records every crash point its
-   worker passes, in order: (point, run, seq), the run named by its place in the family.
-2. For each point K of that list, a fresh run of the same workload: at the K-th crash point the
-   worker dies. Here a death is `crashpoints.Crash` (a `BaseException`: no product `except
+   worker passes, in order: (point, run, seq), a run named by its place in its family.
+2. Crashes. A death here is `crashpoints.Crash` (a `BaseException`: no product `except
    Exception` catches it) unwinding the stack, then what a dead process leaves behind: its
-   connection closed (PostgreSQL rolls back the open transaction), its in-memory state gone
-   (the run's context, its lease keeper), and a lease held by a provably dead holder
-   (`kernel.holders`), which the next claim frees as it frees a killed worker's.
+   connection closed (PostgreSQL rolls the open transaction back), its in-memory state gone
+   (the run's context, its lease keeper, its held-back results), and a lease held by a provably
+   dead holder (`kernel.holders`), which the next claim frees as it frees a killed worker's.
+   - `chain` (the default): one run of the workload dies at the first crash point it reaches
+     that it has not died at yet, again and again: each attempt gets one point further, and
+     dies in the state the previous deaths left. A point is the dry pass's (point, run, seq),
+     told apart by how many times the family parked or ended before it (a claim after a
+     suspension is another claim), and dies at most once more than the dry pass passed it.
+     After each death: the invariants that hold at any instant.
+   - `single`: a fresh run of the workload for each point K of the dry pass, dying there once.
 3. Fresh workers (the same process, a new connection) claim and execute until the family has
-   ended, an owner answering its questions (`kernel.proving.harness.act_as_owner`).
-4. The checks: `kernel.proving.chaos.check` (ended as the crash-free run did, each effect applied
-   once), then the journal (seqs contiguous, every step with its one result, the same steps as
-   the crash-free run), no lease left held, the ledger debited as the crash-free run's, the
-   owner's questions answered once and none left open.
+   ended, an owner answering its questions (`kernel.proving.harness.act_as_owner`); then
+   everything must be as in the run that never crashed (`kernel.proving.shapes.compare`).
 
-Workloads are deterministic and the sweep runs one worker at a time, so the K-th crash point of
-a crashed run is the K-th of the dry pass: a failing point replays alone from its workload's
-seed and its number (`manage.py chaos --sweep-seed S --sweep-point K`).
+Workloads are deterministic and the sweep runs one worker at a time, so a run dies where its
+workload's seed says: a failing point replays from that seed and the point's number
+(`manage.py chaos --sweep-seed S --sweep-point K`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.db import connection
+from psycopg import pq
 
-from kernel import crashpoints, execution, holders, journal, runs, scheduler
-from kernel.models import Account, ChaosEffect, Run, RunStatus, Step, StepKind, Wait, WaitState
+from kernel import crashpoints, execution, holders, runs, scheduler
+from kernel.models import Account, Run, RunStatus
 from kernel.proving import scripted
 from kernel.proving.chaos import Report
 from kernel.proving.harness import act_as_owner
+from kernel.proving.shapes import Shape, compare, invariants
 
 LEASE_SECONDS = 30.0  # never runs out during a sweep: a dead worker's lease is freed, not aged
-MAX_CLAIMS = 100  # per workload run: a family still going after that many claims is stuck
-_LEDGER = ("usd_micros", "input_tokens", "output_tokens", "turns", "tool_calls")
-# Results that name run ids or times, different in every run of a workload.
-_UNSTABLE = frozenset((StepKind.SPAWN, StepKind.JOIN, StepKind.TIMER))
+MAX_CLAIMS = 1000  # per workload run: a family still going after that many claims is stuck
+MODES = ("chain", "single")
+RECONNECT_EVERY = 8  # in a chain, the first death of every eight also reconnects (`die`)
+_GOING = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
+_ENDED = frozenset(RunStatus.values) - frozenset(_GOING)
+# Points where the family made progress that a death cannot take back: what comes after is
+# another occurrence of the same points (`Recorder`).
+_PROGRESS = frozenset(("suspend_committed", "finish_committed"))
 
 
 class Hit(NamedTuple):
@@ -56,13 +68,25 @@ class Hit(NamedTuple):
 
 class Recorder:
     """The sweep's crash handler: records each crash point the worker passes in the family of
-    `root`, and raises `Crash` at the `crash_at`-th. Other threads (lease keepers, parallel
-    reads) and other runs' points pass untouched."""
+    `root`; raises `Crash` at the `crash_at`-th, or (`chain`: up to that many times) at each
+    point it has not died at yet. Other threads (lease keepers, parallel reads) and other
+    runs' points pass untouched."""
 
-    def __init__(self, root: int, crash_at: int | None = None) -> None:
+    def __init__(
+        self, root: int, *, crash_at: int | None = None, chain: int = 0, dry: list[Hit] = ()
+    ) -> None:
         self.root = root
         self.crash_at = crash_at
+        self.chain = chain
+        # In a chain, a point dies as many times as the dry pass passed it, plus one (where a
+        # recovery passes it again): a death that makes the owner answer again (a verdict on a
+        # step that cannot be repeated) would otherwise come back after each answer, forever.
+        self.allowed = Counter(dry)
+        self.deaths: Counter[Hit] = Counter()
         self.hits: list[Hit] = []
+        self.crashes: list[Hit] = []
+        self.died_at: set[tuple[Hit, int]] = set()
+        self.progress = 0
         self.armed = False
         self.thread = threading.get_ident()
         self.family: dict[int, int | None] = {root: 0}  # run id -> place (None: not ours)
@@ -76,9 +100,19 @@ class Recorder:
             place = self.family[run] = len(self.family) if ours else None
         if place is None:
             return
-        self.hits.append(Hit(point, place, seq))
-        if len(self.hits) - 1 == self.crash_at:
-            raise crashpoints.Crash(str(self.hits[-1]))
+        hit = Hit(point, place, seq)
+        self.hits.append(hit)
+        if point in _PROGRESS:
+            self.progress += 1
+        if len(self.hits) - 1 == self.crash_at or (
+            len(self.crashes) < self.chain
+            and (hit, self.progress) not in self.died_at
+            and self.deaths[hit] <= self.allowed[hit]
+        ):
+            self.died_at.add((hit, self.progress))
+            self.deaths[hit] += 1
+            self.crashes.append(hit)
+            raise crashpoints.Crash(str(hit))
 
 
 def worker_name() -> str:
@@ -90,18 +124,33 @@ def worker_name() -> str:
     return holders.Holder(here.host, here.pid, here.start + 1, here.space).name
 
 
-def die() -> None:
+def die(*, reconnect: bool = True) -> None:
     """What a process's death leaves: PostgreSQL rolls its open transaction back when its
     connection goes. Its leases stay held until a claim proves the holder dead (`worker_name`);
-    where that cannot be proven, they are aged out as a lease running out would be."""
-    connection.close()
+    where that cannot be proven, they are aged out as a lease running out would be.
+
+    Without `reconnect`, a connection with no transaction open is kept: its session holds
+    nothing a death would lose (locks are transaction-scoped, settings statement-local), and a
+    new connection costs a fifth of a chain's death."""
+    raw = connection.connection
+    idle = raw is not None and raw.info.transaction_status == pq.TransactionStatus.IDLE
+    if reconnect or not idle:
+        connection.close()
     if holders.this_process() is None:
         Run.objects.filter(lease_owner="sweep-worker").update(lease_expires_at=None)
 
 
-def drive(root: int, recorder: Recorder, *, worker: str) -> str | None:
+def drive(
+    root: int,
+    recorder: Recorder,
+    *,
+    worker: str,
+    after_crash: Callable[[], None] | None = None,
+    reconnect_every: int = 1,
+) -> str | None:
     """Work the family of `root` to its end as a line of fresh workers would, one at a time;
-    return None, or why it could not end."""
+    return None, or why it could not end. `after_crash` runs after each death; every
+    `reconnect_every`-th death takes its connection along (`die`)."""
     for _ in range(MAX_CLAIMS):
         recorder.armed = True
         try:
@@ -111,7 +160,10 @@ def drive(root: int, recorder: Recorder, *, worker: str) -> str | None:
                 if claim.fence.run_id == root and ended in _ENDED:
                     return None  # its children ended before it (it joins them); checked after
         except crashpoints.Crash:
-            die()
+            recorder.armed = False
+            die(reconnect=len(recorder.crashes) % reconnect_every == 1 % reconnect_every)
+            if after_crash is not None:
+                after_crash()
             continue
         finally:
             recorder.armed = False
@@ -120,116 +172,6 @@ def drive(root: int, recorder: Recorder, *, worker: str) -> str | None:
         left = Run.objects.filter(root_id=root, status__in=_GOING).values_list("pk", "status")
         return f"runs left unended with nothing to claim: {list(left)}" if left else None
     return f"the family of run {root} did not end in {MAX_CLAIMS} claims"
-
-
-_GOING = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
-_ENDED = frozenset(RunStatus.values) - frozenset(_GOING)
-_EFFECTS = ("ledger.put", "ledger.send", "ledger.pay")  # steps that change the world
-
-
-@dataclass
-class Shape:
-    """What a workload's run left behind, in the terms the checks compare."""
-
-    runs: list[dict[str, Any]]
-    steps: list[tuple[Any, ...]]  # (place, seq, kind, name, request_hash, result, cost, finished)
-    waits: list[tuple[Any, ...]]  # (place, seq, kind, state)
-    applied: dict[tuple[int, int], int]  # (place, seq) -> times its effect was applied
-
-    @classmethod
-    def of(cls, root: int) -> Shape:
-        fields = ("pk", "status", "output", "lease_owner", "lease_expires_at", *_LEDGER)
-        family = list(Run.objects.filter(root_id=root).order_by("pk").values(*fields))
-        place = {run["pk"]: index for index, run in enumerate(family)}
-        steps = [
-            (place[run_id], *rest)
-            for run_id, *rest in Step.objects.filter(run_id__in=place)
-            .order_by("run_id", "seq")
-            .values_list(
-                "run_id",
-                "seq",
-                "kind",
-                "name",
-                "request_hash",
-                "result",
-                "usd_micros",
-                "finished_at",
-            )
-        ]
-        waits = sorted(
-            (place[run_id], *rest)
-            for run_id, *rest in Wait.objects.filter(run_id__in=place).values_list(
-                "run_id", "seq", "kind", "state"
-            )
-        )
-        # The world outside the journal (`ChaosEffect`): one row per application of an effect.
-        keys = {
-            journal.idempotency_key(run, seq): (place[run], seq)
-            for run, seq in _effect_steps(place)
-        }
-        applied: dict[tuple[int, int], int] = {}
-        for key, run_id, seq in ChaosEffect.objects.filter(run_id_value__in=place).values_list(
-            "key", "run_id_value", "seq"
-        ):
-            step = keys.get(key, (place[run_id], -seq))  # an effect no step of ours asked for
-            applied[step] = applied.get(step, 0) + 1
-        for step in keys.values():
-            applied.setdefault(step, 0)
-        return cls(family, steps, waits, applied)
-
-
-def _effect_steps(place: dict[int, int]) -> list[tuple[int, int]]:
-    return list(
-        Step.objects.filter(run_id__in=place, name__in=_EFFECTS).values_list("run_id", "seq")
-    )
-
-
-def compare(shape: Shape, baseline: Shape) -> list[str]:
-    """The invariants, against the run that never crashed: each effect applied once (as
-    `kernel.proving.chaos.check` counts them), the journal, leases, the ledger, the waits."""
-    found = [
-        f"run {place} step {seq} applied {count} times"
-        if seq > 0
-        else f"run {place}: an effect of step {-seq} that has no such step"
-        for (place, seq), count in sorted(shape.applied.items())
-        if count != 1
-    ]
-    if len(shape.runs) != len(baseline.runs):
-        found.append(f"{len(shape.runs)} runs in the family, {len(baseline.runs)} without crash")
-    for place, (run, calm) in enumerate(zip(shape.runs, baseline.runs, strict=False)):
-        if run["status"] != calm["status"] or run["output"] != calm["output"]:
-            found.append(f"run {place} ended {run['status']} {run['output']!r}")
-        if run["lease_owner"] or run["lease_expires_at"] is not None:
-            found.append(f"run {place} still leased to {run['lease_owner']!r}")
-        if ledger := {k: run[k] for k in _LEDGER if run[k] != calm[k]}:
-            found.append(f"run {place} ledger {ledger}, { ({k: calm[k] for k in ledger}) } without")
-    seqs: dict[int, list[int]] = {}
-    for place, seq, *_ in shape.steps:
-        seqs.setdefault(place, []).append(seq)
-    for place, numbers in seqs.items():
-        if numbers != list(range(1, len(numbers) + 1)):
-            found.append(f"run {place} journal seqs {numbers}: not contiguous from 1")
-    if len(shape.steps) != len(baseline.steps):
-        found.append(f"{len(shape.steps)} steps, {len(baseline.steps)} without crash")
-    for step, calm in zip(shape.steps, baseline.steps, strict=False):
-        place, seq, kind, name, hashed, result, cost, finished = step
-        if finished is None:
-            found.append(f"run {place} step {seq} ({name}) has no result")
-        if (kind, name) != calm[2:4] or (kind != StepKind.JOIN and hashed != calm[4]):
-            found.append(f"run {place} step {seq} is {kind} {name}, {calm[2]} {calm[3]} without")
-        elif kind not in _UNSTABLE and result != calm[5]:
-            found.append(f"run {place} step {seq} ({name}) result {result!r}, {calm[5]!r} without")
-        elif cost != calm[6]:
-            found.append(f"run {place} step {seq} ({name}) cost {cost} µ$, {calm[6]} without")
-    for place, seq, kind, state in shape.waits:
-        if state == WaitState.OPEN:
-            found.append(f"run {place} step {seq}: its {kind} wait is still open")
-    # An owner's question asked once per wait step and answered once: the same as without crash
-    # (reconciliation questions come only from crashes, so they are not compared).
-    human = [wait for wait in shape.waits if wait[2] == "human"]
-    if human != [wait for wait in baseline.waits if wait[2] == "human"]:
-        found.append(f"owner waits {human}, not as without crash")
-    return found
 
 
 @dataclass
@@ -246,12 +188,15 @@ class SweepReport(Report):
     workloads: int = 0
     failing: list[tuple[int, int]] = field(default_factory=list)  # (seed, point)
 
+    @property
+    def rate(self) -> float:
+        return self.crash_points / self.seconds if self.seconds else 0.0
+
 
 class Sweep:
-    """Crash points of seeded workloads, one run each, in the caller's database."""
+    """Crashes of seeded workloads in this process's database, one worker at a time."""
 
-    def __init__(self, *, say: Callable[[str], None] = print) -> None:
-        self.say = say
+    def __init__(self) -> None:
         self.account = Account.objects.create(max_concurrent_runs=64)
         self.worker = worker_name()
         self.report = SweepReport()
@@ -259,67 +204,142 @@ class Sweep:
     def dry_pass(self, seed: int) -> Workload:
         """Run workload `seed` without a crash: where it passes, and how it ends."""
         ops = scripted.ops_of(seed)
-        root, recorder, stuck = self._run(ops, crash_at=None)
+        root, recorder, stuck = self._run(ops, Recorder(0))
         shape = Shape.of(root)
-        workload = Workload(seed, ops, recorder.hits, shape)
         trouble = [stuck] if stuck else []
         if shape.runs[0]["status"] != RunStatus.DONE:
             trouble.append(f"ended {shape.runs[0]['status']} without a crash")
+        trouble += invariants(shape)
         for problem in trouble:
             self.report.violations.append(f"seed {seed} {ops} (no crash): {problem}")
         self.report.workloads += 1
-        return workload
+        return Workload(seed, ops, recorder.hits, shape)
 
-    def crash_at(self, workload: Workload, point: int) -> list[str]:
-        """Crash workload `workload` at its `point`-th crash point; return what went wrong."""
-        root, recorder, stuck = self._run(workload.ops, crash_at=point)
+    def single(self, workload: Workload, point: int) -> None:
+        """A fresh run of `workload` that dies at its `point`-th crash point, once."""
+        root, recorder, stuck = self._run(workload.ops, Recorder(0, crash_at=point))
         found = [stuck] if stuck else []
-        if len(recorder.hits) <= point or recorder.hits[point] != workload.hits[point]:
-            seen = recorder.hits[point] if len(recorder.hits) > point else "nothing"
-            found.append(f"crashed at {seen}, not at the dry pass's {workload.hits[point]}")
-        shape = Shape.of(root)
-        found += compare(shape, workload.baseline)
+        expected = workload.hits[point]
+        if recorder.crashes != [expected]:
+            found.append(f"died at {recorder.crashes}, not at the dry pass's {expected}")
+        found += self._ended(root, workload)
         self.report.crash_points += 1
+        self._blame(workload, point, f"crashed at {expected}", found, "--sweep-mode single")
+
+    def chain(self, workload: Workload, limit: int) -> None:
+        """One run of `workload` dying at each crash point it reaches (`limit` at most), with
+        the invariants checked after each death."""
+        state: dict[str, int] = {"root": 0}
+        recorder = Recorder(0, chain=limit, dry=workload.hits)
+
+        def after_crash() -> None:
+            number = len(recorder.crashes) - 1
+            self.report.crash_points += 1
+            found = invariants(Shape.of(state["root"]))
+            self._blame(workload, number, f"died at {recorder.crashes[-1]}", found)
+
+        root, _recorder, stuck = self._run(workload.ops, recorder, state, after_crash)
+        found = [stuck] if stuck else []
+        found += self._ended(root, workload)
+        last = max(len(recorder.crashes) - 1, 0)
+        self._blame(workload, last, f"after {len(recorder.crashes)} deaths, at its end", found)
+
+    def _ended(self, root: int, workload: Workload) -> list[str]:
+        shape = Shape.of(root)
         self.report.steps += len(shape.steps)
         self.report.runs += len(shape.runs)
-        if found:
-            self.report.failing.append((workload.seed, point))
-            self.report.violations += [
-                f"{workload.ops} crashed at {workload.hits[point]}: {problem}"
-                f" (replay: manage.py chaos --sweep-seed {workload.seed} --sweep-point {point})"
-                for problem in found
-            ]
-        return found
+        return compare(shape, workload.baseline)
 
-    def _run(self, ops: list[str], *, crash_at: int | None) -> tuple[int, Recorder, str | None]:
+    def _blame(
+        self, workload: Workload, point: int, where: str, found: list[str], mode: str = ""
+    ) -> None:
+        if not found:
+            return
+        self.report.failing.append((workload.seed, point))
+        replay = f"--sweep-seed {workload.seed} --sweep-point {point} {mode}".rstrip()
+        self.report.violations += [
+            f"workload {workload.ops} {where}: {problem} (replay: manage.py chaos {replay})"
+            for problem in found
+        ]
+
+    def _run(
+        self,
+        ops: list[str],
+        recorder: Recorder,
+        state: dict[str, int] | None = None,
+        after_crash: Callable[[], None] | None = None,
+    ) -> tuple[int, Recorder, str | None]:
         run = runs.start_run(account=self.account, program=scripted.PROGRAM, input={"ops": ops})
-        recorder = Recorder(run.pk, crash_at)
+        recorder.root = run.pk
+        recorder.family = {run.pk: 0}
+        if state is not None:
+            state["root"] = run.pk
         with crashpoints.handling(recorder):
-            stuck = drive(run.pk, recorder, worker=self.worker)
+            stuck = drive(
+                run.pk,
+                recorder,
+                worker=self.worker,
+                after_crash=after_crash,
+                reconnect_every=1 if after_crash is None else RECONNECT_EVERY,
+            )
         return run.pk, recorder, stuck
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Each death frees a lease, which the kernel logs as a warning: not news in a sweep."""
+    logger = logging.getLogger("kernel.leases")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def sweep(
-    *, points: int, seed: int, only: int | None = None, say: Callable[[str], None] = print
+    *,
+    points: int,
+    seed: int,
+    mode: str = "chain",
+    only: int | None = None,
+    say: Callable[[str], None] = print,
+    every: float = 30.0,
 ) -> SweepReport:
-    """Crash `points` crash points of workloads `seed`, `seed + 1`, ... in turn (each workload at
-    every one of its points), or only point `only` of workload `seed`."""
+    """Crash `points` crash points of workloads `seed`, `seed + 1`, ... (each workload at all of
+    its points before the next), or only point `only` of workload `seed`; say how it goes
+    every `every` seconds."""
+    if mode not in MODES:
+        raise ValueError(f"No sweep mode {mode!r}: the modes are {', '.join(MODES)}.")
     started = time.monotonic()
-    sweeper = Sweep(say=say)
+    next_say = started + every
+    sweeper = Sweep()
     report = sweeper.report
     workload_seed = seed
-    while report.crash_points < points:
-        workload = sweeper.dry_pass(workload_seed)
-        chosen = [only] if only is not None else range(len(workload.hits))
-        for point in chosen:
-            if report.crash_points >= points and only is None:
+    with _quiet():
+        while report.crash_points < points or only is not None:
+            workload = sweeper.dry_pass(workload_seed)
+            if mode == "chain":
+                limit = only + 1 if only is not None else points - report.crash_points
+                sweeper.chain(workload, limit)
+            else:
+                chosen = range(len(workload.hits)) if only is None else [only]
+                for point in chosen:
+                    if only is None and report.crash_points >= points:
+                        break
+                    if point >= len(workload.hits):
+                        report.violations.append(f"workload {workload_seed} has no point {point}")
+                        break
+                    sweeper.single(workload, point)
+            if only is not None:
                 break
-            if point >= len(workload.hits):
-                report.violations.append(f"seed {seed} has {len(workload.hits)} crash points")
-                break
-            sweeper.crash_at(workload, point)
-        if only is not None:
-            break
-        workload_seed += 1
+            workload_seed += 1
+            if time.monotonic() >= next_say:
+                next_say = time.monotonic() + every
+                report.seconds = time.monotonic() - started
+                say(
+                    f"sweep: {report.crash_points} crash points, {report.workloads} workloads,"
+                    f" {report.rate:.0f}/s, {len(report.violations)} violations"
+                )
     report.seconds = time.monotonic() - started
     return report
