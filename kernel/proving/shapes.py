@@ -132,8 +132,8 @@ def compare(shape: Shape, baseline: Shape) -> list[str]:
             found.append(f"run {place} ledger {ledger}, {expected} without crash")
     if len(shape.steps) != len(baseline.steps):
         found.append(f"{len(shape.steps)} steps, {len(baseline.steps)} without crash")
-    for step, calm in zip(shape.steps, baseline.steps, strict=False):
-        found += _compare_step(step, calm)
+    for step, calm_step in zip(shape.steps, baseline.steps, strict=False):
+        found += _compare_step(step, calm_step)
     for place, seq, kind, state in shape.waits:
         if state == WaitState.OPEN:
             found.append(f"run {place} step {seq}: its {kind} wait is still open")

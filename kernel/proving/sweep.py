@@ -73,7 +73,7 @@ class Recorder:
     runs' points pass untouched."""
 
     def __init__(
-        self, root: int, *, crash_at: int | None = None, chain: int = 0, dry: list[Hit] = ()
+        self, root: int, *, crash_at: int | None = None, chain: int = 0, dry: tuple[Hit, ...] = ()
     ) -> None:
         self.root = root
         self.crash_at = crash_at
@@ -187,6 +187,7 @@ class SweepReport(Report):
     seconds: float = 0.0
     workloads: int = 0
     failing: list[tuple[int, int]] = field(default_factory=list)  # (seed, point)
+    by_point: Counter[str] = field(default_factory=Counter)  # deaths at each crash point
 
     @property
     def rate(self) -> float:
@@ -224,17 +225,19 @@ class Sweep:
             found.append(f"died at {recorder.crashes}, not at the dry pass's {expected}")
         found += self._ended(root, workload)
         self.report.crash_points += 1
+        self.report.by_point[expected.point] += 1
         self._blame(workload, point, f"crashed at {expected}", found, "--sweep-mode single")
 
     def chain(self, workload: Workload, limit: int) -> None:
         """One run of `workload` dying at each crash point it reaches (`limit` at most), with
         the invariants checked after each death."""
         state: dict[str, int] = {"root": 0}
-        recorder = Recorder(0, chain=limit, dry=workload.hits)
+        recorder = Recorder(0, chain=limit, dry=tuple(workload.hits))
 
         def after_crash() -> None:
             number = len(recorder.crashes) - 1
             self.report.crash_points += 1
+            self.report.by_point[recorder.crashes[-1].point] += 1
             found = invariants(Shape.of(state["root"]))
             self._blame(workload, number, f"died at {recorder.crashes[-1]}", found)
 

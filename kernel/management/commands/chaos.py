@@ -180,6 +180,10 @@ class Command(BaseCommand):
             f" (seeds {seed}..{seed + report.workloads - 1}) in {report.seconds:.0f} s"
             f" ({report.rate:.0f}/s), {len(report.violations)} violations"
         )
+        self.stdout.write(
+            "sweep deaths by point: "
+            + ", ".join(f"{point} {count}" for point, count in sorted(report.by_point.items()))
+        )
         total.add(report, "sweep")
 
     def _takeover(self, total: Report) -> None:
