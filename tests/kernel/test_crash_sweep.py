@@ -4,9 +4,12 @@ reproducibly from the seed and point it names."""
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from kernel import crashpoints, proving
 from kernel.context import RunContext
@@ -96,3 +99,19 @@ def test_it_catches_a_kernel_that_repeats_a_non_idempotent_step_blindly(
     seed, point = report.failing[0]
     replayed = sweep.sweep(points=1, seed=seed, only=point)
     assert (seed, point) in replayed.failing
+
+
+def test_its_command_refuses_a_point_to_replay_without_its_workloads_seed() -> None:
+    with pytest.raises(CommandError) as refused:
+        call_command("chaos", "--sweep-point", "3")
+    assert str(refused.value) == "--sweep-point K replays a workload: give its --sweep-seed too."
+
+
+def test_its_command_replays_one_workload_up_to_a_point_and_prints_the_chaos_line() -> None:
+    out = io.StringIO()
+
+    call_command("chaos", "--sweep-seed", "4", "--sweep-point", "5", stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "chaos kills=0 steps=3 crash_points=6 violations=0"
+    assert "sweep (chain): 6 crash points of 1 workloads (seeds 4..4)" in out.getvalue()
