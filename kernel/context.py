@@ -128,8 +128,9 @@ class RunContext:
            `records`, crash point `after_intent_commit`.
 
         Crash points by step kind, as the chaos matrices (`kernel.proving.chaos`) aim at them:
-        `step`, `parallel` and `spawn` hit `after_intent_commit`; waits hit `wait_recorded`
-        instead, after `_begin` and on every attempt; a join hits neither.
+        `step`, `parallel` and `spawn` hit `after_intent_commit`; waits and joins hit
+        `intent_committed` instead, and waits then `wait_recorded`, after `_begin` and on every
+        attempt (the crash sweep, `kernel.proving.sweep`, dies at each of them).
         """
         self.seq += 1
         seq = self.seq
