@@ -67,7 +67,7 @@ typecheck: $(VENV)/.installed-dev ## mypy --strict with django-stubs
 
 check: lint typecheck test ## Everything CI runs
 
-chaos: system-deps $(VENV)/.installed-dev ## Long chaos run (>= 200 kills, node runners too) on its own database (.data/chaos)
+chaos: system-deps $(VENV)/.installed-dev ## Long chaos run (10,000 in-process crash points, then >= 200 kills, node runners too) on its own database (.data/chaos)
 	@scripts/system-deps --tests
 	AGENTOS_DATA_DIR=.data/chaos $(BIN)/python manage.py chaos $(CHAOS_ARGS)
 

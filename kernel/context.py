@@ -128,8 +128,9 @@ class RunContext:
            `records`, crash point `after_intent_commit`.
 
         Crash points by step kind, as the chaos matrices (`kernel.proving.chaos`) aim at them:
-        `step`, `parallel` and `spawn` hit `after_intent_commit`; waits hit `wait_recorded`
-        instead, after `_begin` and on every attempt; a join hits neither.
+        `step`, `parallel` and `spawn` hit `after_intent_commit`; waits and joins hit
+        `intent_committed` instead, and waits then `wait_recorded`, after `_begin` and on every
+        attempt (the crash sweep, `kernel.proving.sweep`, dies at each of them).
         """
         self.seq += 1
         seq = self.seq
@@ -173,6 +174,8 @@ class RunContext:
         self.records[seq] = Record(seq, kind, effect, name, "", None, False, "")
         if crash_after_intent:
             crashpoints.hit("after_intent_commit", run=self.run_id, seq=seq)
+        else:  # a wait's or a join's intent: its own crash points come later, if at all
+            crashpoints.hit("intent_committed", run=self.run_id, seq=seq)
         return Begun(seq, None, False, woken)
 
     def _recorded(self, seq: int, kind: str, name: str, request: Any) -> Record | None:
@@ -458,6 +461,7 @@ class RunContext:
                 # this attempt dies too, the next one must ask again (make chaos found a step
                 # applied twice when a stale verdict was reused after a second interruption).
                 Wait.objects.filter(pk=wait.pk).update(answer={**answer, "acted_on": True})
+                crashpoints.hit("verdict_marked", run=self.run_id, seq=call.seq)
                 return None
             Wait.objects.filter(pk=wait.pk).update(
                 state=WaitState.OPEN, answer=None, settled_at=None

@@ -109,6 +109,7 @@ def execute(claim: Claim, draining: threading.Event | None = None) -> str:
     try:
         run = Run.objects.select_related("account").get(pk=fence.run_id)
         records = journal.load(fence.run_id)
+        crashpoints.hit("run_loaded", run=fence.run_id)
     except DatabaseError:
         logger.exception("cannot load run %s", fence.run_id)
         return "error"

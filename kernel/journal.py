@@ -39,7 +39,7 @@ from psycopg.types.json import Jsonb
 
 from agentos.core import roots
 from agentos.core.scrubber import scrub_json, scrub_value
-from kernel import debits, statements
+from kernel import crashpoints, debits, statements
 from kernel.budgets import Cost
 from kernel.debits import Debit
 from kernel.exceptions import KernelError, LeaseLost
@@ -226,6 +226,7 @@ def record_deferred(fence: Fence, prior: Deferred) -> None:
     params = {"run": fence.run_id, "fence": fence.token, **_prior_params(prior)}
     if statements.execute(_DEFERRED, params).fetchone() is None:
         _explain_refused_result(fence, prior.seq)
+    crashpoints.hit("deferred_committed", run=fence.run_id, seq=prior.seq)
 
 
 _INTENT_WITH_WAIT = """
@@ -413,6 +414,7 @@ def bill_counters(
     }
     if not statements.execute(debits.COUNTERS, params).fetchall():
         raise LeaseLost(f"run {fence.run_id}: fence {fence.token} is stale")
+    crashpoints.hit("counters_billed", run=fence.run_id, seq=seq)
 
 
 def _explain_refused_result(fence: Fence, seq: int) -> None:

@@ -134,6 +134,8 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
             )
             for run_id, token in cursor.fetchall()
         ]
+        for claim in claims:  # mid-transaction: a death here leaves the runs unclaimed
+            crashpoints.hit("claim_locked", run=claim.fence.run_id)
     for claim in claims:
         crashpoints.hit("claim_committed", run=claim.fence.run_id)
     return claims
@@ -217,6 +219,7 @@ def suspend(fence: Fence, *, runnable_at: datetime | None, reason: str) -> None:
             reason=reason,
             until=runnable_at.isoformat() if runnable_at else None,
         )
+    crashpoints.hit("suspend_committed", run=fence.run_id)
 
 
 def finish(fence: Fence, *, status: str, output: Any = None, error: str = "") -> str:
@@ -255,6 +258,7 @@ def finish(fence: Fence, *, status: str, output: Any = None, error: str = "") ->
         )
         if parent_id is not None:
             wake([parent_id])
+    crashpoints.hit("finish_committed", run=fence.run_id)
     return str(final)
 
 

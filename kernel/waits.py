@@ -58,6 +58,7 @@ def _wait(
         Wait.objects.filter(pk=wait.pk, state=WaitState.OPEN).update(
             state=WaitState.EXPIRED, settled_at=timezone.now()
         )
+        crashpoints.hit("wait_expired", run=ctx.run_id, seq=begun.seq)
         result = (
             {"fired_at": wait.due_at.isoformat()}
             if wait_kind == WaitKind.TIMER

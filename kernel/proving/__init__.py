@@ -14,12 +14,13 @@ def register() -> None:
     # Imported here, not above: Django imports this package (for `ProvingConfig`) while it loads
     # the apps, before `kernel.programs`' models may be imported.
     from kernel.programs import PROGRAMS
-    from kernel.proving import chaos
+    from kernel.proving import chaos, scripted
 
     for name, program in {
         "chaos.workflow": chaos.workflow,
         "chaos.child": chaos.child,
         "chaos.noop": chaos.noop,
         "chaos.busy": chaos.busy,
+        scripted.PROGRAM: scripted.script,
     }.items():
         PROGRAMS.add(name, program)

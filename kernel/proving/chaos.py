@@ -214,19 +214,24 @@ class Report:
     runs: int = 0
     steps: int = 0
     kills: int = 0
+    crash_points: int = 0  # in-process crashes of the sweep (`kernel.proving.sweep`)
     targets_fired: int = 0
     pauses: int = 0
     database_restarts: int = 0
     violations: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return f"chaos kills={self.kills} steps={self.steps} violations={len(self.violations)}"
+        return (
+            f"chaos kills={self.kills} steps={self.steps} crash_points={self.crash_points}"
+            f" violations={len(self.violations)}"
+        )
 
     def add(self, other: Report, name: str) -> None:
         """Count `other` (a round, a case) in this report; its violations named `name`."""
         self.runs += other.runs
         self.steps += other.steps
         self.kills += other.kills
+        self.crash_points += other.crash_points
         self.targets_fired += other.targets_fired
         self.pauses += other.pauses
         self.database_restarts += other.database_restarts

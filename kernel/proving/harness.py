@@ -281,8 +281,14 @@ def expected_ends(workload: Workload) -> dict[int, tuple[str, Any]]:
 _ENDED = [status for status in RunStatus.values if status not in ("queued", "running", "waiting")]
 
 
-def act_as_owner(to_cancel: set[int]) -> None:
-    for wait in Wait.objects.filter(state=WaitState.OPEN).exclude(kind=WaitKind.TIMER):
+def act_as_owner(to_cancel: set[int], *, root: int | None = None) -> int:
+    """Answer the open waits (of the runs under `root` only, if given) and cancel the runs of
+    `to_cancel` once they wait on a timer; return how many waits were answered."""
+    open_waits = Wait.objects.filter(state=WaitState.OPEN).exclude(kind=WaitKind.TIMER)
+    if root is not None:
+        open_waits = open_waits.filter(run__root_id=root)
+    answered = 0
+    for wait in open_waits:
         if wait.kind == WaitKind.HUMAN:
             answer: Any = {"approve": True}
         else:  # reconcile: look at the world, as the owner would
@@ -292,6 +298,7 @@ def act_as_owner(to_cancel: set[int]) -> None:
             answer = {"verdict": DONE, "result": effect.value} if effect else {"verdict": NOT_DONE}
         with contextlib.suppress(KernelError):  # settled meanwhile
             runs.answer_wait(wait.pk, answer=answer, by="chaos-owner")
+            answered += 1
     waiting = Run.objects.filter(
         pk__in=to_cancel,
         status=RunStatus.WAITING,
@@ -301,6 +308,7 @@ def act_as_owner(to_cancel: set[int]) -> None:
     )
     for run in waiting:
         runs.request_stop(run.pk, by="chaos-owner")
+    return answered
 
 
 # --- Takeover: a killed worker's run resumes on another worker at once -----------------------

@@ -1,5 +1,8 @@
 """`manage.py chaos` (`make chaos`): the long chaos run of the kernel.
 
+0. The in-process crash sweep (`kernel.proving.sweep`): seeded workloads crashed at every crash
+   point of the commit path in turn, at least `--sweep-points` of them, the invariants checked
+   after each; `--sweep-seed S --sweep-point K` replays one workload up to its K-th crash.
 1. The full matrix: every crash point at every workflow step it applies to, one run per worker,
    every target must fire.
 2. Seeded random rounds until at least `--min-kills` kills: several runs per worker (so one
@@ -11,7 +14,8 @@
    before its result, a fork's own worktree, an engine version bumped mid-run), each with its
    own workers, kills and checks.
 
-Prints a report; the last line is `chaos kills=N steps=N violations=N`; exits 1 on a violation.
+Prints a report; the last line is `chaos kills=N steps=N crash_points=N violations=N`; exits 1 on
+a violation.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from kernel import proving
 from kernel.proving.chaos import QUICK_MATRIX, Report, Target, cases, full_matrix
 from kernel.proving.harness import TAKEOVER_LIMIT_SECONDS, run_chaos, run_takeover
+from kernel.proving.sweep import MODES, sweep
+
+SWEEP_POINTS = 10_000
+QUICK_SWEEP_POINTS = 1_000
 
 
 class Command(BaseCommand):
@@ -48,6 +56,24 @@ class Command(BaseCommand):
             metavar="NAME",
             help="Run only this case of settings.CHAOS_CASES (repeatable), nothing else.",
         )
+        parser.add_argument("--no-sweep", action="store_true", help="Skip the crash sweep.")
+        parser.add_argument(
+            "--sweep-points",
+            type=int,
+            default=None,
+            help=f"Crash points of the sweep ({SWEEP_POINTS}; {QUICK_SWEEP_POINTS} with --quick).",
+        )
+        parser.add_argument(
+            "--sweep-seed", type=int, default=None, help="The sweep's first workload (--seed)."
+        )
+        parser.add_argument(
+            "--sweep-point",
+            type=int,
+            default=None,
+            metavar="K",
+            help="Replay workload --sweep-seed up to its K-th crash only, nothing else.",
+        )
+        parser.add_argument("--sweep-mode", choices=MODES, default="chain")
 
     def handle(
         self,
@@ -59,10 +85,19 @@ class Command(BaseCommand):
         no_database_restart: bool,
         no_cases: bool,
         only: list[str] | None,
+        no_sweep: bool,
+        sweep_points: int | None,
+        sweep_seed: int | None,
+        sweep_point: int | None,
+        sweep_mode: str,
         **options: Any,
     ) -> None:
         if workers < 1 or min_kills < 0:
             raise CommandError("--workers must be at least 1 and --min-kills at least 0.")
+        if sweep_point is not None and (sweep_seed is None or sweep_point < 0):
+            raise CommandError("--sweep-point K replays a workload: give its --sweep-seed too.")
+        if sweep_points is not None and sweep_points < 0:
+            raise CommandError("--sweep-points must be at least 0.")
         known = dict(cases())
         if unknown := sorted(set(only or ()) - set(known)):
             raise CommandError(
@@ -77,11 +112,20 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         seed = seed if seed is not None else random.SystemRandom().randrange(1_000_000)
         total = Report()
+        sweep_seed = sweep_seed if sweep_seed is not None else seed
+        if sweep_point is not None:
+            self._sweep(total, points=1, seed=sweep_seed, mode=sweep_mode, only=sweep_point)
+            self._conclude(total, seed)
+            return
         if only:
             for name in only:
                 total.add(known[name](say=self.stdout.write), name)
             self._conclude(total, seed)
             return
+        if not no_sweep:
+            default = QUICK_SWEEP_POINTS if quick else SWEEP_POINTS
+            points = sweep_points if sweep_points is not None else default
+            self._sweep(total, points=points, seed=sweep_seed, mode=sweep_mode)
         rounds = [("quick matrix", QUICK_MATRIX)] if quick else [("full matrix", full_matrix())]
         for name, targets in rounds:
             self._round(
@@ -126,6 +170,21 @@ class Command(BaseCommand):
         self.stdout.write(total.line())
         if total.violations:
             sys.exit(1)
+
+    def _sweep(
+        self, total: Report, *, points: int, seed: int, mode: str, only: int | None = None
+    ) -> None:
+        report = sweep(points=points, seed=seed, mode=mode, only=only, say=self.stdout.write)
+        self.stdout.write(
+            f"sweep ({mode}): {report.crash_points} crash points of {report.workloads} workloads"
+            f" (seeds {seed}..{seed + report.workloads - 1}) in {report.seconds:.0f} s"
+            f" ({report.rate:.0f}/s), {len(report.violations)} violations"
+        )
+        self.stdout.write(
+            "sweep deaths by point: "
+            + ", ".join(f"{point} {count}" for point, count in sorted(report.by_point.items()))
+        )
+        total.add(report, "sweep")
 
     def _takeover(self, total: Report) -> None:
         takeover = run_takeover()
