@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Outermost but security: every error under /api/v1, whoever answered it, leaves as JSON.
     "agentos.api.json_errors",
+    # A view that met an unreachable database or a full disk answers 503 / 507, not a 500.
+    "agentos.errorpages.DatabaseTrouble",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -255,6 +257,9 @@ LOGGING: dict[str, Any] = {
         "django.channels.server": {"level": "WARNING"},
         # A doorbell rung while no console is open is normal, not a warning.
         "channels_postgres.core": {"level": "ERROR"},
+        # After the database returns, the channel layer's pool drops each connection the outage
+        # broke with a warning per connection; `agentos.database` says it once.
+        "psycopg.pool": {"level": "ERROR"},
         # run_huey attaches its own handler to "huey"; propagating would print every line twice.
         "huey": {"propagate": False, "filters": ["secrets"]},
     },
