@@ -271,6 +271,8 @@ DOORBELLS_IN_BACKGROUND = True
 # --- Kernel -------------------------------------------------------------------------------------
 KERNEL_LEASE_SECONDS = float(env_int("AGENTOS_LEASE_SECONDS", 30, minimum=1))
 KERNEL_POLL_SECONDS = float(env_int("AGENTOS_KERNEL_POLL_SECONDS", 5, minimum=1))
+# A step that met a full disk is tried again after this, doubling up to 15 min (kernel.diskfull).
+KERNEL_DISK_FULL_RETRY_SECONDS = float(env_int("AGENTOS_DISK_FULL_RETRY_SECONDS", 30, minimum=1))
 # Runs one worker process executes at once (threads, one database connection each).
 KERNEL_RUNS_PER_WORKER = env_int("AGENTOS_RUNS_PER_WORKER", 16, minimum=1)
 # `manage.py chaos`'s cases from the apps above the kernel, which it must not import by name.

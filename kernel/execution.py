@@ -177,6 +177,14 @@ def _database_failed(run_id: int, error: DatabaseError, message: str) -> str:
     if reachability.is_unreachable(error):
         reachability.went_away(error, where=f"run {run_id}")
         return CUT_SHORT
+    if reachability.is_disk_full(error):
+        # Not even a hold could be written (kernel.diskfull): the lease expiring is the wait.
+        logger.warning(
+            "run %s: the database's disk is full; tried again when its lease expires: %s",
+            run_id,
+            error,
+        )
+        return "error"
     logger.exception(message, run_id)
     return "error"
 
