@@ -107,6 +107,7 @@ def test_a_step_that_meets_a_full_disk_waits_and_is_tried_again(
 
     run.refresh_from_db()
     assert run.status == RunStatus.DONE
+    assert isinstance(run.output, dict)
     assert run.output["written"].startswith("report-")
     assert list(Step.objects.filter(run=run).values_list("seq", flat=True)) == [1]
     hold.refresh_from_db()
