@@ -6,11 +6,6 @@ The disk is a real one: a tiny tmpfs mounted for the test (root only), filled to
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,41 +16,14 @@ from kernel.models import Effect, RunStatus, Step, StepKind, Wait, WaitKind, Wai
 from kernel.programs import PROGRAMS, Outcome
 from kernel.steps import Done, StepCall
 from kernel.worker import Worker
+from tests.disks import fill, needs_root, tiny_disk
 from tests.kernel.factories import start
 from tests.polling import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
+    needs_root,
 ]
-
-
-@contextlib.contextmanager
-def tiny_disk(path: Path, *, size: str = "256k") -> Iterator[Path]:
-    """A tmpfs of `size` mounted at `path`, unmounted on the way out."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Write to `disk` until not one more byte fits; return the file that filled it."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for chunk in (1 << 16, 1 << 12, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * chunk)
-    finally:
-        os.close(fd)
-    with pytest.raises(OSError, match="No space left on device") as full:
-        (disk / "probe").write_bytes(b"x" * 4096)
-    assert full.value.errno == errno.ENOSPC
-    return filler
 
 
 def report_writer(ctx: RunContext) -> Outcome:
