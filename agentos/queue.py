@@ -12,6 +12,7 @@ logs a traceback each time a read fails: while the database is unreachable, read
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -60,6 +61,25 @@ class PostgresStorage(SqlStorage):  # type: ignore[misc]  # huey ships no type h
             self.backoff.reset()
             reachability.came_back()
         return found
+
+
+class QuietWhileUnreachable(logging.Filter):
+    """huey logs a traceback when its scheduler cannot enqueue a periodic task, or a task meets
+    the database gone: while it is unreachable, `agentos.core.reachability` says so once
+    instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and reachability.is_unreachable(error):
+            reachability.went_away(error, where="task queue")
+            return False
+        return True
+
+
+# The scheduler's and the task runner's loggers (huey names them so); a logger's filter sees
+# the records logged on it.
+for _name in ("huey", "huey.consumer.Scheduler"):
+    logging.getLogger(_name).addFilter(QuietWhileUnreachable())
 
 
 class PostgresHuey(Huey):  # type: ignore[misc]  # huey ships no type hints

@@ -1,41 +1,22 @@
 """While the database is unreachable, the console and the API say so plainly: 503 with
 `Retry-After`, the same words on a page and in JSON, and health reports it; never a 500.
 
-The database is made unreachable for this process only: its connection is pointed where nothing
-listens (a real refused connection, as with the server down); `tests/chaos/test_database_outage`
-stops the real server under the real stack.
+The database is made unreachable for this process only (`tests.outages`); the chaos test
+`tests/chaos/test_database_outage` stops the real server under the real stack.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import pytest
-from django.db import connections
 from django.test import Client
 
 from agentos.core import tokens
 from tests.factories import Owner
-from tests.live import free_port
+from tests.outages import database_unreachable
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 UNREACHABLE = "The database is unreachable"
-
-
-@contextlib.contextmanager
-def database_unreachable() -> Iterator[None]:
-    connection = connections["default"]
-    connection.close()
-    saved = dict(connection.settings_dict)
-    connection.settings_dict.update(HOST="127.0.0.1", PORT=str(free_port()))
-    try:
-        yield
-    finally:
-        connection.close()
-        connection.settings_dict.clear()
-        connection.settings_dict.update(saved)
 
 
 def test_a_console_page_answers_503_with_a_page_that_needs_no_database(
