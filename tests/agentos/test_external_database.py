@@ -1,32 +1,24 @@
 """agentos on a PostgreSQL of the owner's (`DATABASE_URL`), reached over TCP with a password,
-not the embedded one over its socket: the kernel's tests pass against it.
-
-The server is a second PostgreSQL made from pgserver's bundled binaries (`initdb`, `pg_ctl`, the
-pgvector extension it ships), listening on 127.0.0.1 only (no unix socket, so nothing can reach
-it but over TCP), on a free port, with SCRAM-SHA-256 passwords. Its password holds characters a
-URL must escape, so the URL parsing is under test too.
-"""
+not the embedded one over its socket (`tests.external_postgres`): the kernel's tests pass against
+it, and `manage.py serve` waits for it when it starts later than agentos."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-import shutil
+import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+import threading
 from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
 import pytest
 from django.conf import settings
-from pgserver._commands import POSTGRES_BIN_PATH
 
-from tests.live import free_port
+from tests.external_postgres import tcp_postgres
+from tests.live import READY_LINE, free_port
+from tests.polling import wait_for
 
 # The kernel's tests that exercise the database the most, within about 90 s: the journal (intents,
 # results, fencing, prepared statements), claims (SKIP LOCKED, leases, dead holders), durable
@@ -45,81 +37,6 @@ SUITE = [
 ]
 SUITE_SECONDS = 300
 pytestmark = pytest.mark.timeout(SUITE_SECONDS + 60)
-
-
-@dataclass(frozen=True)
-class Server:
-    port: int
-    user: str
-    password: str
-
-    def url(self, database: str) -> str:
-        return (
-            f"postgresql://{self.user}:{quote(self.password, safe='')}"
-            f"@127.0.0.1:{self.port}/{database}"
-        )
-
-
-def _postgres_user() -> str | None:
-    # PostgreSQL refuses to run as root; pgserver runs it as its own `pgserver` user then.
-    return "pgserver" if os.geteuid() == 0 else None
-
-
-def _run(*argv: str) -> None:
-    done = subprocess.run(  # pgserver's bundled binaries
-        argv, capture_output=True, text=True, check=False, user=_postgres_user()
-    )
-    assert done.returncode == 0, f"{Path(argv[0]).name} failed: {done.stdout}{done.stderr}"
-
-
-@contextlib.contextmanager
-def tcp_postgres() -> Iterator[Server]:
-    """A fresh PostgreSQL on 127.0.0.1:<free port>, password required; removed on the way out."""
-    root = Path(tempfile.mkdtemp(prefix="agentos-external-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(root, "pgserver")
-    server = Server(port=free_port(), user="agentos", password=secrets.token_urlsafe(12) + "@:/%")
-    pwfile = root / "password"
-    pwfile.write_text(server.password)
-    if os.geteuid() == 0:
-        shutil.chown(pwfile, "pgserver")
-    pgdata = root / "pg"
-    bin_dir = Path(POSTGRES_BIN_PATH)
-    try:
-        _run(
-            str(bin_dir / "initdb"),
-            "-D",
-            str(pgdata),
-            "-U",
-            server.user,
-            f"--pwfile={pwfile}",
-            "--auth=scram-sha-256",
-            "-E",
-            "UTF8",
-            "--no-sync",
-        )
-        pwfile.unlink()
-        options = (
-            f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories=''"
-            " -c password_encryption=scram-sha-256 -c fsync=off"
-        )
-        _run(
-            str(bin_dir / "pg_ctl"),
-            "-D",
-            str(pgdata),
-            "-w",
-            "-o",
-            options,
-            "-l",
-            str(root / "log"),
-            "start",
-        )
-        try:
-            yield server
-        finally:
-            _run(str(bin_dir / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_the_kernel_suite_passes_against_a_password_protected_postgres_over_tcp(
@@ -171,3 +88,58 @@ def test_the_kernel_suite_passes_against_a_password_protected_postgres_over_tcp(
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-3000:]
     assert " passed" in suite.stdout
     assert runs == "kernel_run"
+
+
+@pytest.mark.serial
+def test_serve_waits_for_a_database_that_starts_after_it(tmp_path: Path) -> None:
+    port = free_port()
+    started = threading.Event()
+    output: list[str] = []
+    with tcp_postgres(port=port, start=False) as server:
+        environment = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            "DJANGO_SETTINGS_MODULE": "agentos.settings",
+            "DATABASE_URL": server.url("agentos"),
+            "AGENTOS_DATA_DIR": str(tmp_path / "data"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--port", str(free_port()), "--workers", "1",
+             "--no-demo"],
+            cwd=settings.BASE_DIR, env=environment, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        threading.Thread(target=pump, args=(process, output, started), daemon=True).start()
+        try:
+            wait_for(
+                lambda: any("The database is unreachable (start: " in line for line in output),
+                timeout=60,
+                message="serve to say it waits for the database",
+            )
+            assert process.poll() is None, "".join(output)
+            server.start()
+            assert started.wait(timeout=120), "".join(output)
+            assert process.poll() is None, "".join(output)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)  # Ctrl-C: serve's graceful stop
+            try:
+                process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    log = "".join(output)
+    assert log.count("The database is unreachable") == 1, log
+    assert "The database is reachable again" in log
+    assert "Traceback" not in log
+    # The URL's password never shows in what serve printed.
+    assert server.password not in log
+    assert quote(server.password, safe="") not in log
+
+
+def pump(process: subprocess.Popen[str], output: list[str], started: threading.Event) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        output.append(line)
+        if READY_LINE in line:
+            started.set()

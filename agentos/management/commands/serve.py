@@ -6,14 +6,16 @@ import os
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connection
 
 from agentos import credentials
-from agentos.core import owner
+from agentos.core import owner, reachability
 from agentos.processes import Child, ProcessGroup
 from missions import demo
 from missions.models import Mission
@@ -38,6 +40,7 @@ class Command(BaseCommand):
         if workers < 1:
             raise CommandError("--workers must be at least 1.")
         _refuse_a_busy_port(host, port)
+        self._wait_for_database()
         call_command("migrate", interactive=False, verbosity=0)
         url = f"http://{host}:{port}"
         created = owner.ensure_owner()
@@ -92,6 +95,24 @@ class Command(BaseCommand):
             ),
         )
         sys.exit(processes.run())
+
+    def _wait_for_database(self) -> None:
+        """A database of the owner's (`DATABASE_URL`) may start after agentos (a reboot, a
+        compose file): wait for it, saying so once, instead of exiting with a traceback.
+        Ctrl-C stops the wait."""
+        backoff = reachability.Backoff()
+        while True:
+            try:
+                connection.ensure_connection()
+            except DatabaseError as error:
+                if not reachability.is_unreachable(error):
+                    raise
+                reachability.went_away(error, where="start")
+                connection.close()
+                time.sleep(backoff.next_delay())
+                continue
+            reachability.came_back()
+            return
 
     def _start_demo(self) -> None:
         """While nothing was ever asked of agentos (no mission yet): the demo project and its
