@@ -18,14 +18,17 @@ from typing import Any
 
 from huey.api import Huey
 from huey.contrib.sql_huey import SqlStorage
+from peewee import PostgresqlDatabase
 
-from agentos.core import reachability
+from agentos.core import database, reachability
 
 SCHEMA = "huey"
 
 
 class PostgresStorage(SqlStorage):  # type: ignore[misc]  # huey ships no type hints
     def __init__(self, name: str = "huey", database: Any = None, **kwargs: Any) -> None:
+        if isinstance(database, str):
+            database = peewee_database(database)
         # Tables come from migrations; peewee must not create them in `public` on import.
         super().__init__(name=name, database=database, create_tables=False, **kwargs)
         self.backoff = reachability.Backoff()
@@ -61,6 +64,21 @@ class PostgresStorage(SqlStorage):  # type: ignore[misc]  # huey ships no type h
             self.backoff.reset()
             reachability.came_back()
         return found
+
+
+def peewee_database(url: str) -> PostgresqlDatabase:
+    """The queue's connection, read from `DATABASE_URL` as Django reads it: peewee's own URL
+    parser leaves the password %-escaped, so a password with `@`, `:` or `/` (escaped in the
+    URL, as it must be) would be refused."""
+    entry = database.parse_url(url)
+    return PostgresqlDatabase(
+        entry["NAME"],
+        host=entry["HOST"] or None,
+        port=int(entry["PORT"]) if entry["PORT"] else None,
+        user=entry["USER"] or None,
+        password=entry["PASSWORD"] or None,
+        **entry["OPTIONS"],
+    )
 
 
 class QuietWhileUnreachable(logging.Filter):

@@ -17,7 +17,7 @@ import pytest
 from django.conf import settings
 
 from tests.external_postgres import tcp_postgres
-from tests.live import READY_LINE, free_port
+from tests.live import Stack, free_port
 from tests.polling import wait_for
 
 # The kernel's tests that exercise the database the most, within about 90 s: the journal (intents,
@@ -92,9 +92,7 @@ def test_the_kernel_suite_passes_against_a_password_protected_postgres_over_tcp(
 
 @pytest.mark.serial
 def test_serve_waits_for_a_database_that_starts_after_it(tmp_path: Path) -> None:
-    port = free_port()
-    started = threading.Event()
-    output: list[str] = []
+    port, web_port = free_port(), free_port()
     with tcp_postgres(port=port, start=False) as server:
         environment = {
             **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
@@ -104,22 +102,25 @@ def test_serve_waits_for_a_database_that_starts_after_it(tmp_path: Path) -> None
             "PYTHONUNBUFFERED": "1",
         }
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(free_port()), "--workers", "1",
+            [sys.executable, "manage.py", "serve", "--port", str(web_port), "--workers", "1",
              "--no-demo"],
             cwd=settings.BASE_DIR, env=environment, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-        threading.Thread(target=pump, args=(process, output, started), daemon=True).start()
+        stack = Stack(url=f"http://127.0.0.1:{web_port}", process=process)
+        threading.Thread(target=stack.pump, daemon=True).start()
         try:
             wait_for(
-                lambda: any("The database is unreachable (start: " in line for line in output),
+                lambda: "The database is unreachable (start: " in "".join(stack.output),
                 timeout=60,
                 message="serve to say it waits for the database",
             )
-            assert process.poll() is None, "".join(output)
+            assert process.poll() is None, stack.log()
             server.start()
-            assert started.wait(timeout=120), "".join(output)
-            assert process.poll() is None, "".join(output)
+            assert stack.ready.wait(timeout=120), stack.log()
+            # Up, and its worker on that database too (stopped before it has started, a huey
+            # consumer dies of the Ctrl-C with a traceback of its own).
+            stack.wait_for_workers()
         finally:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)  # Ctrl-C: serve's graceful stop
@@ -128,18 +129,13 @@ def test_serve_waits_for_a_database_that_starts_after_it(tmp_path: Path) -> None
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-    log = "".join(output)
+    log = "".join(stack.output)
+    # Once, by serve itself: its worker pool's queue reaches the database with the same URL
+    # (a %-escaped password included) as soon as it starts.
     assert log.count("The database is unreachable") == 1, log
+    assert log.count("The database is unreachable (start: ") == 1, log
     assert "The database is reachable again" in log
     assert "Traceback" not in log
     # The URL's password never shows in what serve printed.
     assert server.password not in log
     assert quote(server.password, safe="") not in log
-
-
-def pump(process: subprocess.Popen[str], output: list[str], started: threading.Event) -> None:
-    assert process.stdout is not None
-    for line in process.stdout:
-        output.append(line)
-        if READY_LINE in line:
-            started.set()
