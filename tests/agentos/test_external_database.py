@@ -43,13 +43,9 @@ def test_the_kernel_suite_passes_against_a_password_protected_postgres_over_tcp(
     tmp_path: Path,
 ) -> None:
     with tcp_postgres() as server:
-        with psycopg.connect(server.url("postgres"), autocommit=True) as admin:
-            admin.execute("CREATE DATABASE agentos")
-            # Nothing reaches it without the password: SCRAM, not trust.
-            with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-                psycopg.connect(
-                    server.url("postgres").replace(quote(server.password, safe=""), "x")
-                )
+        # Nothing reaches it without the password: SCRAM, not trust.
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(server.url("postgres").replace(quote(server.password, safe=""), "x"))
         environment = {
             key: value
             for key, value in os.environ.items()
