@@ -12,6 +12,7 @@ from django.db import connection
 
 from agentos.core import reachability
 from agentos.queue import PostgresStorage
+from kernel import heartbeats
 from kernel.context import RunContext
 from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
@@ -101,3 +102,16 @@ def test_the_task_queue_answers_nothing_to_do_while_the_database_is_away(
     assert len(lines) == 2, lines
     assert lines[0].startswith("The database is unreachable (task queue: ")
     assert not reachability.is_down()
+
+
+def test_a_heartbeat_missed_while_the_database_is_away_is_one_line_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO), database_unreachable():
+        assert [heartbeats.beat_one(worker="node:1") for _ in range(3)] == [False] * 3
+
+    assert heartbeats.beat_one(worker="node:1")
+    assert not [r for r in caplog.records if r.exc_info]
+    lines = outage_lines(caplog)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("The database is unreachable (heartbeat: ")
