@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 
 from agentos import credentials
-from agentos.core import owner, reachability
-from agentos.processes import Child, ProcessGroup
+from agentos.core import database, owner, reachability
+from agentos.processes import Child, EmbeddedDatabase, ProcessGroup
 from missions import demo
 from missions.models import Mission
 
@@ -50,7 +50,12 @@ class Command(BaseCommand):
             self._start_demo()
 
         # Children reach the database this process started through DATABASE_URL; they never
-        # start or stop it themselves.
+        # start or stop it themselves. This process starts it again if it dies.
+        embedded = (
+            None
+            if os.environ.get("DATABASE_URL")
+            else EmbeddedDatabase(settings.DATA_DIR / "pg", database.start_embedded)
+        )
         env = {**os.environ, "DATABASE_URL": settings.DATABASE_URL}
         env.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
         python = sys.executable
@@ -93,6 +98,7 @@ class Command(BaseCommand):
             on_ready=lambda: self.stdout.write(
                 self.style.SUCCESS(f"agentos is up at {url}  (Ctrl-C stops everything)")
             ),
+            database=embedded,
         )
         sys.exit(processes.run())
 
