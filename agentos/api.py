@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
 from typing import Any, Literal
@@ -35,7 +36,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
 from agentos import health
-from agentos.core import audit, idempotency, owner, tokens
+from agentos.core import audit, idempotency, owner, reachability, tokens
 from agentos.core.errors import DomainError
 from agentos.core.models import ApiToken, AuditEvent, Scope
 
@@ -135,7 +136,62 @@ _HTTP_CODES = {
     429: "too_many_requests",
     500: "internal_error",
     503: "unavailable",
+    507: "disk_full",
 }
+
+# While the database is away, how long a client should wait before asking again (the workers'
+# backoff reaches 30 s; most outages are a restart of a few seconds).
+RETRY_AFTER_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class Trouble:
+    """Why agentos cannot answer right now although nothing is wrong with the request."""
+
+    status: int
+    code: str
+    heading: str
+    message: str
+
+
+def database_trouble(error: BaseException) -> Trouble | None:
+    """The database is unreachable (503) or the disk is full (507); None for any other error.
+
+    Shared by the API's handler and the console's pages (`agentos.errorpages`), so both say the
+    same thing; the page never needs the database itself.
+    """
+    if reachability.is_disk_full(error):
+        return Trouble(
+            507,
+            "disk_full",
+            _("The disk is full"),
+            _(
+                "The disk is full: agentos or its database could not write (no space left on "
+                "device). Nothing already saved is lost; new work is refused until space is "
+                "freed on the disk that holds the data directory."
+            ),
+        )
+    if reachability.is_unreachable(error):
+        return Trouble(
+            503,
+            "database_unreachable",
+            _("The database is unreachable"),
+            _(
+                "The database is unreachable: agentos can neither read nor save anything until "
+                "PostgreSQL answers again. Nothing already saved is lost, and the workers resume "
+                "the missions when it returns. Try again in a moment."
+            ),
+        )
+    return None
+
+
+def trouble_response(request: HttpRequest, trouble: Trouble) -> HttpResponse:
+    response = error_response(
+        request, status=trouble.status, code=trouble.code, message=trouble.message
+    )
+    if trouble.status == 503:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def _unauthenticated_message() -> str:
@@ -317,6 +373,10 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(Exception)
 def _internal_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if (trouble := database_trouble(exc)) is not None:
+        # Not our bug: the outage is logged once by the workers, the disk full on each refusal.
+        logger.warning("API %s %s: %s: %s", request.method, request.path, trouble.code, exc)
+        return trouble_response(request, trouble)
     # Scripts get JSON even when we fail; the traceback goes to the log, never to the client.
     logger.exception("API error on %s %s", request.method, request.path)
     return error_response(

@@ -13,6 +13,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import DatabaseError
 from django.utils import timezone
 
+from agentos.core import reachability
 from kernel import heartbeats
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ def _database() -> Component:
             (version,) = cursor.fetchone() or ("?",)
     except DatabaseError as error:
         logger.warning("health: database unreachable: %s", error)
+        if reachability.is_disk_full(error):
+            return Component("down", "the disk is full")
+        if reachability.is_unreachable(error):
+            return Component("down", "the database is unreachable")
         return Component("down", f"unreachable: {error.__class__.__name__}")
     return Component("up", f"PostgreSQL {version}")
 

@@ -1,7 +1,8 @@
 """One process runs the whole product: web server and worker pool, restarted if they die.
 
 Used by `manage.py serve` (and so by `make run`). The embedded database belongs to this process:
-it was started by settings on import and stops when this process exits, after its children.
+it was started by settings on import, is started again if it dies (`EmbeddedDatabase`), and
+stops when this process exits, after its children.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
 logger = logging.getLogger("agentos.processes")
@@ -59,11 +61,65 @@ class Child:
 
 
 @dataclass
+class EmbeddedDatabase:
+    """The embedded PostgreSQL this process started (no `DATABASE_URL`): if it dies (killed, out
+    of memory), it is started again, with a growing delay between failed starts. Meanwhile the
+    children wait for it (`agentos.core.reachability`)."""
+
+    pgdata: Path
+    start: Callable[[], None]
+    backoff: float = 1.0
+    restart_at: float = 0.0
+    down_since: float | None = None
+
+    def running(self) -> bool:
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # alive, as its own user
+        return True
+
+    def tend_one(self, now: float) -> bool:
+        """Start the server again if it is not running and its delay has passed; True if
+        something was done."""
+        if self.running():
+            self.backoff, self.down_since = 1.0, None
+            return False
+        if self.down_since is None:
+            self.down_since = now
+            logger.warning("the embedded database stopped; starting it again")
+        if now < self.restart_at:
+            return False
+        try:
+            self.start()
+        except Exception as error:  # e.g. its old processes still hold its shared memory
+            self.restart_at = now + self.backoff
+            said = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+            logger.warning(
+                "the embedded database did not start (%s); trying again in %.0f s",
+                said,
+                self.backoff,
+            )
+            self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MAX)
+            return True
+        logger.warning("the embedded database is running again")
+        self.backoff, self.down_since = 1.0, None
+        return True
+
+
+@dataclass
 class ProcessGroup:
     children: list[Child]
     env: dict[str, str]
     ready_url: str
     on_ready: Callable[[], None] = lambda: None
+    database: EmbeddedDatabase | None = None
     stopping: bool = False
     ready: bool = False
     _clock: Callable[[], float] = field(default=time.monotonic)
@@ -83,6 +139,8 @@ class ProcessGroup:
                 child.start(self.env, self._clock())
             while not self.stopping:
                 busy = self.check_ready_one() | self.tend_one()
+                if self.database is not None:
+                    busy |= self.database.tend_one(self._clock())
                 if not busy:
                     time.sleep(0.5)
         finally:

@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Outermost but security: every error under /api/v1, whoever answered it, leaves as JSON.
     "agentos.api.json_errors",
+    # A view that met an unreachable database or a full disk answers 503 / 507, not a 500.
+    "agentos.errorpages.DatabaseTrouble",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -255,6 +257,9 @@ LOGGING: dict[str, Any] = {
         "django.channels.server": {"level": "WARNING"},
         # A doorbell rung while no console is open is normal, not a warning.
         "channels_postgres.core": {"level": "ERROR"},
+        # After the database returns, the channel layer's pool drops each connection the outage
+        # broke with a warning per connection; `agentos.database` says it once.
+        "psycopg.pool": {"level": "ERROR"},
         # run_huey attaches its own handler to "huey"; propagating would print every line twice.
         "huey": {"propagate": False, "filters": ["secrets"]},
     },
@@ -266,6 +271,8 @@ DOORBELLS_IN_BACKGROUND = True
 # --- Kernel -------------------------------------------------------------------------------------
 KERNEL_LEASE_SECONDS = float(env_int("AGENTOS_LEASE_SECONDS", 30, minimum=1))
 KERNEL_POLL_SECONDS = float(env_int("AGENTOS_KERNEL_POLL_SECONDS", 5, minimum=1))
+# A step that met a full disk is tried again after this, doubling up to 15 min (kernel.diskfull).
+KERNEL_DISK_FULL_RETRY_SECONDS = float(env_int("AGENTOS_DISK_FULL_RETRY_SECONDS", 30, minimum=1))
 # Runs one worker process executes at once (threads, one database connection each).
 KERNEL_RUNS_PER_WORKER = env_int("AGENTOS_RUNS_PER_WORKER", 16, minimum=1)
 # `manage.py chaos`'s cases from the apps above the kernel, which it must not import by name.

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, transaction
+from django.db import IntegrityError, connection, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import Truncator
@@ -36,7 +36,7 @@ from django.utils.translation import gettext as _
 from py_vapid import Vapid
 from pywebpush import WebPushException, webpush
 
-from agentos.core import audit, vault
+from agentos.core import audit, reachability, vault
 from agentos.core.errors import DomainError
 from agentos.core.models import AuditEvent, PushState, PushSubscription
 from approvals import inbox
@@ -384,13 +384,23 @@ POLL_SECONDS = 1.0
 
 def follow_until(stopping: threading.Event) -> None:
     """Deliver until `stopping` is set (a worker process's thread, see `approvals.tasks`)."""
+    backoff = reachability.Backoff()
     while not stopping.is_set():
+        pause = POLL_SECONDS
         try:
             more = deliver_one()
-        except Exception:
-            # The database away, a vault key missing: the next round tries again.
-            logger.exception("push delivery round failed")
-            close_old_connections()
+        except Exception as error:
+            # The database away (said once, then waited for with a backoff), a vault key
+            # missing: the next round tries again.
+            connection.close()
             more = False
+            if reachability.is_unreachable(error):
+                reachability.went_away(error, where="push delivery")
+                pause = max(pause, backoff.next_delay())
+            else:
+                logger.exception("push delivery round failed")
+        else:
+            backoff.reset()
+            reachability.came_back()
         if not more:
-            stopping.wait(POLL_SECONDS)
+            stopping.wait(pause)

@@ -18,6 +18,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
+from agentos.core import reachability
+
 OWNER_GROUP = "owner"
 LAYER_TIMEOUT_SECONDS = 60.0
 EXIT_TIMEOUT_SECONDS = 2.0  # a send made while the interpreter exits
@@ -138,5 +140,7 @@ def _send(kind: str, data: dict[str, Any]) -> None:
     except ShuttingDown:
         logger.debug("doorbell %s not sent: the process is exiting", kind)
     except Exception as error:
-        # A lost doorbell costs a page a refresh, never state: note it and go on.
-        logger.warning("doorbell %s not sent: %s: %s", kind, error.__class__.__name__, error)
+        # A lost doorbell costs a page a refresh, never state: note it and go on (quietly while
+        # the database is away or its pool still holds connections from before it returned).
+        log = logger.info if reachability.is_unreachable(error) else logger.warning
+        log("doorbell %s not sent: %s: %s", kind, error.__class__.__name__, error)

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.utils import timezone
 
-from kernel import crashpoints, journal, runs, scheduler, telemetry, waits
+from agentos.core import reachability
+from kernel import crashpoints, diskfull, journal, runs, scheduler, telemetry, waits
 from kernel.debits import Debit
 from kernel.exceptions import JournalMismatch, Stop, Suspend
 from kernel.journal import Fence, Record
@@ -235,7 +236,14 @@ class RunContext:
                 return self._record(
                     call, kind, settled.done, settled.settled_by, executions=0, replayable=False
                 )
-        done = execute(call)
+        try:
+            done = execute(call)
+        except Exception as error:
+            if not reachability.is_disk_full(error):
+                raise
+            diskfull.hold(self.run_id, seq, error)  # a durable wait; the replay runs it again
+        if begun.replay:
+            waits.release_step(self.run_id, seq)  # a hold it got through, if any
         crashpoints.hit("after_effect_before_result", run=self.run_id, seq=seq)
         planned = [
             (seq + offset, step_kind, step_name, step_request)

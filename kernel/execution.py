@@ -9,6 +9,7 @@ from datetime import timedelta
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from agentos.core import reachability
 from kernel import crashpoints, journal, programs, runs, scheduler
 from kernel.context import RunContext
 from kernel.exceptions import JournalMismatch, LeaseLost, Stop, Suspend
@@ -16,6 +17,11 @@ from kernel.models import Run, RunStatus
 from kernel.scheduler import Claim
 
 logger = logging.getLogger(__name__)
+
+# What `execute` returns when the database went away under the run: its worker gives the lease
+# back once the database returns (`Worker._give_back`), and the run resumes from its journal, a
+# step whose result was not committed retried from its intent as after a crash.
+CUT_SHORT = "database_unreachable"
 
 
 class LeaseKeeper(threading.Thread):
@@ -57,9 +63,14 @@ class LeaseKeeper(threading.Thread):
                     renewal = scheduler.renew_lease(
                         self.claim.fence, lease_seconds=self.claim.lease_seconds
                     )
-                except DatabaseError:
+                except DatabaseError as error:
                     # Keep trying: the lease may survive a short database outage.
-                    logger.warning("lease renewal of run %s failed", self.claim.fence.run_id)
+                    if reachability.is_unreachable(error):
+                        reachability.went_away(
+                            error, where=f"lease of run {self.claim.fence.run_id}"
+                        )
+                    else:
+                        logger.warning("lease renewal of run %s failed", self.claim.fence.run_id)
                     connection.close()
                     continue
                 if renewal.stop_requested:
@@ -110,9 +121,8 @@ def execute(claim: Claim, draining: threading.Event | None = None) -> str:
         run = Run.objects.select_related("account").get(pk=fence.run_id)
         records = journal.load(fence.run_id)
         crashpoints.hit("run_loaded", run=fence.run_id)
-    except DatabaseError:
-        logger.exception("cannot load run %s", fence.run_id)
-        return "error"
+    except DatabaseError as error:
+        return _database_failed(fence.run_id, error, "cannot load run %s")
     context = RunContext(
         run=run, fence=fence, records=records, draining=draining or threading.Event()
     )
@@ -152,14 +162,34 @@ def execute(claim: Claim, draining: threading.Event | None = None) -> str:
     except LeaseLost:
         logger.warning("run %s: lease lost; another worker owns it now", fence.run_id)
         return "lease_lost"
-    except DatabaseError:
-        logger.exception("run %s: database error; its lease will expire", fence.run_id)
-        return "error"
+    except DatabaseError as error:
+        return _database_failed(
+            fence.run_id, error, "run %s: database error; its lease will expire"
+        )
     finally:
         with _keepers_lock:
             if _keepers.get(fence.run_id) is keeper:
                 del _keepers[fence.run_id]
         keeper.stop()
+
+
+def _database_failed(run_id: int, error: DatabaseError, message: str) -> str:
+    """A database outage cut the run short (one line for the outage, none per run); any other
+    database error is logged with its traceback. Either way the journal has what committed."""
+    connection.close()
+    if reachability.is_unreachable(error):
+        reachability.went_away(error, where=f"run {run_id}")
+        return CUT_SHORT
+    if reachability.is_disk_full(error):
+        # Not even a hold could be written (kernel.diskfull): the lease expiring is the wait.
+        logger.warning(
+            "run %s: the database's disk is full; tried again when its lease expires: %s",
+            run_id,
+            error,
+        )
+        return "error"
+    logger.exception(message, run_id)
+    return "error"
 
 
 def _reuse_or_reconnect() -> None:

@@ -17,10 +17,11 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentos.core import reachability
 from kernel import bus, holders
 from kernel.models import WorkerBeat
 
@@ -61,9 +62,14 @@ def beat_one(*, worker: str | None = None) -> bool:
     """One beat; False when the database did not take it (the next beat tries again)."""
     try:
         record_beat(worker=worker)
-    except Exception:
-        logger.exception("heartbeat failed")
+    except Exception as error:
+        connection.close()  # a broken connection is not reused by the next beat
+        if reachability.is_unreachable(error):
+            reachability.went_away(error, where="heartbeat")
+        else:
+            logger.exception("heartbeat failed")
         return False
+    reachability.came_back()
     return True
 
 

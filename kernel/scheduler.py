@@ -21,6 +21,7 @@ import psycopg
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agentos.core import reachability
 from kernel import bus, crashpoints, journal, leases, programs, versions
 from kernel.exceptions import LeaseLost
 from kernel.journal import Fence
@@ -301,15 +302,21 @@ class Listener(threading.Thread):
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)
+        backoff = reachability.Backoff()
         while not self.stopping.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as listener:
                     listener.execute(f"LISTEN {CHANNEL}")
+                    backoff.reset()
+                    reachability.came_back()
                     self.heard(None)
                     while not self.stopping.is_set():
                         for notify in listener.notifies(timeout=self.timeout, stop_after=1):
                             self.heard(notify.payload)
             except psycopg.Error as error:
-                logger.warning("%s: %s; polling until it is back", self.name, error)
-                self.stopping.wait(1.0)
+                if reachability.is_unreachable(error):
+                    reachability.went_away(error, where=self.name)
+                else:
+                    logger.warning("%s: %s; polling until it is back", self.name, error)
+                self.stopping.wait(backoff.next_delay())
         connection.close()

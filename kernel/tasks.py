@@ -14,6 +14,7 @@ from django.db import DatabaseError, close_old_connections
 from huey import crontab
 from huey.contrib.djhuey import HUEY, db_periodic_task
 
+from agentos.core import reachability
 from kernel import heartbeats, partitions
 from kernel.worker import Worker
 
@@ -26,7 +27,14 @@ def start_worker() -> None:
     """Report at once, then start this process's heartbeat and kernel loop."""
     global _kernel_loop
     close_old_connections()
-    heartbeats.record_beat(started=True)
+    # A worker started while the database is away still starts its loops: they wait for it.
+    try:
+        heartbeats.record_beat(started=True)
+    except DatabaseError as error:
+        if not reachability.is_unreachable(error):
+            raise
+        reachability.went_away(error, where="worker start")
+        close_old_connections()
     # Each process beats for itself: the periodic task below runs on one worker only, so it
     # alone would show one worker live however many run.
     threading.Thread(

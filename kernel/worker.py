@@ -19,7 +19,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from django.conf import settings
 from django.db import connection
 
+from agentos.core import reachability
 from kernel import execution, holders, leases, scheduler
+from kernel.journal import Fence
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ class Doorbell(scheduler.Listener):
         steered = (payload or "").removeprefix(STEER_PREFIX)
         if payload is not None and steered != payload and steered.isdigit():
             execution.poke(int(steered))
-        elif payload is not None:
+        else:  # None: (re)connected, e.g. the database is back; what changed meanwhile waits
             self.rung.set()
 
     def wait(self, timeout: float) -> None:
@@ -68,6 +70,11 @@ class Worker:
         self.stopping = threading.Event()
         self.active: dict[int, Future[str]] = {}
         self._lock = threading.Lock()
+        # While the database is unreachable: when to try again, and the leases of runs it cut
+        # short, given back once it returns so they resume at once instead of when they expire.
+        self.backoff = reachability.Backoff()
+        self.retry_in: float | None = None
+        self.cut_short: list[Fence] = []
 
     def claim_one(self) -> scheduler.Claim | None:
         return scheduler.claim_next_run(worker=self.name, lease_seconds=self.lease_seconds)
@@ -106,7 +113,7 @@ class Worker:
                         with self._lock:
                             self.active[claim.fence.run_id] = future
                         future.add_done_callback(
-                            functools.partial(self._done, claim.fence.run_id, doorbell)
+                            functools.partial(self._done, claim.fence, doorbell)
                         )
                     if not claims:
                         self.idle_one(doorbell)
@@ -122,12 +129,18 @@ class Worker:
         A worker killed outright rings no doorbell: the others watch the holders of live leases
         here (read from the database once per idle period, then looked up in /proc only).
         """
-        try:
-            watched = [holder for holder in leases.local_holders() if holder.name != self.name]
-        except Exception:  # the database may be restarting: plain poll
-            logger.exception("reading the lease holders failed")
-            watched = []
-        deadline = time.monotonic() + self.poll_seconds
+        watched = []
+        if self.retry_in is None:
+            try:
+                watched = [h for h in leases.local_holders() if h.name != self.name]
+            except Exception as error:  # the database may be restarting: plain poll
+                if not reachability.is_unreachable(error):
+                    logger.exception("reading the lease holders failed")
+                connection.close()
+        # While the database is away, the backoff's delay; the doorbell rings as soon as its
+        # connection is back.
+        wait = self.poll_seconds if self.retry_in is None else self.retry_in
+        deadline = time.monotonic() + wait
         while not self.stopping.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
@@ -140,21 +153,43 @@ class Worker:
         return False
 
     def _claim(self, slots: int) -> list[scheduler.Claim]:
+        """Claim up to `slots` runs; on a database outage, none, and `retry_in` says when to
+        try again (backoff). The first success after it gives back the runs it cut short."""
         if slots <= 0:
             return []
         try:
-            return scheduler.claim_runs(
+            self._give_back()
+            claims = scheduler.claim_runs(
                 worker=self.name, lease_seconds=self.lease_seconds, limit=slots
             )
-        except Exception:  # the database may be restarting: retry after the poll
-            logger.exception("claim failed")
+        except Exception as error:  # retry after the poll, or the backoff's delay
+            connection.close()  # a broken connection is not reused
+            if reachability.is_unreachable(error):
+                reachability.went_away(error, where="kernel loop")
+                self.retry_in = self.backoff.next_delay()
+            else:
+                logger.exception("claim failed")
             return []
+        reachability.came_back()
+        self.backoff.reset()
+        self.retry_in = None
+        return claims
+
+    def _give_back(self) -> None:
+        """Release the leases of runs a database outage cut short (fenced: a run another worker
+        took meanwhile is left alone)."""
+        while self.cut_short:
+            scheduler.release(self.cut_short[0])
+            self.cut_short.pop(0)
 
     def _free_slots(self) -> int:
         with self._lock:
             return self.max_runs - len(self.active)
 
-    def _done(self, run_id: int, doorbell: Doorbell, _future: Future[str]) -> None:
+    def _done(self, fence: Fence, doorbell: Doorbell, future: Future[str]) -> None:
         with self._lock:
-            self.active.pop(run_id, None)
+            self.active.pop(fence.run_id, None)
+            finished = not future.cancelled() and future.exception() is None
+            if finished and future.result() == execution.CUT_SHORT:
+                self.cut_short.append(fence)
         doorbell.rung.set()  # a slot is free: look for work now

@@ -131,39 +131,40 @@ def crash_and_restart_embedded() -> None:
     For the chaos tests: committed intents and results must survive. Only for the embedded
     server this process started (settings read its data dir and socket).
     """
-    from pgserver._commands import POSTGRES_BIN_PATH  # heavy, as in `embedded_url`
+    stop_embedded()
+    start_embedded()
 
+
+def stop_embedded() -> None:
+    """Stop the embedded server this process started as a crash would (`-m immediate`): every
+    connection drops at once, nothing is checkpointed. `start_embedded` brings it back."""
     if os.environ.get("DATABASE_URL"):
         raise ImproperlyConfigured("Only the embedded database can be crashed and restarted.")
+    _pg_ctl("-m", "immediate", "-w", "stop")
+
+
+def start_embedded() -> None:
+    """Start again the embedded server `stop_embedded` stopped, on the same socket."""
     pgdata = settings.DATA_DIR / "pg"
     socket_dir = settings.DATABASES["default"]["HOST"]
-    user = "pgserver" if os.geteuid() == 0 else None
-    pg_ctl = str(POSTGRES_BIN_PATH / "pg_ctl")
-    subprocess.run(  # noqa: S603  # our own bundled binary
-        [pg_ctl, "-D", str(pgdata), "-m", "immediate", "-w", "stop"],
-        check=True,
-        user=user,
-        capture_output=True,
-    )
-    subprocess.run(  # noqa: S603
-        [
-            pg_ctl,
-            "-D",
-            str(pgdata),
-            "-w",
-            "-o",
-            '-h ""',
-            "-o",
-            f"-k {socket_dir}",
-            "-l",
-            str(pgdata / "log"),
-            "start",
-        ],
-        check=True,
-        user=user,
-        capture_output=True,
-    )
+    _pg_ctl("-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(pgdata / "log"), "start")
     _adopt_restarted(pgdata)
+
+
+def _pg_ctl(*args: str) -> None:
+    from pgserver._commands import POSTGRES_BIN_PATH  # heavy, as in `embedded_url`
+
+    pgdata = settings.DATA_DIR / "pg"
+    user = "pgserver" if os.geteuid() == 0 else None
+    done = subprocess.run(  # noqa: S603  # our own bundled binary
+        [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), *args],
+        check=False,
+        user=user,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {done.stderr.strip()}")
 
 
 def _adopt_restarted(pgdata: Path) -> None:

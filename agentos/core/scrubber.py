@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from agentos.core import reachability
 from agentos.core.registries import Registry
 
 logger = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ def _recent() -> _Known:
     with _cache_lock:
         _asking.busy = True
         try:
-            values = tuple(_known())
+            values = tuple(_known(previous=known.values))
         finally:
             _asking.busy = False
         if values != known.values:
@@ -249,12 +250,17 @@ def _in_event_loop() -> bool:
     return True
 
 
-def _known() -> list[str]:
+def _known(*, previous: Iterable[str] = ()) -> list[str]:
     found: set[str] = set()
     for source in SECRET_SOURCES.values():
         try:
             found.update(v for v in source() if v and len(v) >= MIN_SECRET)
-        except Exception:  # a source that cannot answer must not stop a write
+        except Exception as error:  # a source that cannot answer must not stop a write
+            if reachability.is_unreachable(error):
+                # The database is away (its loops say so once): keep scrubbing what was known,
+                # and write no traceback per log line about it.
+                found.update(previous)
+                continue
             logger.exception("a secret source failed; its values are not scrubbed this time")
     return sorted(found, key=lambda v: (-len(v), v))  # longest first: no partial leftovers
 

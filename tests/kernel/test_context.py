@@ -198,7 +198,7 @@ EXPECTED: list[tuple[Any, ...]] = [
     ("run_loaded", 0),
     ("after_effect_before_result", 1),
     ("after_result_commit", 1),
-    ("mark", "model_call", 2),
+    ("mark", "model_call", 3),  # its replay settles a full-disk hold, if any (kernel.diskfull)
     ("before_intent_commit", 2),
     ("after_intent_commit", 2),
     ("after_effect_before_result", 2),
@@ -237,7 +237,7 @@ EXPECTED: list[tuple[Any, ...]] = [
     ("mark", "free read", 0),
     ("after_effect_before_result", 8),
     ("after_result_commit", 8),
-    ("mark", "idempotent_write", 1),
+    ("mark", "idempotent_write", 2),  # a replay, as above
     ("before_intent_commit", 9),
     ("after_intent_commit", 9),
     ("claim_locked", 0),

@@ -6,15 +6,17 @@ import os
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connection
 
 from agentos import credentials
-from agentos.core import owner
-from agentos.processes import Child, ProcessGroup
+from agentos.core import database, owner, reachability
+from agentos.processes import Child, EmbeddedDatabase, ProcessGroup
 from missions import demo
 from missions.models import Mission
 
@@ -38,6 +40,7 @@ class Command(BaseCommand):
         if workers < 1:
             raise CommandError("--workers must be at least 1.")
         _refuse_a_busy_port(host, port)
+        self._wait_for_database()
         call_command("migrate", interactive=False, verbosity=0)
         url = f"http://{host}:{port}"
         created = owner.ensure_owner()
@@ -47,7 +50,12 @@ class Command(BaseCommand):
             self._start_demo()
 
         # Children reach the database this process started through DATABASE_URL; they never
-        # start or stop it themselves.
+        # start or stop it themselves. This process starts it again if it dies.
+        embedded = (
+            None
+            if os.environ.get("DATABASE_URL")
+            else EmbeddedDatabase(settings.DATA_DIR / "pg", database.start_embedded)
+        )
         env = {**os.environ, "DATABASE_URL": settings.DATABASE_URL}
         env.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
         python = sys.executable
@@ -90,8 +98,27 @@ class Command(BaseCommand):
             on_ready=lambda: self.stdout.write(
                 self.style.SUCCESS(f"agentos is up at {url}  (Ctrl-C stops everything)")
             ),
+            database=embedded,
         )
         sys.exit(processes.run())
+
+    def _wait_for_database(self) -> None:
+        """A database of the owner's (`DATABASE_URL`) may start after agentos (a reboot, a
+        compose file): wait for it, saying so once, instead of exiting with a traceback.
+        Ctrl-C stops the wait."""
+        backoff = reachability.Backoff()
+        while True:
+            try:
+                connection.ensure_connection()
+            except DatabaseError as error:
+                if not reachability.is_unreachable(error):
+                    raise
+                reachability.went_away(error, where="start")
+                connection.close()
+                time.sleep(backoff.next_delay())
+                continue
+            reachability.came_back()
+            return
 
     def _start_demo(self) -> None:
         """While nothing was ever asked of agentos (no mission yet): the demo project and its
