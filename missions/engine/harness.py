@@ -12,6 +12,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agentos.core import reachability
 from approvals import service as approvals
 from cluster import environments
 from kernel import exposure
@@ -529,6 +530,8 @@ def _executor(
             exposure.mark(run.pk, tool.exposes, seq=step.seq, by=tool.name)
             answer = tool.run(env, arguments)
         except ToolError as error:
+            if reachability.is_disk_full(error):
+                raise  # not the tool's failure: the step waits for space (`kernel.diskfull`)
             return Done({"output": str(error), "is_error": True})
         # The exit code of a command the tool ran, in a field of its own (`tools.base.Output`).
         code = {"exit_code": answer.exit_code} if isinstance(answer, Output) else {}
