@@ -47,6 +47,24 @@ PASSPHRASE = "correct horse battery staple"
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
 
 
+@pytest.fixture(autouse=True)
+def own_install(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test's own data, workspaces and memory dirs: the suite's hold every other test's
+    worktrees, repositories and artifacts, which each archive would carry (minutes of tar)."""
+    folder = workspace.root().parent / f"test-install-{uuid.uuid4().hex[:8]}"
+    workspace.make_dirs(folder / "workspaces", 0o711)
+    data = folder / "data"
+    data.mkdir()
+    for kept in ("secret_key", vault.FILE_NAME):
+        if (Path(settings.DATA_DIR) / kept).exists():
+            shutil.copy2(Path(settings.DATA_DIR) / kept, data / kept)
+    monkeypatch.setenv("AGENTOS_WORKSPACES_DIR", str(folder / "workspaces"))
+    settings.DATA_DIR = data
+    settings.MEMORY_DIR = data / "memory"
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture
 def base() -> Iterator[Path]:
     """The demo's repositories, under the workspaces dir (sandbox uids reach it)."""
@@ -283,6 +301,8 @@ def test_a_request_hash_does_not_change_with_the_roots(monkeypatch: pytest.Monke
 
 def test_a_killed_backup_leaves_the_previous_archive_and_no_half_archive(tmp_path: Path) -> None:
     folder = tmp_path / "backups"
+    # More than the writer buffers: the kill leaves bytes written, as a large install's would.
+    artifacts.store(content=os.urandom(3 * 1024 * 1024), name="big.bin")
     first = archive.create(directory=folder, passphrase=PASSPHRASE)
     digest = hashlib.sha256(first.path.read_bytes()).hexdigest()
     env = crash_env(tmp_path, [{"run": 0, "point": "backup_mid_write"}])
@@ -371,6 +391,9 @@ def test_a_restore_into_folders_in_use_is_refused(tmp_path: Path, empty_folders:
 
 
 def test_an_archive_written_inside_the_workspaces_dir_does_not_hold_itself() -> None:
+    worktree = roots.workspaces_dir() / "worktrees" / "run-1"
+    worktree.mkdir(parents=True)
+    (worktree / "notes.txt").write_text("a run's file")
     folder = roots.workspaces_dir() / f"test-backups-{uuid.uuid4().hex[:8]}"
     (folder / "older").mkdir(parents=True)
     (folder / "older" / "kept-out.txt").write_text("an older archive's neighbour")
@@ -381,7 +404,7 @@ def test_an_archive_written_inside_the_workspaces_dir_does_not_hold_itself() -> 
                 if entry.header["name"] == "workspaces":
                     with tarfile.open(fileobj=entry.stream, mode="r|") as tar:  # type: ignore[call-overload]  # a reader
                         names = [member.name for member in tar]
-        assert names
+        assert "worktrees/run-1/notes.txt" in names
         assert not [name for name in names if name.startswith(folder.name)]
     finally:
         shutil.rmtree(folder)

@@ -55,8 +55,11 @@ def waiting_mission(max_seconds: int | None) -> Run:
 def test_a_run_waiting_on_an_approval_ends_when_its_wall_time_is_up() -> None:
     run = waiting_mission(3600)
 
-    with time_machine.travel(timezone.now() + timedelta(minutes=59)):
+    with time_machine.travel(timezone.now() + timedelta(minutes=47)):
         assert work() == []  # still within its time: nobody claims it
+    with time_machine.travel(timezone.now() + timedelta(minutes=49)):
+        assert work() == ["waiting"]  # past 80 %: claimed to tell the owner, waiting on
+        assert work() == []
     with time_machine.travel(timezone.now() + timedelta(minutes=61)):
         assert work() == ["budget_exhausted"]
 
