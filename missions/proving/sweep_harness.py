@@ -14,6 +14,7 @@ its risk class's default, docs/design.md §13) with a probe, `ledger.look` a par
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from approvals import service as approvals
@@ -27,6 +28,7 @@ from missions.engine import harness
 from tools.base import Risk, Tool, ToolEnv, Worksite
 
 OP = "tools"
+_AUDIT = logging.getLogger("agentos.core.audit")
 
 
 def _transfer(env: ToolEnv, arguments: dict[str, Any]) -> str:
@@ -103,10 +105,16 @@ def approve(wait: Wait) -> bool:
     args_hash = wait.question.get("args_hash") if isinstance(wait.question, dict) else None
     if not isinstance(args_hash, str):
         return False
+    # The security log's row is written; its console line, for each of a sweep's thousands of
+    # approvals, is not news.
+    level = _AUDIT.level
+    _AUDIT.setLevel(logging.WARNING)
     try:
         approvals.decide(wait.pk, approve=True, args_hash=args_hash, by="chaos-owner")
     except ApprovalError:  # settled or closed meanwhile
         return False
+    finally:
+        _AUDIT.setLevel(level)
     return True
 
 
