@@ -283,6 +283,9 @@ CHAOS_CASES = [
     "missions.proving.chaos_nodes.node_runner_case",
     "missions.proving.chaos_supervisor.supervisor_case",
 ]
+# Registrations of the crash sweep's operations from the apps above the kernel (`manage.py
+# chaos` calls them): the tool harness's calls, approved by the owner through approvals.
+SWEEP_EXTENSIONS = ["missions.proving.sweep_harness.register"]
 
 # --- Egress: the sandboxes' only way out (cluster.egress) ----------------------------------------
 # Where `http://<name>.bridge/...` inside a sandbox goes, the credential added outside it.

@@ -24,3 +24,14 @@ def register() -> None:
         scripted.PROGRAM: scripted.script,
     }.items():
         PROGRAMS.add(name, program)
+
+
+def register_extensions() -> None:
+    """Call the registrations of `settings.SWEEP_EXTENSIONS` (dotted paths): the apps above the
+    kernel add the crash sweep's operations of their own (`scripted.EXTRA_OPS`) and the owner's
+    answers to their questions (`harness.OWNER_ANSWERS`), which the kernel cannot import."""
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    for path in settings.SWEEP_EXTENSIONS:
+        import_string(path)()

@@ -281,6 +281,12 @@ def expected_ends(workload: Workload) -> dict[int, tuple[str, Any]]:
 _ENDED = [status for status in RunStatus.values if status not in ("queued", "running", "waiting")]
 
 
+# How the owner answers a question of an app above the kernel, by the question's `type` (an
+# approval: through the approvals service, bound to its call's hash): True once answered.
+# Registered by those apps (`kernel.proving.register_extensions`); the kernel cannot import them.
+OWNER_ANSWERS: dict[str, Callable[[Wait], bool]] = {}
+
+
 def act_as_owner(to_cancel: set[int], *, root: int | None = None) -> int:
     """Answer the open waits (of the runs under `root` only, if given) and cancel the runs of
     `to_cancel` once they wait on a timer; return how many waits were answered."""
@@ -289,6 +295,10 @@ def act_as_owner(to_cancel: set[int], *, root: int | None = None) -> int:
         open_waits = open_waits.filter(run__root_id=root)
     answered = 0
     for wait in open_waits:
+        kind = wait.question.get("type") if isinstance(wait.question, dict) else None
+        if wait.kind == WaitKind.HUMAN and kind in OWNER_ANSWERS:
+            answered += OWNER_ANSWERS[kind](wait)
+            continue
         if wait.kind == WaitKind.HUMAN:
             answer: Any = {"approve": True}
         else:  # reconcile: look at the world, as the owner would

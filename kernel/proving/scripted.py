@@ -5,12 +5,17 @@ joined, an owner's answer, a timer, a checkpoint).
 
 Everything a script returns is deterministic (no run ids, no times), so a run crashed at any
 point and resumed must end with exactly the output of the run that never crashed.
+
+The apps above the kernel add operations of their own (`EXTRA_OPS`: the tool harness's calls,
+registered by `missions.proving.sweep_harness`): the kernel cannot import them. They are drawn
+only by workloads from `EXTRA_SEEDS` on, so every other seed keeps its operations.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +25,10 @@ from kernel.programs import Outcome
 from kernel.proving.chaos import blind_append, fake_model, idempotent_put, probe
 
 PROGRAM = "sweep.script"
+# Workloads from this seed on draw one of `EXTRA_OPS` too; far above the seeds `manage.py chaos`
+# picks, so that the seeds before it name the same operations with or without extensions.
+EXTRA_SEEDS = 1_000_000_000
+EXTRA_EVERY = 4  # with extensions, one workload of every four regular ones has a twin with one
 
 
 def _read(call: StepCall) -> Done:
@@ -135,16 +144,34 @@ OPS: dict[str, Callable[[RunContext, int], Any]] = {
     "sleep": _sleep,
     "checkpoint": _checkpoint,
 }
+# Operations of the apps above the kernel, by name, registered by them (`EXTRA_SEEDS`).
+EXTRA_OPS: dict[str, Callable[[RunContext, int], Any]] = {}
 
 
 def script(ctx: RunContext) -> Outcome:
+    ops = {**OPS, **EXTRA_OPS}
     return Outcome(
-        RunStatus.DONE, [OPS[op](ctx, index) for index, op in enumerate(ctx.input["ops"])]
+        RunStatus.DONE, [ops[op](ctx, index) for index, op in enumerate(ctx.input["ops"])]
     )
 
 
 def ops_of(seed: int) -> list[str]:
-    """The operations of workload `seed`: two to five, any kind, reads and writes mixed."""
+    """The operations of workload `seed`: two to five, any kind, reads and writes mixed; from
+    `EXTRA_SEEDS` on (with extensions registered), one of them an extension's."""
     rng = random.Random(seed)  # noqa: S311  # reproducible workloads, not secrets
     names = sorted(OPS)
-    return rng.choices(names, k=rng.randint(2, 5))
+    if seed < EXTRA_SEEDS or not EXTRA_OPS:
+        return rng.choices(names, k=rng.randint(2, 5))
+    ops = rng.choices(names, k=rng.randint(1, 4))
+    ops.insert(rng.randint(0, len(ops)), rng.choice(sorted(EXTRA_OPS)))
+    return ops
+
+
+def seeds(first: int) -> Iterator[int]:
+    """The sweep's workloads from `first`: `first`, `first + 1`, ...; with extensions
+    registered, every `EXTRA_EVERY`-th followed by its twin `EXTRA_SEEDS + n`, which draws an
+    extension's operation. From `EXTRA_SEEDS` on, every workload draws one."""
+    for seed in itertools.count(first):
+        yield seed
+        if EXTRA_OPS and seed < EXTRA_SEEDS and seed % EXTRA_EVERY == 0:
+            yield EXTRA_SEEDS + seed

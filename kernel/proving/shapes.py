@@ -22,7 +22,9 @@ LEDGER = ("usd_micros", "input_tokens", "output_tokens", "turns", "tool_calls")
 # Debited with a step's result, in the same statement: right at any instant. Turns and tool
 # calls of free steps are billed later (when the run parks or ends): right once it has ended.
 _DEBITED_WITH_RESULTS = ("usd_micros", "input_tokens")
-_EFFECTS = ("ledger.put", "ledger.send", "ledger.pay")  # the workload's steps that act outside
+# The workload's steps that act outside; `ledger.transfer`: the tool harness's own, called
+# through the harness after the owner's approval (`missions.proving.sweep_harness`).
+_EFFECTS = ("ledger.put", "ledger.send", "ledger.pay", "ledger.transfer")
 # Results that name run ids or times, different in every run of a workload.
 _UNSTABLE = frozenset((StepKind.SPAWN, StepKind.JOIN, StepKind.TIMER))
 

@@ -188,6 +188,8 @@ class SweepReport(Report):
     workloads: int = 0
     failing: list[tuple[int, int]] = field(default_factory=list)  # (seed, point)
     by_point: Counter[str] = field(default_factory=Counter)  # deaths at each crash point
+    last_seed: int = 0  # of the workloads drawn in order (`scripted.seeds`)
+    extra_workloads: int = 0  # twins drawing the extensions' operations (`scripted.EXTRA_OPS`)
 
     @property
     def rate(self) -> float:
@@ -309,19 +311,24 @@ def sweep(
     say: Callable[[str], None] = print,
     every: float = 30.0,
 ) -> SweepReport:
-    """Crash `points` crash points of workloads `seed`, `seed + 1`, ... (each workload at all of
-    its points before the next), or only point `only` of workload `seed`; say how it goes
-    every `every` seconds."""
+    """Crash `points` crash points of workloads `seed`, `seed + 1`, ... and their twins with the
+    extensions' operations (`scripted.seeds`; each workload at all of its points before the
+    next), or only point `only` of workload `seed`; say how it goes every `every` seconds."""
     if mode not in MODES:
         raise ValueError(f"No sweep mode {mode!r}: the modes are {', '.join(MODES)}.")
     started = time.monotonic()
     next_say = started + every
     sweeper = Sweep()
     report = sweeper.report
-    workload_seed = seed
     with _quiet():
-        while report.crash_points < points or only is not None:
+        for workload_seed in [seed] if only is not None else scripted.seeds(seed):
+            if only is None and report.crash_points >= points:
+                break
             workload = sweeper.dry_pass(workload_seed)
+            if workload_seed >= scripted.EXTRA_SEEDS > seed:
+                report.extra_workloads += 1
+            else:
+                report.last_seed = workload_seed
             if mode == "chain":
                 limit = only + 1 if only is not None else points - report.crash_points
                 sweeper.chain(workload, limit)
@@ -334,9 +341,6 @@ def sweep(
                         report.violations.append(f"workload {workload_seed} has no point {point}")
                         break
                     sweeper.single(workload, point)
-            if only is not None:
-                break
-            workload_seed += 1
             if time.monotonic() >= next_say:
                 next_say = time.monotonic() + every
                 report.seconds = time.monotonic() - started

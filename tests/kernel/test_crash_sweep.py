@@ -15,6 +15,7 @@ from kernel import crashpoints, proving
 from kernel.context import RunContext
 from kernel.models import Effect, StepKind
 from kernel.proving import chaos, scripted, sweep
+from kernel.proving import harness as owner
 
 # The points of the kernel's loop (the backup and restore commands have their own).
 KERNEL_POINTS = set(crashpoints.POINTS) - {"backup_mid_write", "restore_before_finish"}
@@ -23,8 +24,12 @@ pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True), pytest
 
 
 @pytest.fixture(autouse=True)
-def _programs() -> None:
+def _programs(monkeypatch: pytest.MonkeyPatch) -> None:
     proving.register()
+    # The kernel's own workloads: the apps' extensions (`manage.py chaos` registers them) are
+    # swept by their own tests (tests/missions/test_crash_sweep_harness.py).
+    monkeypatch.setattr(scripted, "EXTRA_OPS", {})
+    monkeypatch.setattr(owner, "OWNER_ANSWERS", {})
 
 
 def test_it_finds_no_violation_in_200_crash_points_of_a_chain() -> None:

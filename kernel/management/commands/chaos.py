@@ -108,6 +108,7 @@ class Command(BaseCommand):
         # die at once and skip both).
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         proving.register()  # the workload's runs are started here, then run by proving_workers
+        proving.register_extensions()  # the sweep's operations of the apps above the kernel
         # The chaos workload runs on its own data dir (see `make chaos`): bring its schema up.
         call_command("migrate", interactive=False, verbosity=0)
         seed = seed if seed is not None else random.SystemRandom().randrange(1_000_000)
@@ -175,9 +176,12 @@ class Command(BaseCommand):
         self, total: Report, *, points: int, seed: int, mode: str, only: int | None = None
     ) -> None:
         report = sweep(points=points, seed=seed, mode=mode, only=only, say=self.stdout.write)
+        extra = (
+            f", {report.extra_workloads} twins with extensions" if report.extra_workloads else ""
+        )
         self.stdout.write(
             f"sweep ({mode}): {report.crash_points} crash points of {report.workloads} workloads"
-            f" (seeds {seed}..{seed + report.workloads - 1}) in {report.seconds:.0f} s"
+            f" (seeds {seed}..{report.last_seed}{extra}) in {report.seconds:.0f} s"
             f" ({report.rate:.0f}/s), {len(report.violations)} violations"
         )
         self.stdout.write(
