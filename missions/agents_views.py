@@ -7,7 +7,7 @@ model they started with (a run's model is fixed for its life)."""
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.db import transaction
@@ -23,6 +23,11 @@ from kernel import budgets
 from missions.models import ModelInfo, Role, RoleRoute
 from missions.providers.registry import ready
 from tools.models import Decision, PermissionRule
+
+if TYPE_CHECKING:  # django-stubs' name for a lazily translated string
+    from django.utils.functional import _StrPromise
+
+    StrOrPromise = str | _StrPromise
 
 MICROS = Decimal(1_000_000)
 EFFORTS = [
@@ -46,6 +51,19 @@ class RouteForm(forms.Form):
         ]
 
 
+def dollars_field(label: StrOrPromise, help_text: StrOrPromise) -> forms.DecimalField:
+    """An optional amount of dollars, to the micro-dollar; empty is the owner's "no cap"."""
+    return forms.DecimalField(
+        label=label,
+        required=False,
+        min_value=Decimal("0.000001"),
+        max_digits=12,
+        decimal_places=6,
+        help_text=help_text,
+        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+    )
+
+
 class BudgetForm(forms.Form):
     daily_usd = forms.DecimalField(
         label=_("Daily spend cap ($)"),
@@ -62,14 +80,9 @@ class BudgetForm(forms.Form):
         max_value=10_000,
         help_text=_("0 holds every run back."),
     )
-    mission_usd = forms.DecimalField(
-        label=_("A mission's spend cap by default ($)"),
-        required=False,
-        min_value=Decimal("0.000001"),
-        max_digits=12,
-        decimal_places=6,
-        help_text=_("For a mission that sets none; empty for none."),
-        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+    mission_usd = dollars_field(
+        _("A mission's spend cap by default ($)"),
+        _("For a mission that sets none; empty for none."),
     )
     mission_tokens = forms.IntegerField(
         label=_("A mission's token cap by default"),
@@ -91,24 +104,8 @@ class BudgetForm(forms.Form):
 
 class ProviderCapsForm(forms.Form):
     provider = forms.ChoiceField(label=_("Provider"))
-    day_usd = forms.DecimalField(
-        label=_("Spend cap a UTC day ($)"),
-        required=False,
-        min_value=Decimal("0.000001"),
-        max_digits=12,
-        decimal_places=6,
-        help_text=_("Empty for none."),
-        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
-    )
-    month_usd = forms.DecimalField(
-        label=_("Spend cap a UTC month ($)"),
-        required=False,
-        min_value=Decimal("0.000001"),
-        max_digits=12,
-        decimal_places=6,
-        help_text=_("Empty for none."),
-        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
-    )
+    day_usd = dollars_field(_("Spend cap a UTC day ($)"), _("Empty for none."))
+    month_usd = dollars_field(_("Spend cap a UTC month ($)"), _("Empty for none."))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
