@@ -18,20 +18,18 @@ from typing import Any, Literal
 from django.db.models import Count, Q
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
-from pydantic import ConfigDict, StrictBool, StrictInt, model_validator
+from pydantic import ConfigDict, StrictBool, StrictInt
 
 from agentos.core import audit
 from agentos.core.schemas import Text
-from missions import actions, endpoints, keys, launch, schedules, search
+from missions import actions, blueprints, endpoints, keys, launch, schedules, search
+from missions.blueprints import MissionIn
 from missions.engine import outage
 from missions.errors import MissionError
 from missions.models import Mission, Project, ProviderEndpoint, Schedule
 from tools import levels
 
 router = Router()
-
-INT32 = 2**31 - 1
-INT64 = 2**63 - 1
 
 
 def not_found(what: str, pk: object) -> MissionError:
@@ -47,25 +45,6 @@ def project_or_404(project_id: int) -> Project:
 
 # --- Missions -----------------------------------------------------------------------------------
 
-# Role's values, spelled out for the schema (a test keeps the two equal).
-RoleName = Literal["planner", "executor", "evaluator", "memory_consolidator", "classifier"]
-
-
-class CapsIn(Schema):
-    """Caps over every run of the mission; null means none, and an absent spend, token or
-    wall-time cap is the owner's default (GET /settings/budget)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_tokens: StrictInt | None = Field(None, ge=0, le=INT64)
-    max_usd_micros: StrictInt | None = Field(None, ge=0, le=INT64, description="Micro-dollars")
-    max_turns: StrictInt | None = Field(None, ge=0, le=INT32)
-    max_tool_calls: StrictInt | None = Field(None, ge=0, le=INT32)
-    max_seconds: StrictInt | None = Field(
-        None, ge=0, le=INT32, description="Wall time of each of its root runs, from its start"
-    )
-    max_concurrent_runs: StrictInt | None = Field(None, ge=1, le=32_767, description="Default 12")
-
 
 class CapsOut(Schema):
     max_tokens: int | None
@@ -74,76 +53,6 @@ class CapsOut(Schema):
     max_tool_calls: int | None
     max_seconds: int | None
     max_concurrent_runs: int
-
-
-class RouteIn(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    provider: Literal["anthropic", "openai", "compatible", "scripted"]
-    model: Text = Field(min_length=1, max_length=100)
-    effort: Literal["low", "medium", "high"] | None = None
-
-
-# The offline missions' keys, spelled out for the schema (a test keeps them equal).
-OfflineKey = Literal["run-tests", "survey"]
-
-
-class MissionIn(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    project_id: int
-    goal: Text = Field(
-        "", max_length=launch.MAX_GOAL, description="Required, unless `offline` is given"
-    )
-    definition_of_done: Text = Field("", max_length=launch.MAX_GOAL)
-    # Checked by the service (400 `invalid_criteria`, naming the criterion and what is wrong),
-    # as from the console or another agent: the schema only says it is a list.
-    criteria: list[Any] | None = Field(
-        None,
-        description="The definition of done as criteria, written before the work:"
-        ' [{"id": "tests", "description": "...", "oracle": {"command": "<shell command>"} or'
-        ' {"evaluator": true}, "passes": false}]. The mission ends done only when each passes'
-        " (a command exits 0 in its workspace; an independent evaluator cites evidence).",
-    )
-    risk_class: Literal["research", "code", "untrusted"] = Field(
-        "code",
-        description="How closely the mission's agents are confined (its sandbox level):"
-        " research = read-only tools, no commands (0); code = commands in a sandbox on the"
-        " mission's worktree (1); untrusted = each command in a disposable virtual machine (2)",
-    )
-    caps: CapsIn | None = None
-    mcp_servers: list[str] = Field(
-        default_factory=list,
-        description="MCP servers its agents may use besides its project's (registered, approved)",
-    )
-    routes: dict[RoleName, RouteIn] = Field(
-        default_factory=dict, description="Per-role overrides of the default model routes"
-    )
-    bridges: list[str] = Field(
-        default_factory=list,
-        description="API bridges its sandboxes may call (the owner's, or anthropic, openai, git):"
-        " http://<name>.bridge/... inside the sandbox, the credential added outside it",
-    )
-    allowed_hosts: list[str] = Field(
-        default_factory=list,
-        description="Extra hosts its sandboxes may reach: host or host:port, globs allowed",
-    )
-    sensitive: bool = Field(
-        False, description="Plan, then execute: the plan is fixed before any untrusted content"
-    )
-    offline: OfflineKey | None = Field(
-        None,
-        description="An offline mission, played on the project's repository without any model"
-        " key: run-tests (run the tests and report what fails), survey (survey the repository)."
-        " It has its own goal and model: leave goal, definition_of_done and routes out.",
-    )
-
-    @model_validator(mode="after")
-    def _goal_or_offline(self) -> MissionIn:
-        # Refused with the schema's errors (422), as a missing goal always was.
-        if self.offline is None and "goal" not in self.model_fields_set:
-            raise ValueError("goal is required unless offline is given")
-        return self
 
 
 class SpentOut(Schema):
@@ -259,21 +168,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
 )
 def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str, Any]]:
     try:
-        mission, run = launch.create_mission(
-            project=project_or_404(payload.project_id),
-            goal=payload.goal,
-            definition_of_done=payload.definition_of_done,
-            caps=payload.caps.model_dump(exclude_unset=True) if payload.caps else {},
-            routes={role: route.model_dump() for role, route in payload.routes.items()},
-            trigger="api",
-            offline=payload.offline,
-            criteria=payload.criteria,
-            risk_class=payload.risk_class,
-            mcp_servers=payload.mcp_servers,
-            bridges=payload.bridges,
-            allowed_hosts=payload.allowed_hosts,
-            sensitive=payload.sensitive,
-        )
+        mission, run = blueprints.start(payload, trigger="api")
     except MissionError as refused:
         # A client is not on this origin's pages: the Settings screen by its full URL.
         if refused.code == "no_provider" and isinstance(refused.details, dict):

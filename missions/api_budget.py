@@ -10,7 +10,7 @@ from pydantic import ConfigDict, StrictInt
 
 from agentos.core import audit
 from kernel import budgets
-from missions.api import INT32, INT64
+from missions.blueprints import INT32, INT64
 
 router = Router(tags=["settings"])
 

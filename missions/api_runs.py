@@ -23,7 +23,8 @@ from kernel import artifacts, runs, versions
 from kernel.budgets import CAP_FIELDS
 from kernel.models import TERMINAL, Artifact, Run, Step
 from missions import steering
-from missions.api import INT32, not_found
+from missions.api import not_found
+from missions.blueprints import INT32
 from missions.engine import outage
 from missions.errors import MissionError
 from missions.models import Mission, OwnerMessage

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.models import Node
 from kernel.models import Event, Run
-from missions.api import RoleName
+from missions.blueprints import RoleName
 from missions.launch import create_mission
 from missions.models import Mission, Project, Role
 from tests.agentos.test_api import error_of

@@ -7,7 +7,7 @@ import pytest
 
 from kernel.models import Run
 from missions import offline
-from missions.api import OfflineKey
+from missions.blueprints import OfflineKey
 from missions.models import Mission, Project
 from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
