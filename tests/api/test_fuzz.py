@@ -101,7 +101,9 @@ def target(
     approval = make_approval()
     question = make_question()
     schedule = schedules.create_schedule(
-        project=project, name="weekly", goal="Update the notes.", cron="0 7 * * 1"
+        name="weekly",
+        mission={"project_id": project.pk, "goal": "Update the notes."},
+        cron="0 7 * * 1",
     )
     return Target(
         schema=schemathesis.openapi.from_wsgi("/api/v1/openapi.json", wsgi_app),
