@@ -42,7 +42,7 @@ def parse_cron(expression: str) -> Callable[[datetime], bool]:
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone of that name; ValueError saying so otherwise."""
     # available_timezones() refuses what ZoneInfo would accept but is no zone name ("UTC/..").
-    if not isinstance(name, str) or name not in _zone_names():
+    if not isinstance(name, str) or name not in available_zones():
         raise ValueError(
             f"Unknown time zone {name!r}: give an IANA name such as Europe/Paris or UTC."
         )
@@ -53,7 +53,7 @@ def zone(name: str) -> ZoneInfo:
 
 
 @functools.cache
-def _zone_names() -> frozenset[str]:
+def available_zones() -> frozenset[str]:
     return frozenset(available_timezones())  # reads the zone database: once per process
 
 

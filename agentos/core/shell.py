@@ -54,6 +54,11 @@ SCREENS = [
         gettext_lazy("Repositories and their missions."),
     ),
     Screen(
+        "schedules",
+        gettext_lazy("Schedules"),
+        gettext_lazy("Missions that start by the clock, and their history."),
+    ),
+    Screen(
         "memory",
         gettext_lazy("Memory"),
         gettext_lazy("Notes, proposals, history and invalidations."),
