@@ -247,9 +247,9 @@ def default_timezone() -> str:
 class CatchUp(models.TextChoices):
     """What a schedule does with the times it missed while agentos was down."""
 
-    SKIP = "skip", _("Skip them")
-    ONCE = "once", _("Run once for them")
-    EACH = "each", _("Run each of them")
+    SKIP = "skip", _("Skip the missed times")
+    ONCE = "once", _("Run once for the missed times")
+    EACH = "each", _("Run each missed time")
 
 
 class Schedule(models.Model):

@@ -69,6 +69,8 @@ def _edit(request: HttpRequest, schedule: Schedule | None) -> HttpResponse:
                 return redirect("console:schedules")
         status = 400
     preview = _preview(form["cron"].value() or "", form["timezone"].value() or "")
+    if "cron" in form.errors:  # said next to the field already
+        preview = {"times": None, "problem": ""}
     context = _context(
         form=form, schedule=schedule, has_projects=Project.objects.exists(), **preview
     )
