@@ -129,7 +129,7 @@ def create_webhook(request: HttpRequest, payload: WebhookIn) -> Status[dict[str,
 
 @router.get("/webhooks", response=list[WebhookOut], summary="The webhooks")
 def list_webhooks(request: HttpRequest) -> list[dict[str, Any]]:
-    return [webhook_out(request, webhook) for webhook in Webhook.objects.order_by("name", "pk")]
+    return [webhook_out(request, webhook) for webhook in webhooks.listed()]
 
 
 @router.get("/webhooks/{webhook_id}", response=WebhookOut, summary="A webhook")

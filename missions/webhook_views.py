@@ -114,7 +114,7 @@ def _screen(
         "screen": SCREENS_BY_SLUG["webhooks"],
         "webhooks": [
             {"webhook": webhook, "failed": webhooks.failed_count(webhook)}
-            for webhook in Webhook.objects.order_by("name", "pk")
+            for webhook in webhooks.listed()
         ],
         "form": form,
         "created": created,

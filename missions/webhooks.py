@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from agentos.core import vault
@@ -139,7 +139,16 @@ def deliveries(webhook: Webhook, *, limit: int = 50) -> list[WebhookDelivery]:
     )
 
 
+def listed() -> QuerySet[Webhook]:
+    """The endpoints by name, each with `failed_deliveries` counted in the same query."""
+    failed = Count("deliveries", filter=Q(deliveries__status=DeliveryStatus.FAILED))
+    return Webhook.objects.annotate(failed_deliveries=failed).order_by("name", "pk")
+
+
 def failed_count(webhook: Webhook) -> int:
+    counted = getattr(webhook, "failed_deliveries", None)
+    if isinstance(counted, int):
+        return counted
     return webhook.deliveries.filter(status=DeliveryStatus.FAILED).count()
 
 

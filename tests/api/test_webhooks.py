@@ -12,7 +12,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from kernel.models import Run
 from missions import webhooks
@@ -351,3 +353,14 @@ def test_deleting_a_webhook_stops_its_url_and_keeps_its_missions(
 def test_the_owners_endpoints_need_a_token(client: Client, owner: Any) -> None:
     assert client.get("/api/v1/webhooks").status_code == 401
     assert client.post("/api/v1/webhooks", {}, content_type="application/json").status_code == 401
+
+
+def test_listing_webhooks_costs_the_same_queries_for_one_or_many(api: Api) -> None:
+    create(api)
+    with CaptureQueriesContext(connection) as one:
+        assert len(api.get("/webhooks").json()) == 1
+    create(api)
+    create(api)
+    with CaptureQueriesContext(connection) as three:
+        assert len(api.get("/webhooks").json()) == 3
+    assert len(three) == len(one)
