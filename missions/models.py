@@ -448,3 +448,76 @@ class LedgerWrite(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} by run {self.run_id} step {self.seq}"
+
+
+class WebhookPreset(models.TextChoices):
+    """How a delivery is signed (`missions.webhooks`)."""
+
+    AGENTOS = "agentos", _("agentos (timestamped signature)")
+    GITHUB = "github", _("GitHub (X-Hub-Signature-256)")
+
+
+class Webhook(models.Model):
+    """An endpoint outsiders post to, each verified delivery a mission from `mission` (a
+    template, `missions.blueprints.clean`). Its secret is stored encrypted by the vault (HMAC
+    needs it back); `key` is the unguessable part of its URL."""
+
+    name = models.CharField(_("name"), max_length=120)
+    key = models.CharField(max_length=64, unique=True)
+    preset = models.CharField(
+        _("preset"), max_length=20, choices=WebhookPreset.choices, default=WebhookPreset.AGENTOS
+    )
+    ciphertext = models.BinaryField()
+    mission = models.JSONField(_("mission template"))
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Requests refused for their signature: a counter only, so an attacker cannot fill the disk.
+    rejected = models.PositiveIntegerField(default=0)
+    last_rejected_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DeliveryStatus(models.TextChoices):
+    RECEIVED = "received", _("Received")  # never committed: the row is settled in its transaction
+    ACCEPTED = "accepted", _("Accepted")
+    FAILED = "failed", _("Failed")
+
+
+class WebhookDelivery(models.Model):
+    """One verified delivery: its body as received, and the mission it became (or why not).
+    Unique per endpoint by the sender's delivery id and by its signature: a repeat, or the same
+    signed request under another id, is answered with the first one's mission."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    delivery_id = models.CharField(max_length=200)
+    signature = models.CharField(max_length=64)
+    received_at = models.DateTimeField(auto_now_add=True)
+    headers = models.JSONField(default=dict, blank=True)
+    body = models.BinaryField()
+    status = models.CharField(max_length=20, choices=DeliveryStatus.choices)
+    error = models.TextField(blank=True)
+    error_code = models.CharField(max_length=40, blank=True)
+    mission = models.ForeignKey(
+        Mission, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    repeats = models.PositiveIntegerField(default=0)  # the same delivery received again
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["webhook", "delivery_id"], name="webhook_delivery_unique_id"
+            ),
+            models.UniqueConstraint(
+                fields=["webhook", "signature"], name="webhook_delivery_unique_signature"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.webhook_id}/{self.delivery_id} ({self.status})"

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from missions import project_views, run_views, schedule_views, trace, views, web_views
+from missions import (
+    project_views,
+    run_views,
+    schedule_views,
+    trace,
+    views,
+    web_views,
+    webhook_receiver,
+    webhook_views,
+)
 
 urlpatterns: list[URLPattern] = [
     path("missions/", views.mission_list, name="missions"),
@@ -54,5 +63,15 @@ urlpatterns: list[URLPattern] = [
         "projects/<int:project_id>/environment/rebuild/",
         project_views.project_environment_rebuild,
         name="project-environment-rebuild",
+    ),
+    # Deliveries from outside: the signature authenticates them, not the owner's session.
+    path("hooks/<str:key>", webhook_receiver.receive, name="webhook-receive"),
+    path("webhooks/", webhook_views.webhooks_screen, name="webhooks"),
+    path("webhooks/<int:webhook_id>/", webhook_views.webhook_detail, name="webhook"),
+    path("webhooks/<int:webhook_id>/delete", webhook_views.webhook_delete, name="webhook-delete"),
+    path(
+        "webhooks/<int:webhook_id>/deliveries/<int:delivery_pk>/replay",
+        webhook_views.webhook_replay,
+        name="webhook-replay",
     ),
 ]

@@ -78,6 +78,11 @@ SCREENS = [
         gettext_lazy("Cluster"),
         gettext_lazy("Nodes, runners and active sandboxes."),
     ),
+    Screen(
+        "webhooks",
+        gettext_lazy("Webhooks"),
+        gettext_lazy("Missions started by signed requests from outside."),
+    ),
     Screen("costs", gettext_lazy("Costs"), gettext_lazy("Spend per mission, model and day.")),
     Screen("settings", gettext_lazy("Settings"), gettext_lazy("Security and API tokens.")),
 ]
