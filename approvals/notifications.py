@@ -171,7 +171,8 @@ def deliver_one(now: datetime | None = None) -> bool:
 def record(draft: Draft, prefs: NotificationSettings, now: datetime) -> Notification | None:
     """The row of `draft`, unless one tells of it already; delivered as the owner chose."""
     mode = prefs.mode(draft.kind)
-    delivery = {Mode.NOW: Delivery.PUSH, Mode.DIGEST: Delivery.DIGEST}.get(mode, Delivery.HOME)
+    by_mode: dict[str, str] = {Mode.NOW: Delivery.PUSH, Mode.DIGEST: Delivery.DIGEST}
+    delivery = by_mode.get(mode, Delivery.HOME)
     if draft.kind == Told.AGENT_MESSAGE and delivery == Delivery.PUSH and _agent_pushed(draft, now):
         delivery = Delivery.HOME
     row, created = Notification.objects.get_or_create(
