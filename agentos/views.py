@@ -21,7 +21,7 @@ from agentos.core.errors import DomainError
 from agentos.core.models import ApiToken, AuditEvent
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from agentos.forms import SignInForm, TokenForm
-from approvals import inbox, push
+from approvals import inbox, notice_views, notifications, push
 from missions import costs, overview, provider_views, search
 
 
@@ -75,6 +75,7 @@ def logout_view(request: HttpRequest) -> HttpResponse:
 # Home's cards and what each collects, in page order.
 HOME_CARDS: dict[str, Callable[[], object]] = {
     "waiting": inbox.waiting,
+    "told": notifications.unread,
     "running": overview.running,
     "spend": costs.today,
     "health": health.check,
@@ -170,6 +171,7 @@ def settings_page(
         "backup_codes": backup_codes,
         "push_public_key": push.public_key(),
         "push_subscriptions": push.subscriptions(),
+        "told_form": notice_views.settings_form(),
     }
     return render(request, "console/settings.html", context, status=status)
 
