@@ -135,7 +135,11 @@
   }
 
   function start() {
-    var supported = window.PublicKeyCredential && navigator.credentials && window.isSecureContext;
+    // Browsers refuse WebAuthn on an IP address (127.0.0.1 included) and outside a secure
+    // context (https, or http on localhost): say so rather than offer what must fail.
+    var address = /^[0-9.]+$|^\[/.test(location.hostname);
+    var supported =
+      window.PublicKeyCredential && navigator.credentials && window.isSecureContext && !address;
     document.querySelectorAll("[data-passkey-form]").forEach(function (form) {
       if (!supported) {
         var note = form.querySelector("[data-passkey-unsupported]");

@@ -92,8 +92,9 @@ def passkeys(user: User) -> list[WebAuthnCredential]:
 
 def _take(request: HttpRequest, key: str) -> dict[str, Any] | None:
     state = request.session.pop(key, None)
-    # Saved now, before the answer is checked: a failed check must not leave it to retry.
-    request.session.save()
+    if state is not None:
+        # Saved now, before the answer is checked: a failed check must not leave it to retry.
+        request.session.save()
     return state if isinstance(state, dict) else None
 
 
