@@ -28,11 +28,13 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import HttpRequest
 from django.http.request import split_domain_port
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp_webauthn.exceptions import OTPWebAuthnApiError
 from django_otp_webauthn.helpers import WebAuthnHelper
 from django_otp_webauthn.models import WebAuthnCredential
+from django_otp_webauthn.settings import app_settings
 from webauthn.helpers.exceptions import WebAuthnException
 from webauthn.helpers.structs import ResidentKeyRequirement, UserVerificationRequirement
 
@@ -90,12 +92,22 @@ def passkeys(user: User) -> list[WebAuthnCredential]:
     return list(WebAuthnCredential.objects.filter(user=user, confirmed=True).order_by("pk"))
 
 
+def _keep(request: HttpRequest, key: str, state: dict[str, Any]) -> None:
+    request.session[key] = {**state, "issued": timezone.now().timestamp()}
+
+
 def _take(request: HttpRequest, key: str) -> dict[str, Any] | None:
+    """The ceremony's state, once, and only within the time the browser was given to answer
+    (py_webauthn does not look at the clock): a challenge never waits for a late answer."""
     state = request.session.pop(key, None)
-    if state is not None:
-        # Saved now, before the answer is checked: a failed check must not leave it to retry.
-        request.session.save()
-    return state if isinstance(state, dict) else None
+    if state is None:
+        return None
+    # Saved now, before the answer is checked: a failed check must not leave it to retry.
+    request.session.save()
+    if not isinstance(state, dict) or not isinstance(state.get("issued"), float):
+        return None
+    age = timezone.now().timestamp() - state["issued"]
+    return state if 0 <= age <= app_settings.OTP_WEBAUTHN_TIMEOUT_SECONDS else None
 
 
 def _answer(answer: str) -> dict[str, Any]:
@@ -115,7 +127,7 @@ def begin_enrolment(request: HttpRequest, *, user: User, name: str, code: str) -
     security_settings.confirm_code(request, user=user, code=code)
     name = " ".join(name.split())[:NAME_CHARS] or _("passkey")
     options, state = _helper(request).register_begin(user=user)
-    request.session[ENROLMENT] = {**state, "name": name, "user": user.pk}
+    _keep(request, ENROLMENT, {**state, "name": name, "user": user.pk})
     return dict(options)
 
 
@@ -190,7 +202,7 @@ def begin_sign_in(request: HttpRequest) -> dict[str, Any]:
     """The options for `navigator.credentials.get`: a challenge, and no account named (which
     passkeys exist is not told to someone who has not given the password)."""
     options, state = _helper(request).authenticate_begin(user=None, require_user_verification=False)
-    request.session[SIGN_IN] = state
+    _keep(request, SIGN_IN, state)
     return dict(options)
 
 

@@ -6,11 +6,14 @@ refused."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp_webauthn.models import WebAuthnCredential
 
@@ -169,6 +172,22 @@ def test_it_takes_each_sign_in_answer_once(
     assert "_auth_user_id" not in client.session
     failure = AuditEvent.objects.get(kind=AuditEvent.Kind.SIGNIN_FAILED)
     assert failure.detail["reason"] == "bad_passkey"
+
+
+def test_it_refuses_an_answer_given_after_the_time_allowed(
+    owner: Owner, owner_client: Client, authenticator: SoftAuthenticator
+) -> None:
+    enrol(owner_client, owner, authenticator)
+    client = Client()
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        options = challenge(client)
+        assert options["timeout"] == 300_000  # what the browser is told, in milliseconds
+        clock.shift(timedelta(seconds=301))
+
+        late = sign_in(client, owner, authenticator.get(options, origin=ORIGIN))
+
+    assert late.status_code == 401
+    assert "_auth_user_id" not in client.session
 
 
 @pytest.mark.parametrize(
