@@ -183,8 +183,9 @@ LOGIN_REDIRECT_URL = "console:home"
 OTP_TOTP_ISSUER = "agentos"
 # Passkeys (WebAuthn) as a second factor. The relying party is the host the console is reached
 # by, and the origin that host with the request's scheme (agentos.core.passkeys.Helper): both
-# come from a Host header Django already checked against ALLOWED_HOSTS. WebAuthn needs a secure
-# context: http://localhost and http://127.0.0.1 are one; any other host needs HTTPS.
+# come from a Host header Django already checked against ALLOWED_HOSTS. Browsers allow WebAuthn
+# only in a secure context and on a host name: http://localhost works, an IP address (127.0.0.1
+# included) never does, and any other name needs HTTPS.
 OTP_WEBAUTHN_HELPER_CLASS = "agentos.core.passkeys.Helper"
 OTP_WEBAUTHN_RP_NAME = "agentos"
 OTP_WEBAUTHN_RP_ID_CALLABLE = "agentos.core.passkeys.relying_party_id"

@@ -213,6 +213,19 @@ def test_it_refuses_a_sign_in_answer_for_another_site(
     assert "Sign-in failed" in response.content.decode()
 
 
+def test_a_refused_answer_is_not_sent_back_to_outvote_a_code(
+    owner: Owner, owner_client: Client, authenticator: SoftAuthenticator
+) -> None:
+    enrol(owner_client, owner, authenticator)
+    client = Client()
+    answer = authenticator.get(challenge(client), origin="https://phish.example.net")
+
+    page = sign_in(client, owner, answer).content.decode()
+
+    assert '<input type="hidden" name="passkey" value="">' in page
+    assert answer not in page
+
+
 def test_it_refuses_another_accounts_passkey(
     owner: Owner, owner_client: Client, authenticator: SoftAuthenticator
 ) -> None:
