@@ -35,6 +35,8 @@ class SignInForm(forms.Form):
             }
         ),
     )
+    # Filled by static/passkeys.js with the browser's answer when the owner uses a passkey.
+    passkey = forms.CharField(required=False, max_length=16_000, widget=forms.HiddenInput)
 
 
 class TokenForm(forms.Form):
