@@ -86,7 +86,8 @@ def test_it_creates_lists_replays_and_deletes_webhooks(
     screenshot(page, "webhooks-created")
     assert_accessible(page)
 
-    # No model is routed yet (the flushed database has no routes): stored as failed, the sender told 503.
+    # No model is routed yet (the flushed database has no routes): stored as failed, the
+    # sender told 503.
     failed = deliver(url, secret, json.dumps({"version": "1.4"}).encode(), "deploy-1")
     assert failed.status_code == 503, failed.text
     page.goto(stack.url + "/webhooks/")
