@@ -37,7 +37,10 @@ def executor_choices() -> list[tuple[str, str]]:
 
 
 def offline_choices() -> list[tuple[str, Any]]:
-    return [("", _("A goal of mine, pursued by a model")), *offline.choices()]
+    # An offline mission bound to a project (the demo's) is offered while that project exists.
+    bound = [mission.project for mission in offline.MISSIONS.values() if mission.project]
+    names = Project.objects.filter(name__in=bound).values_list("name", flat=True)
+    return [("", _("A goal of mine, pursued by a model")), *offline.choices(set(names))]
 
 
 class MissionForm(forms.Form):

@@ -230,9 +230,7 @@ def needs_a_model(*, stand_in: bool, provider: str = "") -> MissionError:
     """The refusal of a goal no model can pursue: where keys are set, and what runs without.
     `provider`: the one the executor's route names (a route a mission names is never replaced
     by another provider, so another being set does not help)."""
-    offered = ", ".join(
-        f"{m.key} ({m.goal.rstrip('.')})" for m in offline_missions.MISSIONS.values()
-    )
+    offered = ", ".join(f"{m.key} ({m.goal.rstrip('.')})" for m in offline_missions.general())
     if not stand_in:
         why = "the offline model only plays the offline missions"
     elif provider and any(providers.ready(name) for name in providers.KEYS):
@@ -245,7 +243,7 @@ def needs_a_model(*, stand_in: bool, provider: str = "") -> MissionError:
         code="no_provider",
         details={
             "settings": reverse("console:settings"),
-            "offline": list(offline_missions.MISSIONS),
+            "offline": [m.key for m in offline_missions.general()],
         },
     )
 
@@ -318,6 +316,11 @@ def create_mission(
         if not project.repository:
             raise MissionError(
                 "The offline missions run on a project's repository, and this project has none.",
+                code="invalid_input",
+            )
+        if chosen.project and project.name != chosen.project:
+            raise MissionError(
+                f"The offline mission {offline} runs on the {chosen.project} project only.",
                 code="invalid_input",
             )
         goal, definition_of_done = chosen.goal, chosen.definition_of_done
