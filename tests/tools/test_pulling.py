@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -128,7 +129,7 @@ def test_the_api_pulls_and_refuses_with_the_right_status(
     no_remote = Project.objects.create(name="alone", repository=str(repo.parent / "alone"))
     secret = create_token(owner=owner.user, name="script").secret
 
-    def pull(project_id: int) -> tuple[int, dict[str, object]]:
+    def pull(project_id: int) -> tuple[int, dict[str, Any]]:
         answered = client.post(
             f"/api/v1/projects/{project_id}/pull",
             content_type="application/json",
