@@ -13,6 +13,8 @@ from django.db import transaction
 
 from kernel.models import Run
 from missions import offline
+
+# Re-exported: the mission as data lives in `missions.demo_script`; serve and tests read demo.X.
 from missions.demo_script import BUGGY as BUGGY
 from missions.demo_script import BUGGY_LINE as BUGGY_LINE
 from missions.demo_script import DONE as DONE

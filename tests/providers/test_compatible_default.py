@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from kernel.models import RunStatus
+from agentos.core.tokens import create_token
+from kernel.models import Run, RunStatus
 from kernel.worker import Worker
 from missions import endpoints, routing
 from missions.errors import MissionError
 from missions.launch import create_mission
 from missions.models import Mission, Project, Role
+from tests.factories import Owner
 from tests.providers.compatible_wire import MODEL, Chat
 from tests.providers.wire import WireServer
 
@@ -26,7 +28,9 @@ def _no_environment_keys(monkeypatch: pytest.MonkeyPatch, seeded_catalog: None) 
         monkeypatch.delenv(variable, raising=False)
 
 
-def test_a_plain_mission_runs_on_the_endpoint_once_it_is_set(server: WireServer) -> None:
+def test_a_plain_mission_runs_on_the_endpoint_once_it_is_set(
+    server: WireServer, owner: Owner, client: Client
+) -> None:
     project = Project.objects.create(name="local only")
     with pytest.raises(MissionError, match="no provider can be called") as refused:
         create_mission(project=project, goal="Say done.", trigger="api")
@@ -35,7 +39,16 @@ def test_a_plain_mission_runs_on_the_endpoint_once_it_is_set(server: WireServer)
 
     endpoints.put(base_url=server.url + "/v1", model=MODEL)
     server.queue(Chat().text("Done.").finish(prompt_tokens=30, completion_tokens=2))
-    mission, run = create_mission(project=project, goal="Say done.", trigger="api")
+    secret = create_token(owner=owner.user, name="script").secret
+    answered = client.post(
+        "/api/v1/missions",
+        {"project_id": project.pk, "goal": "Say done."},
+        content_type="application/json",
+        headers={"authorization": f"Bearer {secret}"},
+    )
+    assert answered.status_code == 201, answered.content
+    mission = Mission.objects.get()
+    run = Run.objects.get(pk=answered.json()["run_id"])
 
     assert mission.routes == {}
     assert (run.input["provider"], run.input["model"]) == ("compatible", MODEL)
