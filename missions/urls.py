@@ -54,6 +54,7 @@ urlpatterns: list[URLPattern] = [
         project_views.project_refresh,
         name="project-refresh",
     ),
+    path("projects/<int:project_id>/pull/", project_views.project_pull, name="project-pull"),
     path(
         "projects/<int:project_id>/environment/",
         project_views.project_environment,
