@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils.html import escape
 
 from agentos.api import PREFIX, api
 from agentos.core import idempotency, scopes, tokens
@@ -185,9 +186,12 @@ def test_an_act_token_cannot_decide(client: Client, owner: Owner) -> None:
     assert Approval.objects.get(pk=approval.pk).status == "pending"
 
 
-def test_the_settings_help_says_the_rule_of_the_table() -> None:
+def test_the_settings_screen_says_the_rule_of_the_table(owner_client: Client) -> None:
     text = scopes.help_text()
+
+    page = owner_client.get("/settings/")
 
     assert text.startswith("read: read anything; act: start and steer missions")
     assert "approve: decide approvals, answer questions" in text
     assert "A phone that approves needs read and approve, not act." in text
+    assert escape(text) in page.content.decode()
