@@ -1,4 +1,4 @@
-"""API tokens expire and carry scopes: read (GET), act (writes), approve (owner decisions)."""
+"""API tokens expire and carry scopes: read (GET), approve (owner decisions), act (other writes)."""
 
 from __future__ import annotations
 
