@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from django import forms
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
-from agentos.core import tokens
+from agentos.core import scopes, tokens
 from agentos.core.models import Scope, default_scopes
 
 
@@ -50,10 +51,7 @@ class TokenForm(forms.Form):
         choices=Scope.choices,
         initial=default_scopes,
         widget=forms.CheckboxSelectMultiple,
-        help_text=_(
-            "read: look; act: start, steer and change things; approve: decide approvals and "
-            "answer questions (give it only to what you trust with that)."
-        ),
+        help_text=lazy(scopes.help_text, str)(),
     )
     days = forms.IntegerField(
         label=_("Expires after (days)"),

@@ -22,7 +22,7 @@ from pydantic import ConfigDict, StrictInt
 
 from agentos.core import audit
 from agentos.core.schemas import Text
-from missions import actions, blueprints, endpoints, keys, launch, search
+from missions import actions, blueprints, endpoints, keys, launch, overview, search
 from missions.blueprints import MissionIn
 from missions.engine import outage
 from missions.errors import MissionError
@@ -108,8 +108,15 @@ class MissionDetailOut(MissionOut):
     )
 
 
+class MissionItemOut(MissionOut):
+    status: str | None = Field(
+        description="Its outcome as the console shows it: done once a root run ended done, else "
+        "its latest root run's status (or paused, stopping); null before its first run"
+    )
+
+
 class MissionPage(Schema):
-    items: list[MissionOut]
+    items: list[MissionItemOut]
     next: str | None = Field(description="Cursor of the next page; null on the last one")
 
 
@@ -194,8 +201,14 @@ def list_missions(request: HttpRequest, filters: Query[MissionFilter]) -> dict[s
     page = list(found[: filters.limit + 1])
     more = len(page) > filters.limit
     page = page[: filters.limit]
+    # Every root run of the page in one query (the console's missions list reads them so too).
+    roots = overview.roots_by_mission([mission.pk for mission in page])
+    items = []
+    for mission in page:
+        state = overview.mission_state(roots.get(mission.pk, []))
+        items.append({**mission_out(mission), "status": state.value if state else None})
     return {
-        "items": [mission_out(mission) for mission in page],
+        "items": items,
         "next": encode_cursor(page[-1]) if more else None,
     }
 

@@ -107,7 +107,10 @@ def target(
     )
     return Target(
         schema=schemathesis.openapi.from_wsgi("/api/v1/openapi.json", wsgi_app),
-        secret=tokens.create_token(owner=owner.user, name="fuzz").secret,
+        # Every scope: the fuzzer reaches each operation's body, the owner's decisions' too.
+        secret=tokens.create_token(
+            owner=owner.user, name="fuzz", scopes=["read", "act", "approve"]
+        ).secret,
         known={
             "project_id": [project.pk],
             "mission_id": [mission.pk, finished_mission.pk],
