@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import anthropic
 import httpx2
-import openai
 
 from missions.providers.base import (
     Aborted,
@@ -94,6 +92,11 @@ def classify(error: ProviderError) -> Trouble:
     3. Then the adapter's own reading: rate limited, overloaded, server error, refused key;
        everything permanent that is left is an invalid request.
     """
+    # The SDKs take about two seconds to import: every process imports this module as it starts,
+    # and only one that has called a model (and so imported them) ever classifies its failure.
+    import anthropic
+    import openai
+
     cause = error.__cause__
     status = _status(cause)
     retry_after = error.retry_after
@@ -124,6 +127,9 @@ def classify(error: ProviderError) -> Trouble:
 
 
 def _status(cause: BaseException | None) -> int | None:
+    import anthropic
+    import openai
+
     if isinstance(cause, anthropic.APIStatusError | openai.APIStatusError):
         # A mid-stream error event arrives on a 200 response: no status worth showing.
         return cause.status_code if cause.status_code >= 400 else None
@@ -132,6 +138,9 @@ def _status(cause: BaseException | None) -> int | None:
 
 def _code(cause: BaseException | None) -> str | None:
     """OpenAI's `error.code`, or Anthropic's `error.type` (its only code)."""
+    import anthropic
+    import openai
+
     if isinstance(cause, openai.APIError):
         return cause.code
     if isinstance(cause, anthropic.APIStatusError):

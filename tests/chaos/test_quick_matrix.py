@@ -1,8 +1,9 @@
 """The quick chaos matrix: crash points by workflow steps, real worker processes, SIGKILL; and
-the workspace cases (`missions.proving`, the ones `make chaos` runs from `settings.CHAOS_CASES`),
-each on its own: coding runs in real worktrees whose workers SIGKILL themselves at crash points
-in their quick forms (`make chaos` runs each in full). The takeover case is
-tests/chaos/test_takeover.py.
+one workspace case (`missions.proving`), a shell append in a real worktree whose worker SIGKILLs
+itself before its result. The other workspace cases (a fork, an engine bump, a node's runner, the
+supervisor) run in full in `make chaos`, from `settings.CHAOS_CASES`; every crash point of the
+kernel and the tool harness is also swept in process by tests/kernel/test_crash_sweep.py and
+tests/missions/test_crash_sweep_harness.py. The takeover case is tests/chaos/test_takeover.py.
 
 Every wait inside a workspace case has its deadline (`missions.proving.chaos.RUN_SECONDS`,
 `PARK_SECONDS`): a case that cannot go on reports a violation instead of hanging."""
@@ -14,9 +15,7 @@ import pytest
 from kernel.proving import chaos
 from kernel.proving.chaos import QUICK_MATRIX, Report
 from kernel.proving.harness import run_chaos
-from missions.proving.chaos_nodes import node_runner_case
-from missions.proving.chaos_runs import engine_bump_case, fork_case, shell_append_case
-from missions.proving.chaos_supervisor import supervisor_case
+from missions.proving.chaos_runs import shell_append_case
 
 pytestmark = [
     pytest.mark.chaos,
@@ -49,30 +48,6 @@ def test_it_applies_a_shell_append_killed_before_its_result_once() -> None:
     passed(shell_append_case(), kills=1)
 
 
-@pytest.mark.usefixtures("seeded_catalog")
-def test_it_forks_into_a_worktree_of_its_own_equal_to_the_fork_steps_checkpoint() -> None:
-    passed(fork_case(), kills=2)
-
-
-@pytest.mark.usefixtures("seeded_catalog")
-def test_it_parks_or_resumes_a_run_across_an_engine_bump_never_leaving_it_unclaimed() -> None:
-    passed(engine_bump_case(), kills=1)
-
-
-@pytest.mark.usefixtures("seeded_catalog")
-def test_a_supervisor_killed_at_its_spawns_joins_merges_and_verdicts_ends_as_its_twin() -> None:
-    # Eight kills over the supervisor's spawns, joins, a merge and the verdicts, one inside
-    # a reader and one inside a writer; the full matrix (every step) runs in `make chaos`.
-    report = supervisor_case(quick=True)
-
-    print(report.line())
-    assert report.violations == []
-    assert report.targets_fired == 10
-    # Two runs of one worker may reach their crash points at once (the supervisor its join, a
-    # reader it has just spawned its model call): one death for both.
-    assert 8 <= report.kills <= 10
-
-
 def test_it_lists_the_workspace_cases_for_make_chaos() -> None:
     assert [name for name, _ in chaos.cases()] == [
         "shell_append_case",
@@ -81,8 +56,3 @@ def test_it_lists_the_workspace_cases_for_make_chaos() -> None:
         "node_runner_case",
         "supervisor_case",
     ]
-
-
-@pytest.mark.usefixtures("seeded_catalog")
-def test_a_runner_killed_mid_step_on_its_node_leaves_each_write_applied_once() -> None:
-    passed(node_runner_case(quick=True), kills=2)
