@@ -255,7 +255,7 @@ def test_a_blank_reason_is_refused_and_the_note_kept(api: Api) -> None:
     missing = api.post("/memory/notes/invalidate", {"scope": "project/7", "path": path})
 
     assert error(blank, 400)["message"] == "Say why this note no longer holds."
-    assert error(missing, 422)["details"][0]["loc"] == ["body", "payload", "reason"]
+    assert error(missing, 422)["details"][0]["loc"] == ["body", "reason"]
     assert Note.objects.get(path=path).invalid_at is None
 
 
@@ -266,7 +266,7 @@ def test_an_unknown_type_or_field_is_refused_by_the_schema(api: Api) -> None:
         "/memory/notes", {"scope": "global", "title": "x", "valid_from": "2026-01-01T00:00:00"}
     )
 
-    assert error(unknown_type, 422)["details"][0]["loc"] == ["body", "payload", "type"]
+    assert error(unknown_type, 422)["details"][0]["loc"] == ["body", "type"]
     assert (
         "'fact', 'lesson', 'decision', 'preference', 'procedure' or 'event'"
         in (error(unknown_type, 422)["details"][0]["msg"])
