@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
@@ -23,8 +25,9 @@ pytestmark = pytest.mark.django_db
 ANSWER = "The notes list 14 changes since 1.2."
 
 
-def text_of(response: object) -> str:
-    return response.content.decode()  # type: ignore[attr-defined]  # a test client response
+def text_of(response: HttpResponseBase) -> str:
+    assert isinstance(response, HttpResponse)
+    return response.content.decode()
 
 
 def finished() -> tuple[int, Run]:
