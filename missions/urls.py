@@ -40,4 +40,9 @@ urlpatterns: list[URLPattern] = [
         project_views.project_environment_rebuild,
         name="project-environment-rebuild",
     ),
+    path(
+        "projects/<int:project_id>/credential/",
+        project_views.project_credential,
+        name="project-credential",
+    ),
 ]

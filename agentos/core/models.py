@@ -117,6 +117,7 @@ class AuditEvent(models.Model):
         MCP_CHANGED = "mcp.changed", _("an MCP server added, approved or its trust changed")
         BRIDGE_CHANGED = "bridge.changed", _("an API bridge added, changed or removed")
         PUSH_SENDER_CHANGED = "push.sender", _("the push sender's contact changed")
+        REMOTE_CREDENTIAL_CHANGED = "credential.changed", _("a project's push credential set")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

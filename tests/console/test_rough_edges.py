@@ -5,6 +5,7 @@ needs a browser (widths, what is in view, taps) is in tests/browser/test_rough_e
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from django.http import HttpResponse
@@ -19,6 +20,8 @@ from memory import store
 from memory.store import Draft
 from missions.models import Project
 from tests.console.factories import launch, project, work
+from tools import remotes
+from tools.models import RemoteCredential
 
 pytestmark = pytest.mark.django_db
 
@@ -242,3 +245,52 @@ def test_the_admin_leaves_out_users_groups_and_chaos_records(
     assert ">Users<" not in index
     assert ">Groups<" not in index
     assert "Global budgets" in index or "Global budget" in index  # still the policy editor
+
+
+# --- A project's push credential, on its page ---------------------------------------------------
+
+SECRET = "ghp_rough_edges_secret_7f3a"  # a test's made-up token
+
+
+def test_it_sets_a_projects_push_credential_on_its_page_write_only(
+    owner_client: Client, tmp_path: Path
+) -> None:
+    shop = Project.objects.create(name="Shop front", repository=str(tmp_path))
+    page = text_of(owner_client.get(f"/projects/{shop.pk}/"))
+    assert "admin/tools/remotecredential" not in page
+    assert f'action="/projects/{shop.pk}/credential/"' in page
+
+    response = owner_client.post(
+        f"/projects/{shop.pk}/credential/",
+        {"remote": "origin", "kind": "token", "username": "", "secret": SECRET},
+    )
+
+    assert response.status_code == 302
+    assert response["Location"].endswith(f"/projects/{shop.pk}/#push-credentials")
+    stored = RemoteCredential.objects.get(project=shop, remote="origin")
+    assert SECRET.encode() not in bytes(stored.ciphertext)
+    assert remotes.values() == [SECRET]
+    assert stored.username == remotes.TOKEN_USER
+    event = AuditEvent.objects.get(kind=AuditEvent.Kind.REMOTE_CREDENTIAL_CHANGED)
+    assert SECRET not in str(event.detail)
+    again = text_of(owner_client.get(f"/projects/{shop.pk}/"))
+    assert SECRET not in again
+    assert "never shown again" in again
+
+
+def test_a_refused_push_credential_keeps_nothing_and_never_shows_the_secret(
+    owner_client: Client, tmp_path: Path
+) -> None:
+    shop = Project.objects.create(name="Shop front", repository=str(tmp_path))
+
+    response = owner_client.post(
+        f"/projects/{shop.pk}/credential/",
+        {"remote": "origin", "kind": "password", "username": "", "secret": SECRET},
+    )
+
+    assert response.status_code == 400
+    page = text_of(response)
+    assert SECRET not in page
+    assert re.search(r'<select[^>]*name="kind"[^>]*autofocus', page)
+    assert re.search(r"<details class=\"push-credential\" open>", page)
+    assert not RemoteCredential.objects.exists()
