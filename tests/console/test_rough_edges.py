@@ -218,6 +218,8 @@ def test_memory_scopes_are_named_by_their_project(owner_client: Client) -> None:
 
     assert "Project “Shop front”</a>" in page
     assert "Global memory</a>" in page
+    # The search's scope picker too.
+    assert re.search(rf'<option value="project/{shop.pk}">Project “Shop front”</option>', page)
     scope = text_of(owner_client.get(f"/memory/project/{shop.pk}/"))
     assert '<h1 class="page-title">Project “Shop front”</h1>' in scope
 
