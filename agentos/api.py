@@ -1,8 +1,9 @@
 """The REST API at /api/v1: one NinjaAPI, owner authentication, and every error mapped here.
 
-- Callers: a personal API token (`Authorization: Bearer aos_…`; reads need its `read` scope,
-  writes `act`, the owner's decisions `approve`) or the owner's console session, signed in with
-  the second factor and CSRF-checked.
+- Callers: a personal API token (`Authorization: Bearer aos_…`; the scope each route needs is
+  the one rule of `agentos.core.scopes`: reads `read`, the owner's decisions `approve`, other
+  writes `act`) or the owner's console session, signed in with the second factor and
+  CSRF-checked.
 - Every write is idempotent under an `Idempotency-Key` (`agentos.core.idempotency`, installed here
   around every operation, whichever router adds it).
 - Error bodies always have the shape `{"error": {"code": ..., "message": ..., "details": ...}}`,
@@ -16,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,11 +34,11 @@ from django.http.response import HttpResponseBase, StreamingHttpResponse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from ninja import Field, NinjaAPI, Router, Schema, Status
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, ValidationError, ValidationErrorContext
 from ninja.security import APIKeyCookie, HttpBearer
 
 from agentos import health
-from agentos.core import audit, idempotency, owner, reachability, tokens
+from agentos.core import audit, idempotency, owner, reachability, scopes, tokens
 from agentos.core.errors import DomainError
 from agentos.core.models import ApiToken, AuditEvent, Scope
 
@@ -73,15 +75,46 @@ class OwnerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> User:
         found = tokens.authenticate_token(token, address=audit.client_address(request))
         request.api_token = found  # type: ignore[attr-defined]
-        # Reads need `read`, writes `act`; routes needing more (approve) check it themselves.
-        tokens.require_scope(request, tokens.scope_for_method(request.method))
+        # Checked here, before the body is read: a token without the scope learns nothing more.
+        tokens.require_scope(
+            request, scopes.needed(request.method, scopes.route_of(request, PREFIX))
+        )
         return found.owner
 
 
 class AgentosAPI(NinjaAPI):
+    def validation_error_from_error_contexts(
+        self, error_contexts: list[ValidationErrorContext[Any]]
+    ) -> ValidationError:
+        # A body read whole into one argument is located by ninja under that argument's name
+        # (["body", "payload", "goal"]), a name that is nowhere in the request: drop it.
+        error = super().validation_error_from_error_contexts(error_contexts)
+        unseen = {
+            getattr(context.model, "__read_from_single_attr__", None)
+            for context in error_contexts
+            if context.model.__ninja_param_source__ == "body"
+        } - {None}
+        for item in error.errors:
+            loc = tuple(item.get("loc", ()))
+            if len(loc) >= 2 and loc[0] == "body" and loc[1] in unseen:
+                item["loc"] = (loc[0], *loc[2:])
+        return error
+
     def get_openapi_schema(self, **kwargs: Any) -> Any:
         # Writes take an optional Idempotency-Key header, applied to every operation below.
-        return idempotency.document(super().get_openapi_schema(**kwargs))
+        return declare_scopes(idempotency.document(super().get_openapi_schema(**kwargs)))
+
+
+def declare_scopes(schema: dict[str, Any]) -> dict[str, Any]:
+    """Each operation's token requirement names the scope it needs (OpenAPI 3.1 lets a bearer
+    scheme list roles), from the one rule that authentication applies."""
+    for path, operations in schema.get("paths", {}).items():
+        route = "/" + path.removeprefix(PREFIX).strip("/")
+        for method, operation in operations.items():
+            for requirement in operation.get("security", []):
+                if "OwnerToken" in requirement:
+                    requirement["OwnerToken"] = [scopes.needed(method, route).value]
+    return schema
 
 
 api = AgentosAPI(
@@ -114,9 +147,9 @@ def error_response(
     details: Any = None,
     challenge: str | None = None,
 ) -> HttpResponse:
-    body: dict[str, Any] = {"code": code, "message": message}
-    if details is not None:
-        body["details"] = details
+    # Always the three keys, `details` null when there is nothing more to say: a client reads
+    # every error the same way.
+    body: dict[str, Any] = {"code": code, "message": message, "details": details}
     response = api.create_response(request, {"error": body}, status=status)
     if status == 401 or challenge:
         # RFC 6750: a 401 says how to authenticate; a refused token says why (`challenge`).
@@ -265,6 +298,34 @@ def _not_allowed(request: HttpRequest, response: HttpResponseBase) -> HttpRespon
     return answer
 
 
+@functools.cache
+def _public_routes() -> frozenset[str]:
+    """Routes whose every operation takes no authentication (health), from the OpenAPI document:
+    the operations that declare no security requirement."""
+    return frozenset(
+        "/" + path.removeprefix(PREFIX).strip("/")
+        for path, operations in api.get_openapi_schema()["paths"].items()
+        if not any(operation.get("security") for operation in operations.values())
+    )
+
+
+def _unless_public(request: HttpRequest) -> HttpResponse | None:
+    """The 401 (or the token's refusal) for a caller who is not the owner on a private route;
+    None for the owner, on a public route, or where no route matched."""
+    if request.resolver_match is None or scopes.route_of(request, PREFIX) in _public_routes():
+        return None
+    scheme, _sep, secret = request.headers.get("Authorization", "").partition(" ")
+    if secret and scheme.lower() == "bearer":
+        try:
+            tokens.authenticate_token(secret, address=audit.client_address(request))
+        except DomainError as refused:
+            return _domain_error(request, refused)
+        return None
+    if OwnerSession().authenticate(request, None) is not None:
+        return None
+    return _unauthenticated(request, AuthenticationError())
+
+
 # Headers of the original answer that still mean something on its JSON replacement.
 _KEPT_HEADERS = ("WWW-Authenticate", "Retry-After")
 
@@ -285,7 +346,8 @@ def json_errors(
         ):
             return response
         if response.status_code == 405:
-            return _not_allowed(request, response)
+            # Who calls is asked before what: a stranger learns no method of a private route.
+            return _unless_public(request) or _not_allowed(request, response)
         answer = status_error(request, response.status_code)
         for header in _KEPT_HEADERS:
             if header in response:
@@ -524,6 +586,8 @@ api.add_router("/", "missions.api_budget.router")
 api.add_router("/", "memory.api.router")
 api.add_router("/", "cluster.api.router")
 api.add_router("/", "missions.api_skills.router")
+api.add_router("/", "missions.api_schedules.router")
 api.add_router("/events", "agentos.events.router")
 api.add_router("/", "missions.killswitch.router")
 api.add_router("/", "tools.mcp.api.router")
+api.add_router("/", "missions.api_webhooks.router")

@@ -4,10 +4,12 @@ paths (the agent card, JSON-RPC) through the A2A SDK's Starlette pieces (`agento
 from __future__ import annotations
 
 import os
+from http import HTTPStatus
 from typing import Any
 
 from channels.routing import ProtocolTypeRouter
 from django.core.asgi import get_asgi_application
+from twisted.web import http as twisted_http
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentos.settings")
 
@@ -17,6 +19,12 @@ django_asgi_app = get_asgi_application()
 from agentos import a2a  # noqa: E402
 from agentos.websocket import websocket_application  # noqa: E402
 from kernel import bus  # noqa: E402
+
+# ASGI carries a status code without its reason phrase, and daphne takes the phrase from
+# Twisted's table, which lacks some the API answers (422, 429, 507): their status line would say
+# "Unknown Status". The standard library's phrases (Django's too) fill the gaps.
+for _status in HTTPStatus:
+    twisted_http.RESPONSES.setdefault(_status.value, _status.phrase.encode())
 
 router = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_application()})
 

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from django import forms
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
-from agentos.core import tokens
+from agentos.core import scopes, tokens
 from agentos.core.models import Scope, default_scopes
 
 
@@ -35,6 +36,8 @@ class SignInForm(forms.Form):
             }
         ),
     )
+    # Filled by static/passkeys.js with the browser's answer when the owner uses a passkey.
+    passkey = forms.CharField(required=False, max_length=16_000, widget=forms.HiddenInput)
 
 
 class TokenForm(forms.Form):
@@ -48,10 +51,7 @@ class TokenForm(forms.Form):
         choices=Scope.choices,
         initial=default_scopes,
         widget=forms.CheckboxSelectMultiple,
-        help_text=_(
-            "read: look; act: start, steer and change things; approve: decide approvals and "
-            "answer questions (give it only to what you trust with that)."
-        ),
+        help_text=lazy(scopes.help_text, str)(),
     )
     days = forms.IntegerField(
         label=_("Expires after (days)"),

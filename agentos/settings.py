@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
+    "django_otp_webauthn",  # passkeys: a django-otp device (agentos.core.passkeys)
     "django_htmx",
     "ninja",  # serves Swagger UI from static files (not a CDN) at /api/v1/docs
     "channels",
@@ -187,6 +188,19 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "console:login"
 LOGIN_REDIRECT_URL = "console:home"
 OTP_TOTP_ISSUER = "agentos"
+# Passkeys (WebAuthn) as a second factor. The relying party is the host the console is reached
+# by, and the origin that host with the request's scheme (agentos.core.passkeys.Helper): both
+# come from a Host header Django already checked against ALLOWED_HOSTS. Browsers allow WebAuthn
+# only in a secure context and on a host name: http://localhost works, an IP address (127.0.0.1
+# included) never does, and any other name needs HTTPS.
+OTP_WEBAUTHN_HELPER_CLASS = "agentos.core.passkeys.Helper"
+OTP_WEBAUTHN_RP_NAME = "agentos"
+OTP_WEBAUTHN_RP_ID_CALLABLE = "agentos.core.passkeys.relying_party_id"
+# Only our own views run ceremonies, and only as a second factor after the password.
+OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
+# The package wants a fixed list of origins; ours are derived per request (above), which also
+# serves the console on a port chosen at start (tests, `manage.py runserver 0`).
+SILENCED_SYSTEM_CHECKS = ["otp_webauthn.E030"]
 # Failed sign-ins let through at once, per (client address, username) and per client address;
 # past them, each failure delays the next attempt twice as long, up to the longest delay. A
 # count is forgotten after a quiet period. There is no per-username count: an attacker elsewhere

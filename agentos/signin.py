@@ -1,7 +1,8 @@
 """Owner sign-in: password and a mandatory second factor, with growing delays after failures.
 
 One entry point, `sign_in`, used by the login page. A password alone never opens a session: the
-code (TOTP, or a one-time backup code) is checked in the same step, and every outcome is audited.
+code (TOTP, or a one-time backup code) or a passkey's answer (`agentos.core.passkeys`) is checked
+in the same step, and every outcome is audited.
 
 Failures are counted per (client address, username) and per client address, in the database
 (`SignInThrottle`: shared by every process, kept across restarts). Past a few free failures,
@@ -20,6 +21,7 @@ import django_otp
 from django.conf import settings
 from django.contrib.auth import authenticate, login
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.http import HttpRequest
@@ -28,7 +30,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django_otp.models import Device
 
-from agentos.core import audit, security_settings
+from agentos.core import audit, passkeys, security_settings
 from agentos.core.models import AuditEvent, SignInThrottle
 
 
@@ -48,13 +50,16 @@ class SignedIn:
     device: Device
 
 
-def sign_in(request: HttpRequest, *, username: str, password: str, code: str) -> SignedIn:
+def sign_in(
+    request: HttpRequest, *, username: str, password: str, code: str, passkey: str = ""
+) -> SignedIn:
     """Open a verified owner session, or raise `SignInRefused`.
 
     1. Refuse at once, checking nothing, while this address (or this address for this
        username) must wait.
-    2. Check the password and then the code; a failure of either is audited, counted, and
-       answered with one message (which of them was wrong is never said).
+    2. Check the password and then the code, or the passkey's answer when there is one; a
+       failure of either is audited, counted, and answered with one message (which of them was
+       wrong is never said).
     3. Log in, bind the verifying device to the session (django-otp marks it verified), and
        clear this address's counts.
     """
@@ -77,7 +82,7 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
             reason="throttled",
         )
     code = "".join(code.split())
-    if not code:
+    if not code and not passkey:
         # Said before anything is checked, so it tells nothing about the password; not counted.
         _audit_failure(request, username, "missing_second_factor")
         raise SignInRefused(
@@ -87,9 +92,9 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
         )
 
     user = authenticate(request, username=username, password=password)
-    device = django_otp.match_token(user, code) if user is not None else None
+    device = _second_factor(request, user, code=code, passkey=passkey)
     if user is None or device is None:
-        reason = "bad_password" if user is None else "bad_code"
+        reason = "bad_password" if user is None else "bad_passkey" if passkey else "bad_code"
         _audit_failure(request, username, reason)
         failures = _count_failure(address=address, username=name)
         # One text and one status for a wrong user, password or code: a right password with a
@@ -126,6 +131,19 @@ def sign_in(request: HttpRequest, *, username: str, password: str, code: str) ->
     # The owner proved who they are from here: their own mistakes stop counting against them.
     SignInThrottle.objects.filter(address=address, username__in=["", name]).delete()
     return SignedIn(user=user, device=device)
+
+
+def _second_factor(
+    request: HttpRequest, user: AbstractBaseUser | None, *, code: str, passkey: str
+) -> Device | None:
+    if passkey:
+        # The challenge is spent even after a wrong password: each try asks the passkey anew.
+        challenge_user = user if isinstance(user, User) else None
+        if challenge_user is None:
+            passkeys.discard_sign_in(request)
+            return None
+        return passkeys.verify_sign_in(request, user=challenge_user, answer=passkey)
+    return django_otp.match_token(user, code) if user is not None else None
 
 
 def _name(username: str) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from agentos import security_screen, tools_screen, views
+from agentos import passkey_screen, security_screen, tools_screen, views
 from agentos.api import api, unknown_endpoint
 from approvals import urls as approvals_urls
 from cluster import views as cluster_views
@@ -46,6 +46,18 @@ console = (
         ),
         path(
             "settings/backup-codes", security_screen.renew_backup_codes, name="backup-codes-renew"
+        ),
+        path("login/passkey", passkey_screen.sign_in_options, name="passkey-sign-in-options"),
+        path(
+            "settings/passkeys/options",
+            passkey_screen.enrolment_options,
+            name="passkey-enrolment-options",
+        ),
+        path("settings/passkeys/add", passkey_screen.add, name="passkey-add"),
+        path(
+            "settings/passkeys/<int:device_id>/remove",
+            passkey_screen.remove,
+            name="passkey-remove",
         ),
         path("settings/push/subscribe", security_screen.subscribe, name="push-subscribe"),
         path("settings/push/unsubscribe", security_screen.unsubscribe, name="push-unsubscribe"),

@@ -16,17 +16,18 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from agentos import health, signin
-from agentos.core import audit, owner, security_settings, tokens
+from agentos.core import audit, owner, passkeys, security_settings, tokens
 from agentos.core.errors import DomainError
 from agentos.core.models import ApiToken, AuditEvent
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from agentos.forms import SignInForm, TokenForm
-from approvals import inbox, push, push_sender
+from approvals import inbox, notice_views, notifications, push, push_sender
 from missions import costs, overview, provider_views, search
 
 
 @never_cache
 @require_http_methods(["GET", "HEAD", "POST"])
+@sensitive_post_parameters("password", "code", "passkey")
 def login_view(request: HttpRequest) -> HttpResponse:
     next_url = request.POST.get("next") or request.GET.get("next") or ""
     if not url_has_allowed_host_and_scheme(
@@ -44,6 +45,7 @@ def login_view(request: HttpRequest) -> HttpResponse:
                     username=form.cleaned_data["username"],
                     password=form.cleaned_data["password"],
                     code=form.cleaned_data["code"],
+                    passkey=form.cleaned_data["passkey"],
                 )
             except signin.SignInRefused as refused:
                 error, status = refused.message, refused.status
@@ -75,6 +77,7 @@ def logout_view(request: HttpRequest) -> HttpResponse:
 # Home's cards and what each collects, in page order.
 HOME_CARDS: dict[str, Callable[[], object]] = {
     "waiting": inbox.waiting,
+    "told": notifications.unread,
     "running": overview.running,
     "spend": costs.today,
     "health": health.check,
@@ -167,11 +170,13 @@ def settings_page(
         "sessions": security_settings.sessions_of(user, current_key=request.session.session_key),
         "authenticators": security_settings.authenticators(user),
         "pending_authenticators": security_settings.pending(user),
+        "passkeys": passkeys.passkeys(user),
         "backup_codes_left": security_settings.unused_backup_codes(user),
         "backup_codes": backup_codes,
         "push_public_key": push.public_key(),
         "push_subscriptions": push.subscriptions(),
         "push_sender": push_sender.panel(push_sender_form),
+        "told_form": notice_views.settings_form(),
     }
     return render(request, "console/settings.html", context, status=status)
 

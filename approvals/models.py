@@ -141,3 +141,109 @@ class Reconciliation(Wait):
             return None
         verdict = self.answer.get("owner_verdict")
         return str(verdict) if verdict in Verdict.values else None
+
+
+# --- what the owner is told ---------------------------------------------------------------------
+
+
+class Told(models.TextChoices):
+    """What the owner is told of (`approvals.notifications`), each set off, at once or in the
+    daily digest in Settings."""
+
+    WAITING = "waiting", _("Something waits for you (an approval, a question, an unknown outcome)")
+    MISSION_DONE = "mission_done", _("A mission is done")
+    MISSION_FAILED = "mission_failed", _("A mission failed")
+    MISSION_BLOCKED = "mission_blocked", _("A mission is blocked")
+    MISSION_CANCELLED = "mission_cancelled", _("A mission was cancelled")
+    MISSION_CAPPED = "mission_capped", _("A mission was stopped by a cap")
+    CAP_NEAR = "cap_near", _("A cap is 80 % used")
+    PROVIDER_WAIT = "provider_wait", _("A run waits on a provider for more than an hour")
+    AGENT_MESSAGE = "agent_message", _("An agent's message to you")
+    DIGEST = "digest", _("The daily digest")
+
+
+class Delivery(models.TextChoices):
+    PUSH = "push", _("pushed at once")
+    DIGEST = "digest", _("kept for the daily digest")
+    HOME = "home", _("on the Home screen only")
+
+
+class Notification(models.Model):
+    """One thing the owner is told of: written once (its `key` names what it tells of), listed
+    on the Home screen until read, and pushed to the owner's devices as `delivery` says.
+
+    Rows are derived from the event stream under the push cursor's lock, in the transaction
+    that moves the cursor (`approvals.notifications.derive`): a crash neither loses nor doubles
+    one. `claimed_until` is the lease of the process posting it (`deliver`)."""
+
+    key = models.CharField(max_length=120, unique=True)
+    kind = models.CharField(max_length=20, choices=Told.choices)
+    title = models.CharField(max_length=120)
+    body = models.CharField(max_length=300, blank=True)
+    # A path of the console: the screen to act on, opened by a tap on the notification.
+    url = models.CharField(max_length=300)
+    account_id = models.BigIntegerField(null=True, blank=True)
+    run_id = models.BigIntegerField(null=True, blank=True)
+    # A wait for the owner: not pushed once it is settled (it no longer waits).
+    wait_id = models.BigIntegerField(null=True, blank=True)
+    delivery = models.CharField(max_length=10, choices=Delivery.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    pushed_at = models.DateTimeField(null=True, blank=True)
+    digested_at = models.DateTimeField(null=True, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [
+            # The pushes still to make (`deliver`), the digest's rows, the Home card.
+            models.Index(
+                fields=["id"],
+                name="notification_to_push",
+                condition=models.Q(delivery="push", pushed_at__isnull=True),
+            ),
+            models.Index(
+                fields=["id"],
+                name="notification_to_digest",
+                condition=models.Q(delivery="digest", digested_at__isnull=True),
+            ),
+            models.Index(
+                fields=["-created_at"],
+                name="notification_unread",
+                condition=models.Q(read_at__isnull=True),
+            ),
+            models.Index(
+                fields=["account_id", "kind", "-created_at"], name="notification_by_mission"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.title}"
+
+
+class Mode(models.TextChoices):
+    OFF = "off", _("Off")
+    NOW = "now", _("At once")
+    DIGEST = "digest", _("In the daily digest")
+
+
+class NotificationSettings(models.Model):
+    """The owner's choices (one row, pk 1): per kind, off, at once or in the daily digest; the
+    digest's hour in the owner's time zone. Off still lists the outcome on the Home screen."""
+
+    modes = models.JSONField(default=dict, blank=True)
+    digest_hour = models.PositiveSmallIntegerField(default=18)
+    time_zone = models.CharField(max_length=60, default="UTC")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("notification settings")
+        verbose_name_plural = _("notification settings")
+
+    def __str__(self) -> str:
+        return "notification settings"
+
+    def mode(self, kind: str) -> str:
+        chosen = self.modes.get(kind) if isinstance(self.modes, dict) else None
+        return chosen if chosen in Mode.values else Mode.NOW

@@ -7,8 +7,8 @@ subscribed are told.
 - Subscriptions: posted by the console (`static/console.js`); one row per browser.
 - Delivery follows the event stream (`kernel.stream`), never the code that opens a wait: a
   wait is recorded whatever happens here, and a push service that is slow or down delays only
-  the notification. `deliver_one` is called in a loop by every worker process
-  (`approvals.tasks`); the cursor's row lock lets one of them at a time take the next events.
+  the notification. What to tell and when is `approvals.notifications`; this module says a
+  wait or a notice in a line and posts it.
 
 Payloads are encrypted to each browser (RFC 8291, aes128gcm) and name the wait in one line;
 the push service sees neither. Endpoints are capability URLs: logged by host only.
@@ -20,7 +20,6 @@ import base64
 import ipaddress
 import json
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +27,7 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import Truncator
@@ -36,12 +35,12 @@ from django.utils.translation import gettext as _
 from py_vapid import Vapid
 from pywebpush import WebPushException, webpush
 
-from agentos.core import audit, reachability, vault
+from agentos.core import audit, vault
 from agentos.core.errors import DomainError
 from agentos.core.models import AuditEvent, PushState, PushSubscription
 from approvals import inbox
 from kernel import stream
-from kernel.models import Event, Wait, WaitKind, WaitState
+from kernel.models import Event, Wait, WaitKind
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +51,6 @@ SEND_TIMEOUT = 10
 TTL_SECONDS = 24 * 3600
 BATCH = 50
 TEXT_CHARS = 120
-# The events that reach the owner's phones: a wait for them, a cap 80 % used.
-PUSHED = ("wait.opened", "budget.notice")
 # Gone for good: the browser unsubscribed or the push service forgot it.
 GONE = {404, 410}
 
@@ -257,48 +254,6 @@ def _line(text: str) -> str:
 # --- delivery -----------------------------------------------------------------------------------
 
 
-def deliver_one() -> bool:
-    """Notify the waits opened since the cursor; True while more events may be pending.
-
-    1. Number what committed (`stream.sequence`), then, holding the state row (skipped if
-       another process holds it: that one is at work), take the next `wait.opened` events and
-       move the cursor past them, in one short transaction: each is taken once.
-    2. After commit, for each wait still open, post its notification to every subscription.
-       A failure is logged and costs that notification only (at most once, by design: the
-       Home screen and the Approvals list stay the reference).
-    """
-    stream.sequence()
-    state()
-    with transaction.atomic():
-        locked = PushState.objects.select_for_update(skip_locked=True).filter(pk=1).first()
-        if locked is None:
-            return False
-        head = stream.head()
-        events = list(
-            Event.objects.filter(
-                number__gt=locked.cursor, number__lte=head, kind__in=PUSHED
-            ).order_by("number")[:BATCH]
-        )
-        more = len(events) == BATCH
-        cursor = events[-1].number if more and events[-1].number else head
-        if cursor != locked.cursor:
-            PushState.objects.filter(pk=1).update(cursor=cursor)
-    if not events or not PushSubscription.objects.exists():
-        return more
-    for event in events:
-        if event.kind == "budget.notice":
-            send(notice_message(event))
-    ids = [e.data.get("wait") for e in events if isinstance(e.data.get("wait"), int)]
-    waits = Wait.objects.filter(pk__in=ids, state=WaitState.OPEN).select_related(
-        "run__account__mission"
-    )
-    for wait in waits.order_by("pk"):
-        message = message_for(wait)
-        if message is not None:
-            send(message)
-    return more
-
-
 def send(message: Message) -> Sent:
     """Post `message` to every subscription; drop those the push service says are gone."""
     vapid = _vapid(state())
@@ -377,32 +332,3 @@ def _unb64(text: str) -> bytes:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (ValueError, TypeError) as error:
         raise ValueError("not base64") from error
-
-
-# --- the follower -------------------------------------------------------------------------------
-
-POLL_SECONDS = 1.0
-
-
-def follow_until(stopping: threading.Event) -> None:
-    """Deliver until `stopping` is set (a worker process's thread, see `approvals.tasks`)."""
-    backoff = reachability.Backoff()
-    while not stopping.is_set():
-        pause = POLL_SECONDS
-        try:
-            more = deliver_one()
-        except Exception as error:
-            # The database away (said once, then waited for with a backoff), a vault key
-            # missing: the next round tries again.
-            connection.close()
-            more = False
-            if reachability.is_unreachable(error):
-                reachability.went_away(error, where="push delivery")
-                pause = max(pause, backoff.next_delay())
-            else:
-                logger.exception("push delivery round failed")
-        else:
-            backoff.reset()
-            reachability.came_back()
-        if not more:
-            stopping.wait(pause)

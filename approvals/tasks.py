@@ -6,7 +6,7 @@ import threading
 
 from huey.contrib.djhuey import HUEY
 
-from approvals import push
+from approvals import notifications, push
 
 _push_stopping = threading.Event()
 
@@ -18,7 +18,7 @@ def start_push_follower() -> None:
     on the first start, before anyone subscribes."""
     push.state()
     threading.Thread(
-        target=push.follow_until, args=(_push_stopping,), name="push", daemon=True
+        target=notifications.follow_until, args=(_push_stopping,), name="push", daemon=True
     ).start()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from approvals.notifications import AGENT_PUSH_MINUTES
 from approvals.service import ask_approval, ask_question
 from kernel import journal
 from kernel.context import Done, RunContext
@@ -96,7 +97,11 @@ REQUEST_APPROVAL = Tool(
 )
 NOTIFY_OWNER = Tool(
     name="notify_owner",
-    description="Tell the owner something worth knowing now (no answer expected).",
+    description=(
+        "Tell the owner something worth knowing now (no answer expected). Their phone is told"
+        f" at most once every {AGENT_PUSH_MINUTES} minutes per mission; later messages wait on"
+        " their Home screen."
+    ),
     input_schema={
         "type": "object",
         "properties": {"message": {"type": "string", "minLength": 1, "maxLength": 4000}},

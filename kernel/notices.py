@@ -1,7 +1,7 @@
 """The owner is told once when a cap is 80 % used: a mission's spend or tokens (its account's
 caps), a root run's wall time, the day's global spend, a provider's spend in a day or a month.
-The notice is a `budget.notice` event (the Home screen lists today's, `approvals.push` sends it
-to the owner's phones); its `BudgetNotice` row, keyed by the cap and what it holds, is written
+The notice is a `budget.notice` event (the Home screen lists today's, `approvals.notifications`
+tells the owner's phones); its `BudgetNotice` row, keyed by the cap and what it holds, is written
 in the same transaction, so a notice is sent once whatever process dies or retries. See
 docs/design.md §10.
 """

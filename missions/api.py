@@ -1,8 +1,8 @@
-"""Missions, schedules and settings over /api/v1 (projects: `api_projects`; runs and steering:
-`api_runs`).
+"""Missions and settings over /api/v1 (projects: `api_projects`; runs and steering: `api_runs`;
+schedules: `api_schedules`).
 
 Missions start through `missions.launch.create_mission`, as from the console, a schedule or
-another agent; provider keys, global caps and schedules change through their services. Their
+another agent; provider keys and global caps change through their services. Their
 refusals (`MissionError`s, and the kernel's `KernelError`s for caps) become the API's error shape
 in `agentos.api`; nothing is written when one is raised.
 """
@@ -18,15 +18,15 @@ from typing import Any, Literal
 from django.db.models import Count, Q
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
-from pydantic import ConfigDict, StrictBool, StrictInt
+from pydantic import ConfigDict, StrictInt
 
 from agentos.core import audit
 from agentos.core.schemas import Text
-from missions import actions, blueprints, endpoints, keys, launch, schedules, search
+from missions import actions, blueprints, endpoints, keys, launch, overview, search
 from missions.blueprints import MissionIn
 from missions.engine import outage
 from missions.errors import MissionError
-from missions.models import Mission, Project, ProviderEndpoint, Schedule
+from missions.models import Mission, Project, ProviderEndpoint
 from tools import levels
 
 router = Router()
@@ -108,8 +108,15 @@ class MissionDetailOut(MissionOut):
     )
 
 
+class MissionItemOut(MissionOut):
+    status: str | None = Field(
+        description="Its outcome as the console shows it: done once a root run ended done, else "
+        "its latest root run's status (or paused, stopping); null before its first run"
+    )
+
+
 class MissionPage(Schema):
-    items: list[MissionOut]
+    items: list[MissionItemOut]
     next: str | None = Field(description="Cursor of the next page; null on the last one")
 
 
@@ -194,8 +201,14 @@ def list_missions(request: HttpRequest, filters: Query[MissionFilter]) -> dict[s
     page = list(found[: filters.limit + 1])
     more = len(page) > filters.limit
     page = page[: filters.limit]
+    # Every root run of the page in one query (the console's missions list reads them so too).
+    roots = overview.roots_by_mission([mission.pk for mission in page])
+    items = []
+    for mission in page:
+        state = overview.mission_state(roots.get(mission.pk, []))
+        items.append({**mission_out(mission), "status": state.value if state else None})
     return {
-        "items": [mission_out(mission) for mission in page],
+        "items": items,
         "next": encode_cursor(page[-1]) if more else None,
     }
 
@@ -225,87 +238,6 @@ def get_mission(request: HttpRequest, mission_id: int) -> dict[str, Any]:
         "runs": {"total": sum(by_status.values()), "by_status": by_status, "root_run_ids": roots},
         "waiting_on": outage.waiting_in(mission.pk),
     }
-
-
-# --- Schedules ----------------------------------------------------------------------------------
-
-
-class ScheduleIn(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    project_id: int
-    name: Text = Field(max_length=120)
-    goal: Text = Field(max_length=launch.MAX_GOAL)
-    definition_of_done: Text = Field("", max_length=launch.MAX_GOAL)
-    cron: Text = Field(max_length=100, description="minute hour day month weekday")
-    enabled: StrictBool = True
-
-
-class SchedulePatch(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    project_id: int = Field(None)  # type: ignore[assignment]  # absent: unchanged; never null
-    name: Text = Field(None, max_length=120)  # type: ignore[assignment]  # idem
-    goal: Text = Field(None, max_length=launch.MAX_GOAL)  # type: ignore[assignment]  # idem
-    definition_of_done: Text = Field(None, max_length=launch.MAX_GOAL)  # type: ignore[assignment]
-    cron: Text = Field(None, max_length=100)  # type: ignore[assignment]  # idem
-    enabled: StrictBool = Field(None)  # type: ignore[assignment]  # idem
-
-
-class ScheduleOut(Schema):
-    id: int
-    project_id: int
-    name: str
-    goal: str
-    definition_of_done: str
-    cron: str
-    enabled: bool
-    last_fired_at: datetime | None
-    created_at: datetime
-
-
-@router.get("/schedules", response=list[ScheduleOut], tags=["schedules"], summary="Schedules")
-def list_schedules(request: HttpRequest) -> list[Schedule]:
-    return list(Schedule.objects.all())
-
-
-@router.post(
-    "/schedules",
-    response={201: ScheduleOut},
-    tags=["schedules"],
-    summary="Create a recurring mission (cron, five fields)",
-)
-def create_schedule(request: HttpRequest, payload: ScheduleIn) -> Status[Schedule]:
-    schedule = schedules.create_schedule(
-        project=project_or_404(payload.project_id),
-        name=payload.name,
-        goal=payload.goal,
-        definition_of_done=payload.definition_of_done,
-        cron=payload.cron,
-        enabled=payload.enabled,
-    )
-    return Status(201, schedule)
-
-
-@router.patch(
-    "/schedules/{schedule_id}",
-    response=ScheduleOut,
-    tags=["schedules"],
-    summary="Change some fields of a schedule",
-)
-def update_schedule(request: HttpRequest, schedule_id: int, payload: SchedulePatch) -> Schedule:
-    changes = payload.model_dump(exclude_unset=True)
-    if "project_id" in changes:
-        changes["project"] = project_or_404(changes.pop("project_id"))
-    return schedules.update_schedule(schedule_id, changes)
-
-
-@router.delete(
-    "/schedules/{schedule_id}", response={204: None}, tags=["schedules"], summary="Delete"
-)
-def delete_schedule(request: HttpRequest, schedule_id: int) -> Status[None]:
-    schedules.delete_schedule(schedule_id)
-    return Status(204, None)
 
 
 # --- Settings -----------------------------------------------------------------------------------

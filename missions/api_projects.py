@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
@@ -14,7 +14,7 @@ from pydantic import ConfigDict
 
 from agentos.core.schemas import Text
 from missions import environments as project_environments
-from missions import launch, projects
+from missions import launch, project_pull, projects
 from missions.api import project_or_404
 from missions.models import Project
 
@@ -92,6 +92,37 @@ def refresh_project(request: HttpRequest, project_id: int) -> Project:
     project = project_or_404(project_id)
     projects.refresh(project)
     return project
+
+
+class PullOut(Schema):
+    project: ProjectOut
+    branch: str | None = Field(description="The branch fast-forwarded; null for a cloned project")
+    remote: str | None
+    before: str | None = Field(description="Its commit before the pull")
+    after: str | None = Field(description="Its commit after: equal to before when up to date")
+    moved: bool | None = Field(description="Whether it moved; null for a cloned project")
+
+
+@router.post(
+    "/projects/{project_id}/pull",
+    response=PullOut,
+    tags=["projects"],
+    summary="Pull from remote: fast-forward the checked-out branch of the project's repository"
+    " (a cloned project: update it from its remote)",
+)
+def pull_project(request: HttpRequest, project_id: int) -> dict[str, Any]:
+    project = project_or_404(project_id)
+    pulled = project_pull.pull(project)
+    if pulled is None:
+        return {"project": project}
+    return {
+        "project": project,
+        "branch": pulled.branch,
+        "remote": pulled.remote,
+        "before": pulled.before,
+        "after": pulled.after,
+        "moved": pulled.moved,
+    }
 
 
 @router.get("/projects/{project_id}", response=ProjectOut, tags=["projects"], summary="A project")

@@ -22,7 +22,7 @@ from approvals import inbox
 from kernel import artifacts, runs, versions
 from kernel.budgets import CAP_FIELDS
 from kernel.models import TERMINAL, Artifact, Run, Step
-from missions import steering
+from missions import forks, steering
 from missions.api import not_found
 from missions.blueprints import INT32
 from missions.engine import outage
@@ -402,4 +402,4 @@ def restart(request: HttpRequest, run_id: int) -> Status[dict[str, Any]]:
     summary="A new run whose first `at_seq` steps are this run's recorded ones",
 )
 def fork(request: HttpRequest, run_id: int, payload: ForkIn) -> Status[dict[str, Any]]:
-    return Status(201, run_detail_out(runs.fork_run(run_id, at_seq=payload.at_seq, by="owner")))
+    return Status(201, run_detail_out(forks.fork(run_id, at_seq=payload.at_seq, by="owner")))

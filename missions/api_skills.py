@@ -17,8 +17,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool
 
-from agentos.core import audit, tokens
-from agentos.core.models import Scope
+from agentos.core import audit
 from agentos.core.schemas import Text
 from memory import skill_proposals, skills
 from memory.errors import MemoryRefused, not_found
@@ -133,8 +132,7 @@ def import_skill(request: HttpRequest, payload: ImportIn) -> Status[dict[str, An
     summary="Approve (its files become the skill runs are offered) or refuse a skill proposal",
 )
 def decide(request: HttpRequest, proposal_id: str, payload: DecisionIn) -> dict[str, Any]:
-    # An owner's decision, as an approval's: a token needs the `approve` scope.
-    tokens.require_scope(request, Scope.APPROVE)
+    # An owner's decision, as an approval's: a token needs `approve` (agentos.core.scopes).
     try:
         proposal = skill_proposals.decide(
             proposal_id, approve=payload.approve, actor=audit.Actor.of(request)

@@ -49,6 +49,7 @@ class MissionsConfig(AppConfig):
         SCOPE_NAMERS.add("project", project_scopes)
         SECRET_SOURCES.add("provider keys", keys.values)
         VAULT_FIELDS.add("missions.ProviderKey", "ciphertext")
+        VAULT_FIELDS.add("missions.Webhook", "ciphertext")  # webhooks' signing secrets
         providers.use(keys=keys.get, endpoints=endpoints.get)
         # The sandboxes' allow-list and API bridges (cluster.egress asks; it knows no mission).
         egress.EGRESS_POLICY.add("missions", network.POLICY)

@@ -54,7 +54,7 @@ class RouteIn(Schema):
 
 
 # The offline missions' keys, spelled out for the schema (a test keeps them equal).
-OfflineKey = Literal["run-tests", "survey"]
+OfflineKey = Literal["run-tests", "survey", "demo"]
 
 
 class MissionIn(Schema):

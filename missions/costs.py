@@ -53,7 +53,8 @@ class Spend:
 def _sums() -> dict[str, Any]:
     return {
         **{name: Sum(name) for name in LEDGER},
-        "calls": Count("id", filter=Q(kind__in=MODEL_STEPS)),
+        # A fork's copied steps are the source run's calls, counted there (settled "forked").
+        "calls": Count("id", filter=Q(kind__in=MODEL_STEPS) & ~Q(settled_by="forked")),
     }
 
 

@@ -11,9 +11,9 @@ from django.utils.translation import gettext_lazy as _
 
 from cluster import bridges as cluster_bridges
 from kernel import budgets
-from missions import offline, steering, verification
+from missions import offline, routing, steering, verification
 from missions.launch import MAX_GOAL
-from missions.models import ModelInfo, Project, RiskClass, Role, RoleRoute
+from missions.models import ModelInfo, Project, RiskClass, Role
 
 MICROS = Decimal(1_000_000)
 # The wall-time cap in minutes, as seconds fit `Account.max_seconds` (a 32-bit integer).
@@ -22,7 +22,7 @@ MAX_MINUTES = (2**31 - 1) // 60
 
 def executor_choices() -> list[tuple[str, str]]:
     """The executor's default route first (no override), then every model of the catalog."""
-    default = RoleRoute.objects.filter(role=Role.EXECUTOR).first()
+    default = routing.default_route(Role.EXECUTOR)
     label = (
         _("Default (%(route)s)") % {"route": f"{default.provider}/{default.model}"}
         if default
@@ -37,7 +37,10 @@ def executor_choices() -> list[tuple[str, str]]:
 
 
 def offline_choices() -> list[tuple[str, Any]]:
-    return [("", _("A goal of mine, pursued by a model")), *offline.choices()]
+    # An offline mission bound to a project (the demo's) is offered while that project exists.
+    bound = [mission.project for mission in offline.MISSIONS.values() if mission.project]
+    names = Project.objects.filter(name__in=bound).values_list("name", flat=True)
+    return [("", _("A goal of mine, pursued by a model")), *offline.choices(set(names))]
 
 
 class MissionForm(forms.Form):

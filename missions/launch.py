@@ -23,7 +23,8 @@ from missions.engine import framing
 from missions.errors import MissionError
 from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
-from missions.routing import route_for
+from missions.providers import registry as providers
+from missions.routing import configured_route, route_for
 from tools import levels
 from tools import registry as tool_registry
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
@@ -79,7 +80,10 @@ def start_mission(
     if offline is not None:
         script = offline_missions.get(offline).script
     if route.provider == "scripted" and script is None:
-        raise needs_a_model(stand_in=route.scripted_stand_in)
+        raise needs_a_model(
+            stand_in=route.scripted_stand_in,
+            provider=configured_route(mission, "executor").provider,
+        )
     constraints = []
     if mission.definition_of_done.strip():
         constraints.append(f"Definition of done: {mission.definition_of_done.strip()}")
@@ -222,23 +226,24 @@ def memory_scopes(mission: Mission) -> list[str]:
     return ["global", *([f"project/{mission.project_id}"] if mission.project_id else [])]
 
 
-def needs_a_model(*, stand_in: bool) -> MissionError:
-    """The refusal of a goal no model can pursue: where keys are set, and what runs without."""
-    offered = ", ".join(
-        f"{m.key} ({m.goal.rstrip('.')})" for m in offline_missions.MISSIONS.values()
-    )
-    why = (
-        "no provider can be called (no API key, or no endpoint)"
-        if stand_in
-        else "the offline model only plays the offline missions"
-    )
+def needs_a_model(*, stand_in: bool, provider: str = "") -> MissionError:
+    """The refusal of a goal no model can pursue: where keys are set, and what runs without.
+    `provider`: the one the executor's route names (a route a mission names is never replaced
+    by another provider, so another being set does not help)."""
+    offered = ", ".join(f"{m.key} ({m.goal.rstrip('.')})" for m in offline_missions.general())
+    if not stand_in:
+        why = "the offline model only plays the offline missions"
+    elif provider and any(providers.ready(name) for name in providers.KEYS):
+        why = f"the provider its route names, {provider}, cannot be called (no API key or endpoint)"
+    else:
+        why = "no provider can be called (no API key, or no endpoint)"
     return MissionError(
         f"This goal needs a language model, and {why}. Set a provider key in Settings, or start"
         f" an offline mission instead: {offered}.",
         code="no_provider",
         details={
             "settings": reverse("console:settings"),
-            "offline": list(offline_missions.MISSIONS),
+            "offline": [m.key for m in offline_missions.general()],
         },
     )
 
@@ -311,6 +316,11 @@ def create_mission(
         if not project.repository:
             raise MissionError(
                 "The offline missions run on a project's repository, and this project has none.",
+                code="invalid_input",
+            )
+        if chosen.project and project.name != chosen.project:
+            raise MissionError(
+                f"The offline mission {offline} runs on the {chosen.project} project only.",
                 code="invalid_input",
             )
         goal, definition_of_done = chosen.goal, chosen.definition_of_done

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from kernel.models import Account
-from missions.cron import parse_cron
+from missions.cron import parse_cron, zone
 
 
 class EnvironmentStatus(models.TextChoices):
@@ -237,34 +239,92 @@ class OwnerMessage(models.Model):
         return f"to run {self.run_id}: {self.text[:40]}"
 
 
-class Schedule(models.Model):
-    """A recurring mission: at each time its cron expression matches, a new mission with this
-    goal starts through the same path as any other (`missions.launch.create_mission`)."""
+def default_timezone() -> str:
+    """A new schedule's time zone: the installation's (settings.TIME_ZONE)."""
+    return str(settings.TIME_ZONE)
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="schedules")
+
+class CatchUp(models.TextChoices):
+    """What a schedule does with the times it missed while agentos was down."""
+
+    SKIP = "skip", _("Skip the missed times")
+    ONCE = "once", _("Run once for the missed times")
+    EACH = "each", _("Run each missed time")
+
+
+class Schedule(models.Model):
+    """A recurring mission: at each time its cron expression matches in its time zone, a mission
+    starts from its template through the same path as any other (`missions.blueprints.start`).
+    Fired by `missions.firing`; each firing leaves a `ScheduleFiring`."""
+
     name = models.CharField(_("name"), max_length=120)
-    goal = models.TextField(_("goal"))
-    definition_of_done = models.TextField(_("definition of done"), blank=True)
     cron = models.CharField(
         _("cron expression"),
         max_length=100,
         help_text=_("Five fields: minute hour day-of-month month day-of-week (e.g. 0 7 * * 1-5)."),
     )
+    timezone = models.CharField(_("time zone"), max_length=64, default=default_timezone)
+    # The body of POST /api/v1/missions, as `missions.blueprints.clean` returns it.
+    mission = models.JSONField(_("mission template"), default=dict)
+    catch_up = models.CharField(
+        _("after downtime"), max_length=8, choices=CatchUp.choices, default=CatchUp.SKIP
+    )
+    allow_overlap = models.BooleanField(_("allow overlap"), default=False)
     enabled = models.BooleanField(_("enabled"), default=True)
+    # The last due time dealt with (started, skipped or failed): the times missed during a
+    # downtime are those after it.
     last_fired_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["name"]
+        ordering = ["name", "pk"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.cron})"
 
     def clean(self) -> None:
+        problems = {}
         try:
             parse_cron(self.cron)
         except ValueError as error:
-            raise ValidationError({"cron": str(error)}) from error
+            problems["cron"] = str(error)
+        try:
+            zone(self.timezone)
+        except ValueError as error:
+            problems["timezone"] = str(error)
+        if problems:
+            raise ValidationError(problems)
+
+
+class FiringOutcome(models.TextChoices):
+    STARTED = "started", _("Started")
+    SKIPPED_OVERLAP = "skipped_overlap", _("Skipped: the previous one was still running")
+    SKIPPED_CATCH_UP = "skipped_catch_up", _("Skipped: missed during downtime")
+    FAILED = "failed", _("Failed")
+
+
+class ScheduleFiring(models.Model):
+    """One due time of a schedule and what came of it: its history line."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="firings")
+    due_at = models.DateTimeField()
+    fired_at = models.DateTimeField(default=timezone.now)
+    outcome = models.CharField(max_length=20, choices=FiringOutcome.choices)
+    mission = models.ForeignKey(
+        "Mission", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-due_at"]
+        constraints = [
+            # Created in the same transaction as its mission: a due time fires once, whoever
+            # retries it after a crash (docs/design.md §12).
+            models.UniqueConstraint(fields=["schedule", "due_at"], name="schedule_firing_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} at {self.due_at:%Y-%m-%d %H:%M} UTC: {self.outcome}"
 
 
 class ProviderKey(models.Model):
@@ -388,3 +448,76 @@ class LedgerWrite(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} by run {self.run_id} step {self.seq}"
+
+
+class WebhookPreset(models.TextChoices):
+    """How a delivery is signed (`missions.webhooks`)."""
+
+    AGENTOS = "agentos", _("agentos (timestamped signature)")
+    GITHUB = "github", _("GitHub (X-Hub-Signature-256)")
+
+
+class Webhook(models.Model):
+    """An endpoint outsiders post to, each verified delivery a mission from `mission` (a
+    template, `missions.blueprints.clean`). Its secret is stored encrypted by the vault (HMAC
+    needs it back); `key` is the unguessable part of its URL."""
+
+    name = models.CharField(_("name"), max_length=120)
+    key = models.CharField(max_length=64, unique=True)
+    preset = models.CharField(
+        _("preset"), max_length=20, choices=WebhookPreset.choices, default=WebhookPreset.AGENTOS
+    )
+    ciphertext = models.BinaryField()
+    mission = models.JSONField(_("mission template"))
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Requests refused for their signature: a counter only, so an attacker cannot fill the disk.
+    rejected = models.PositiveIntegerField(default=0)
+    last_rejected_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DeliveryStatus(models.TextChoices):
+    RECEIVED = "received", _("Received")  # never committed: the row is settled in its transaction
+    ACCEPTED = "accepted", _("Accepted")
+    FAILED = "failed", _("Failed")
+
+
+class WebhookDelivery(models.Model):
+    """One verified delivery: its body as received, and the mission it became (or why not).
+    Unique per endpoint by the sender's delivery id and by its signature: a repeat, or the same
+    signed request under another id, is answered with the first one's mission."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    delivery_id = models.CharField(max_length=200)
+    signature = models.CharField(max_length=64)
+    received_at = models.DateTimeField(auto_now_add=True)
+    headers = models.JSONField(default=dict, blank=True)
+    body = models.BinaryField()
+    status = models.CharField(max_length=20, choices=DeliveryStatus.choices)
+    error = models.TextField(blank=True)
+    error_code = models.CharField(max_length=40, blank=True)
+    mission = models.ForeignKey(
+        Mission, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    repeats = models.PositiveIntegerField(default=0)  # the same delivery received again
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["webhook", "delivery_id"], name="webhook_delivery_unique_id"
+            ),
+            models.UniqueConstraint(
+                fields=["webhook", "signature"], name="webhook_delivery_unique_signature"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.webhook_id}/{self.delivery_id} ({self.status})"

@@ -13,12 +13,14 @@ run's contract (`offline`): the console says who ran it, and a relaunch starts i
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
+from missions import demo_script
 from missions.errors import MissionError
 
 ROUTES = {"executor": {"provider": "scripted", "model": "scripted"}}
@@ -137,6 +139,11 @@ class OfflineMission:
     goal: str  # recorded on the mission, in the owner's language of the product: English
     definition_of_done: str
     script: dict[str, Any]
+    project: str = ""  # the only project it plays on (its script edits known files); "": any
+
+
+# The demo's mission (`missions.demo`): offered again on the demo project only.
+DEMO = "demo"
 
 
 MISSIONS: dict[str, OfflineMission] = {
@@ -207,12 +214,30 @@ MISSIONS: dict[str, OfflineMission] = {
                 ]
             },
         ),
+        OfflineMission(
+            key=DEMO,
+            label=_("The demo: fix the bug, commit and push the fix (the demo project only)"),
+            goal=demo_script.GOAL,
+            definition_of_done=demo_script.DONE,
+            script=demo_script.SCRIPT,
+            project=demo_script.PROJECT,
+        ),
     )
 }
 
 
-def choices() -> list[tuple[str, str | Promise]]:
-    return [(mission.key, mission.label) for mission in MISSIONS.values()]
+def choices(projects: Collection[str] = ()) -> list[tuple[str, str | Promise]]:
+    """The offline missions any project may run, and those bound to one of `projects`."""
+    return [
+        (mission.key, mission.label)
+        for mission in MISSIONS.values()
+        if not mission.project or mission.project in projects
+    ]
+
+
+def general() -> list[OfflineMission]:
+    """The offline missions any project may run (those a refusal offers)."""
+    return [mission for mission in MISSIONS.values() if not mission.project]
 
 
 def get(key: str) -> OfflineMission:

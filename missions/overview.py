@@ -239,6 +239,16 @@ def mission_state(roots: list[Run]) -> RunState | None:
     return state_of(roots[-1]) if roots else None
 
 
+def roots_by_mission(mission_ids: list[int]) -> dict[int, list[Run]]:
+    """Each mission's root runs, oldest first (what `mission_state` reads), in one query."""
+    roots: dict[int, list[Run]] = {}
+    for run in Run.objects.filter(account_id__in=mission_ids, parent__isnull=True).order_by(
+        "created_at", "id"
+    ):
+        roots.setdefault(run.account_id, []).append(run)
+    return roots
+
+
 def missions(*, limit: int = 100, project: Project | None = None) -> list[MissionRow]:
     """Missions newest first (of `project` only, if given), each with its state
     (`mission_state`) and its spend (the sum of its root runs' ledgers, which count their
@@ -247,11 +257,7 @@ def missions(*, limit: int = 100, project: Project | None = None) -> list[Missio
     if project is not None:
         chosen = chosen.filter(project=project)
     found = list(chosen.order_by("-created_at", "-id")[:limit])
-    roots: dict[int, list[Run]] = {}
-    for run in Run.objects.filter(
-        account_id__in=[m.pk for m in found], parent__isnull=True
-    ).order_by("created_at", "id"):
-        roots.setdefault(run.account_id, []).append(run)
+    roots = roots_by_mission([m.pk for m in found])
     rows = []
     for mission in found:
         own = roots.get(mission.pk, [])

@@ -20,6 +20,7 @@ from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel.models import Run
 from missions import credential_views, overview, projects
 from missions import environments as project_environments
+from missions import project_pull as pulls
 from missions.errors import MissionError
 from missions.models import Mission, Project
 from tools import retention
@@ -222,6 +223,37 @@ def project_refresh(request: HttpRequest, project_id: int) -> HttpResponse:
         messages.error(request, refused.message)
     else:
         messages.success(request, _("Updated from %(url)s.") % {"url": project.clone_url})
+    return redirect("console:project", project_id=project.pk)
+
+
+@require_http_methods(["POST"])
+@owner_required
+def project_pull(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        pulled = pulls.pull(project)
+    except MissionError as refused:
+        messages.error(request, refused.message)
+    else:
+        if pulled is None:
+            messages.success(request, _("Updated from %(url)s.") % {"url": project.clone_url})
+        elif pulled.moved:
+            messages.success(
+                request,
+                _("%(branch)s fast-forwarded from %(before)s to %(after)s (%(remote)s).")
+                % {
+                    "branch": pulled.branch,
+                    "before": pulled.before[:12],
+                    "after": pulled.after[:12],
+                    "remote": pulled.remote,
+                },
+            )
+        else:
+            messages.success(
+                request,
+                _("%(branch)s is up to date with %(remote)s.")
+                % {"branch": pulled.branch, "remote": pulled.remote},
+            )
     return redirect("console:project", project_id=project.pk)
 
 

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from agentos.core import audit
-from missions import actions, endpoints, keys
+from missions import actions, endpoints, keys, routing
 from missions.errors import MissionError
 from missions.models import ModelInfo, RoleRoute
 from missions.provider_trial import Trial, try_provider
@@ -216,8 +216,11 @@ def _act(request: HttpRequest, action: str, provider: str) -> HttpResponse | Tri
 def _states(bound: dict[str, forms.Form], trial: Trial | None) -> list[ProviderState]:
     status = {item["provider"]: item for item in keys.status()}
     routes: dict[str, list[str]] = {}
-    for route in RoleRoute.objects.order_by("role"):
-        routes.setdefault(route.provider, []).append(route.get_role_display())
+    # The routes roles take now: a default whose provider is not set goes to the endpoint.
+    for stored in RoleRoute.objects.order_by("role"):
+        route = routing.default_route(stored.role)
+        provider = route.provider if route is not None else stored.provider
+        routes.setdefault(provider, []).append(stored.get_role_display())
     endpoint = endpoints.get()
     states = []
     for name in PROVIDERS:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from missions.errors import MissionError
 from missions.models import Mission, Role, RoleRoute
-from missions.providers.registry import ready
+from missions.providers.registry import endpoint, ready
 
 # The compatible endpoint has no partner: an owner-run model failing is not a cloud at capacity,
 # and a cloud model is never chosen behind the owner's back to replace a local one.
 OTHER_PROVIDER = {"anthropic": "openai", "openai": "anthropic"}
+COMPATIBLE = "compatible"
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,26 @@ def configured_route(mission: Mission, role: str) -> Route:
     if override:
         route = Route(override["provider"], override["model"], override.get("effort") or None)
     else:
-        default = RoleRoute.objects.filter(role=role).first()
+        default = default_route(role)
         if default is None:
             raise MissionError(f"No route for role {role!r}: set one in the admin.")
-        route = Route(default.provider, default.model, default.effort or None)
+        route = default
     return route
+
+
+def default_route(role: str) -> Route | None:
+    """The route of a role no mission overrides: its default (`RoleRoute`), unless that
+    default's provider cannot be called and the owner's compatible endpoint can — then the
+    endpoint's model. Setting the endpoint in Settings is then enough to run a goal; an owner
+    with a cloud key keeps the cloud defaults, and a route a mission names is never replaced."""
+    stored = RoleRoute.objects.filter(role=role).first()
+    route = Route(stored.provider, stored.model, stored.effort or None) if stored else None
+    if route is not None and (route.provider == "scripted" or ready(route.provider)):
+        return route
+    served = endpoint(COMPATIBLE)
+    if served is None:
+        return route
+    return Route(COMPATIBLE, served.model, route.effort if route else None)
 
 
 def failover_for(route: Route) -> Route | None:

@@ -23,7 +23,7 @@ from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
 from kernel.models import TERMINAL, Run, Step
-from missions import overview, steering, timeline
+from missions import forks, overview, steering, timeline
 from missions.engine import outage
 from missions.errors import MissionError
 from missions.forms import ForkForm, MessageForm
@@ -56,6 +56,7 @@ def _page(
         # Only a recorded step can be forked from: anything else asks nothing.
         "confirm_fork": confirm_fork
         if confirm_fork is not None
+        and not forks.worktree_gone(run)
         and Step.objects.filter(run=run, seq=confirm_fork, finished_at__isnull=False).exists()
         else None,
     }
@@ -81,6 +82,8 @@ def _live(run: Run) -> dict[str, Any]:
         if isinstance(run.input, dict) and run.input.get("repository")
         else None,
         "stand_in": contract.get("scripted_stand_in") is True,
+        # No fork link on a run whose files are gone: the fork would fail (`missions.forks`).
+        "fork_gone": forks.worktree_gone(run),
         "answer": answer if isinstance(answer, str) else None,
         "output": None
         if isinstance(answer, str) or run.output is None
@@ -217,8 +220,8 @@ def run_fork(request: HttpRequest, run_id: int) -> HttpResponse:
     if request.POST.get("confirm") != "yes":
         return _page(request, run, confirm_fork=seq)
     try:
-        fork = runs.fork_run(run.pk, at_seq=seq, by="owner")
-    except KernelError as refused:
+        fork = forks.fork(run.pk, at_seq=seq, by="owner")
+    except (MissionError, KernelError) as refused:
         return _page(request, run, status=refused.status, error=refused.message)
     messages.success(
         request,

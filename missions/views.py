@@ -18,12 +18,12 @@ from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import artifacts as artifact_files
 from kernel.exceptions import KernelError
 from kernel.models import Artifact
-from missions import costs, keys, overview, result
+from missions import costs, overview, provider_states, result, routing
 from missions.engine import outage
 from missions.errors import MissionError
 from missions.forms import MissionForm, initial_caps, initial_from
 from missions.launch import create_mission
-from missions.models import Mission, Project, Role, RoleRoute
+from missions.models import Mission, Project, Role
 from missions.providers import registry
 from tools import levels
 
@@ -70,12 +70,12 @@ def mission_new(request: HttpRequest) -> HttpResponse:
                 return redirect("console:mission", mission_id=mission.pk)
         else:
             status = 400
-    default = RoleRoute.objects.filter(role=Role.EXECUTOR).first()
+    default = routing.default_route(Role.EXECUTOR)
     context = {
         "screen": SCREENS_BY_SLUG["missions"],
         "form": form,
         "has_projects": Project.objects.exists(),
-        "keys": keys.status(),
+        "keys": provider_states.states(),
         # A goal of the owner's needs a model: say so before the owner writes one.
         "model_ready": default is not None
         and default.provider != "scripted"

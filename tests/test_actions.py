@@ -113,7 +113,7 @@ def _note_url(world: World, name: str) -> str:
 
 def _schedule(world: World) -> None:
     schedule = Schedule.objects.create(
-        project=world.project, name="digest", goal="Digest.", cron="0 7 * * *"
+        name="digest", mission={"project_id": world.project.pk, "goal": "Digest."}, cron="0 7 * * *"
     )
     world.ids["schedule"] = schedule.pk
 

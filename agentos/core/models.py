@@ -160,7 +160,7 @@ class PushSubscription(models.Model):
 class PushState(models.Model):
     """The one row of Web Push's own state: the VAPID key pair (the private half encrypted by
     the vault, never shown or logged) and how far the event stream was followed. Its row lock
-    lets one process at a time advance the cursor (`approvals.push.deliver_one`)."""
+    lets one process at a time advance the cursor (`approvals.notifications.deliver_one`)."""
 
     vapid_private = models.BinaryField()
     # The public half, url-safe base64 of the uncompressed point: what browsers subscribe with.

@@ -54,6 +54,11 @@ SCREENS = [
         gettext_lazy("Repositories and their missions."),
     ),
     Screen(
+        "schedules",
+        gettext_lazy("Schedules"),
+        gettext_lazy("Missions that start by the clock, and their history."),
+    ),
+    Screen(
         "memory",
         gettext_lazy("Memory"),
         gettext_lazy("Notes, proposals, history and invalidations."),
@@ -72,6 +77,11 @@ SCREENS = [
         "cluster",
         gettext_lazy("Cluster"),
         gettext_lazy("Nodes, runners and active sandboxes."),
+    ),
+    Screen(
+        "webhooks",
+        gettext_lazy("Webhooks"),
+        gettext_lazy("Missions started by signed requests from outside."),
     ),
     Screen("costs", gettext_lazy("Costs"), gettext_lazy("Spend per mission, model and day.")),
     Screen("settings", gettext_lazy("Settings"), gettext_lazy("Security and API tokens.")),

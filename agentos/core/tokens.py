@@ -19,19 +19,13 @@ from agentos.core import audit, idempotency
 from agentos.core.errors import DomainError
 from agentos.core.models import ApiToken, AuditEvent, Scope, default_scopes
 from agentos.core.owner import get_owner
+from agentos.core.scopes import purpose
 
 PREFIX = "aos_"
 # last_used_at is rewritten at most this often, so a busy script does not write on every call.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 DEFAULT_DAYS = 90
 MAX_DAYS = 365
-# What each scope lets a token do, for the refusal message.
-SCOPE_PURPOSE = {
-    Scope.READ: "to read",
-    Scope.ACT: "to change anything",
-    Scope.APPROVE: "to decide approvals and answer questions",
-}
-SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
 class TokenRefused(DomainError):
@@ -189,17 +183,13 @@ def require_scope(request: HttpRequest, scope: Scope) -> None:
     )
     refusal = ScopeMissing(
         _(
-            "This API token lacks the '%(scope)s' scope (needed %(purpose)s); create a token "
+            "This API token lacks the '%(scope)s' scope (needed to %(purpose)s); create a token "
             "with it in Settings."
         )
-        % {"scope": scope.value, "purpose": SCOPE_PURPOSE[scope]}
+        % {"scope": scope.value, "purpose": purpose(scope)}
     )
     refusal.scope = scope
     raise refusal
-
-
-def scope_for_method(method: str | None) -> Scope:
-    return Scope.READ if (method or "GET").upper() in SAFE_METHODS else Scope.ACT
 
 
 def actor(request: HttpRequest) -> str:

@@ -89,7 +89,11 @@ def test_it_refuses_a_revoked_token(client: Client, owner: Owner) -> None:
     response = client.get("/api/v1/me", headers=bearer(new.secret))
 
     assert response.status_code == 401
-    assert error_of(response) == {"code": "invalid_token", "message": "This API token was revoked."}
+    assert error_of(response) == {
+        "code": "invalid_token",
+        "message": "This API token was revoked.",
+        "details": None,
+    }
     event = AuditEvent.objects.filter(kind=AuditEvent.Kind.TOKEN_REFUSED).get()
     assert event.detail["reason"] == "revoked"
 
@@ -179,6 +183,7 @@ def test_it_answers_malformed_json_with_400(owner_client: Client) -> None:
     assert error_of(response) == {
         "code": "malformed_json",
         "message": "The request body is not valid JSON.",
+        "details": None,
     }
     assert not ApiToken.objects.exists()
     assert AuditEvent.objects.filter(kind=AuditEvent.Kind.API_BAD_INPUT).exists()
@@ -207,7 +212,11 @@ def test_it_answers_json_for_an_unknown_endpoint(client: Client, db: None) -> No
     response = client.get("/api/v1/no/such/thing")
 
     assert response.status_code == 404
-    assert error_of(response) == {"code": "not_found", "message": "No such API endpoint."}
+    assert error_of(response) == {
+        "code": "not_found",
+        "message": "No such API endpoint.",
+        "details": None,
+    }
 
 
 def test_it_answers_json_500_without_leaking_internals(

@@ -64,9 +64,8 @@ def stop_everything_while_a_step_is_stuck(
     )
     stuck_execution = loop.active[stuck.pk]
     schedule = Schedule.objects.create(
-        project=Project.objects.create(name="nightly"),
         name="digest",
-        goal="Digest.",
+        mission={"project_id": Project.objects.create(name="nightly").pk, "goal": "Digest."},
         cron="0 7 * * *",
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import signal
 import socket
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agentos import processes
+from agentos.core import tokens
+from agentos.core.owner import get_owner
 from agentos.processes import Child, ProcessGroup
 from tests.live import running_stack
 
@@ -140,8 +143,31 @@ def test_it_serves_web_and_workers_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
         assert report["workers"]["state"] == "up", stack.log()
         assert report["status"] == "ok"
         port = int(stack.url.rsplit(":", 1)[1])
+        refused = invalid_body_over_http(port)
 
     assert stack.process.returncode == 0, stack.log()
     assert "agentos owner account created" in stack.log()
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0, "the web server outlived its group"
+    # The status line as daphne writes it: the phrase is the standard one, not "Unknown Status".
+    assert (refused.status, refused.reason) == (422, "Unprocessable Entity")
+
+
+def invalid_body_over_http(port: int) -> http.client.HTTPResponse:
+    """POST /api/v1/projects with a body off the schema, by the owner's token, on the wire."""
+    owner = get_owner()
+    assert owner is not None
+    secret = tokens.create_token(owner=owner, name="status line").secret
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(
+            "POST",
+            "/api/v1/projects",
+            body="{}",
+            headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        response.read()
+    finally:
+        connection.close()
+    return response

@@ -12,12 +12,12 @@ from tests.api.conftest import Api
 from tests.approvals.factories import make_approval, make_question
 
 
-def test_it_refuses_nul_characters_in_answers_and_decisions(api: Api) -> None:
+def test_it_refuses_nul_characters_in_answers_and_decisions(approver: Api) -> None:
     question = make_question()
     approval = make_approval()
 
-    answered = api.post(f"/questions/{question.pk}/answer", {"text": "main\x00"})
-    decided = api.post(
+    answered = approver.post(f"/questions/{question.pk}/answer", {"text": "main\x00"})
+    decided = approver.post(
         f"/approvals/{approval.pk}/decision",
         {"approve": False, "args_hash": approval.request["args_hash"], "note": "\x00"},
     )
@@ -43,6 +43,7 @@ def test_a_value_the_database_refuses_is_bad_input(
     assert error_of(response) == {
         "code": "invalid_input",
         "message": "A value cannot be stored (out of range, or a NUL character).",
+        "details": None,
     }
     assert AuditEvent.objects.filter(
         kind=AuditEvent.Kind.API_BAD_INPUT, detail__reason="unstorable"

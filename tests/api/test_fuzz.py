@@ -101,11 +101,16 @@ def target(
     approval = make_approval()
     question = make_question()
     schedule = schedules.create_schedule(
-        project=project, name="weekly", goal="Update the notes.", cron="0 7 * * 1"
+        name="weekly",
+        mission={"project_id": project.pk, "goal": "Update the notes."},
+        cron="0 7 * * 1",
     )
     return Target(
         schema=schemathesis.openapi.from_wsgi("/api/v1/openapi.json", wsgi_app),
-        secret=tokens.create_token(owner=owner.user, name="fuzz").secret,
+        # Every scope: the fuzzer reaches each operation's body, the owner's decisions' too.
+        secret=tokens.create_token(
+            owner=owner.user, name="fuzz", scopes=["read", "act", "approve"]
+        ).secret,
         known={
             "project_id": [project.pk],
             "mission_id": [mission.pk, finished_mission.pk],

@@ -231,3 +231,62 @@ def test_the_sites_500_handler_answers_json_under_the_api() -> None:
 
     assert response.status_code == 500
     assert error_of(response)["code"] == "internal_error"
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer aos_not-a-token", "Basic b3duZXI6eA=="])
+def test_it_asks_a_stranger_who_it_is_before_what_method(
+    db: None, authorization: str | None
+) -> None:
+    headers = {"Authorization": authorization} if authorization else {}
+
+    response = Client(enforce_csrf_checks=True).delete("/api/v1/missions", headers=headers)
+
+    assert response.status_code == 401
+    assert "Allow" not in response
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    expected = "invalid_token" if authorization and "aos_" in authorization else "unauthenticated"
+    assert error_of(response)["code"] == expected
+
+
+def test_a_public_route_answers_a_wrong_method_405_to_anyone(db: None) -> None:
+    response = Client().post("/api/v1/health")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+
+
+def test_every_error_body_has_the_same_three_keys(api: Api, client: Client) -> None:
+    answers = {
+        "unauthenticated": client.get("/api/v1/missions"),
+        "unknown endpoint": api.get("/no-such-thing"),
+        "unknown mission": api.get("/missions/999999"),
+        "wrong method": api.delete("/missions"),
+        "invalid input": api.post("/missions", {}),
+    }
+
+    shapes = {name: tuple(sorted(error_of(answer))) for name, answer in answers.items()}
+    assert shapes == dict.fromkeys(answers, ("code", "details", "message"))
+    assert error_of(answers["unauthenticated"])["details"] is None
+    assert error_of(answers["unknown endpoint"])["details"] is None
+
+
+def locations(response: Any) -> list[list[str]]:
+    details = error_of(response)["details"]
+    assert isinstance(details, list)
+    return [item["loc"] for item in details]
+
+
+def test_a_body_error_is_located_in_the_body_not_in_an_argument(api: Api) -> None:
+    response = api.post("/missions", {"project_id": "seven"})
+
+    assert response.status_code == 422
+    assert locations(response) == [["body", "project_id"]]
+
+
+def test_an_empty_body_names_the_first_field_it_lacks(api: Api) -> None:
+    response = api.client.post(
+        "/api/v1/projects", content_type="application/json", headers=api.headers()
+    )
+
+    assert response.status_code == 422
+    assert locations(response) == [["body", "name"]]

@@ -7,15 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from cluster.models import Node
+from kernel import runs
 from kernel.models import Event, Run
+from missions import overview
 from missions.blueprints import RoleName
 from missions.launch import create_mission
 from missions.models import Mission, Project, Role
 from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
-from tests.api.factories import add_steps, make_mission, make_project
+from tests.api.factories import add_steps, end_run, make_mission, make_project
 
 MISSION: dict[str, Any] = {
     "goal": "Write the release notes.",
@@ -94,7 +98,11 @@ def test_it_answers_404_for_an_unknown_project(api: Api, db: None) -> None:
     response = api.get("/projects/999999")
 
     assert response.status_code == 404
-    assert error_of(response) == {"code": "not_found", "message": "No project 999999."}
+    assert error_of(response) == {
+        "code": "not_found",
+        "message": "No project 999999.",
+        "details": None,
+    }
 
 
 def test_it_answers_malformed_json_with_400(api: Api) -> None:
@@ -274,6 +282,45 @@ def test_it_refuses_to_list_the_missions_of_an_unknown_project(api: Api, db: Non
     assert api.get("/missions", {"project": 999999}).status_code == 404
 
 
+def test_each_listed_mission_has_its_status_as_the_console_shows_it(api: Api) -> None:
+    _done, run = make_mission("Done, then forked")
+    add_steps(run, 2)
+    end_run(run, "done")
+    runs.fork_run(run.pk, at_seq=1)  # a later root run: the mission's outcome stays done
+    _failed, run = make_mission("Failed")
+    end_run(run, "failed")
+    _paused, run = make_mission("Paused")
+    runs.pause_run(run.pk)
+    make_mission("Queued")
+
+    items = api.get("/missions").json()["items"]
+
+    listed = {item["goal"]: item["status"] for item in items}
+    assert listed == {
+        "Done, then forked": "done",
+        "Failed": "failed",
+        "Paused": "paused",
+        "Queued": "queued",
+    }
+    assert {row.goal: row.state.value for row in overview.missions() if row.state} == listed
+
+
+def test_it_lists_missions_in_as_many_queries_for_many_as_for_one(api: Api) -> None:
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert api.get("/missions").status_code == 200
+        return len(captured)
+
+    make_mission("One")
+    queries()  # the token's last use is written once a minute: not part of the count
+    one = queries()
+    for n in range(6):
+        _mission, run = make_mission(f"More {n}")
+        end_run(run, "failed" if n % 2 else "done")
+
+    assert queries() == one
+
+
 def test_it_shows_a_mission_with_its_spend_and_runs(api: Api) -> None:
     mission, run = make_mission()
     add_steps(run, 2)
@@ -327,6 +374,7 @@ def test_a_mission_whose_level_no_node_offers_is_refused_and_nothing_is_kept(
         "code": "sandbox_unavailable",
         "message": "This mission's risk class needs sandbox level 2 (a virtual machine per"
         " task): no node can run a level-2 step now (no nodes).",
+        "details": None,
     }
     assert not Mission.objects.exists()
     assert not Run.objects.exists()

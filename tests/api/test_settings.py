@@ -1,4 +1,4 @@
-"""Settings (provider keys, global caps) and schedules over /api/v1."""
+"""Settings (provider keys, global caps) over /api/v1 (schedules: test_schedules)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pytest
 from agentos.core.models import AuditEvent
 from kernel.models import GlobalBudget
 from missions import keys
-from missions.models import ModelInfo, ProviderEndpoint, ProviderKey, Schedule
+from missions.models import ModelInfo, ProviderEndpoint, ProviderKey
 from tests.agentos.test_api import error_of
 from tests.api.conftest import Api
-from tests.api.factories import make_project
 
 KEY = "sk-ant-api03-secret-value-1234"
 
@@ -212,90 +211,3 @@ def test_it_refuses_bad_global_caps_and_changes_nothing(api: Api, body: dict[str
     assert (response.status_code, error_of(response)["code"]) == (422, "invalid_input")
     budget = GlobalBudget.objects.get()
     assert (budget.daily_usd_micros, budget.max_running_runs) == (1_000_000, 8)
-
-
-# --- schedules ----------------------------------------------------------------------------------
-
-SCHEDULE = {"name": "weekly notes", "goal": "Update the notes.", "cron": "0 7 * * 1"}
-
-
-def test_it_creates_changes_lists_and_deletes_schedules(api: Api) -> None:
-    project = make_project()
-
-    created = api.post("/schedules", {"project_id": project.pk, **SCHEDULE})
-    schedule_id = created.json()["id"]
-    changed = api.patch(f"/schedules/{schedule_id}", {"cron": "30 6 * * 1-5", "enabled": False})
-    listed = api.get("/schedules").json()
-    deleted = api.delete(f"/schedules/{schedule_id}")
-
-    assert created.status_code == 201
-    assert created.json() == {
-        "id": schedule_id,
-        "project_id": project.pk,
-        "name": "weekly notes",
-        "goal": "Update the notes.",
-        "definition_of_done": "",
-        "cron": "0 7 * * 1",
-        "enabled": True,
-        "last_fired_at": None,
-        "created_at": created.json()["created_at"],
-    }
-    assert (changed.json()["cron"], changed.json()["enabled"]) == ("30 6 * * 1-5", False)
-    assert changed.json()["name"] == "weekly notes"
-    assert [s["id"] for s in listed] == [schedule_id]
-    assert deleted.status_code == 204
-    assert not Schedule.objects.exists()
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "field"),
-    [
-        ({"cron": "every monday"}, 422, "cron"),
-        ({"cron": "*/0 * * * *"}, 422, "cron"),
-        ({"goal": " "}, 422, "goal"),
-        ({"project_id": 999999}, 404, None),
-        ({"enabled": "no"}, 422, None),
-        ({"colour": "red"}, 422, None),
-    ],
-)
-def test_it_refuses_a_bad_schedule_and_changes_nothing(
-    api: Api, body: dict[str, Any], status: int, field: str | None
-) -> None:
-    project = make_project()
-    existing = api.post("/schedules", {"project_id": project.pk, **SCHEDULE}).json()
-
-    created = api.post("/schedules", {"project_id": project.pk, **SCHEDULE, **body})
-    changed = api.patch(f"/schedules/{existing['id']}", body)
-
-    for response in (created, changed):
-        assert response.status_code == status
-        if field is not None:
-            assert set(error_of(response)["details"]["fields"]) == {field}  # type: ignore[index]
-    assert Schedule.objects.count() == 1
-    assert api.get("/schedules").json() == [existing]
-
-
-def test_it_answers_404_for_an_unknown_schedule(api: Api, db: None) -> None:
-    assert api.patch("/schedules/999999", {"enabled": False}).status_code == 404
-    assert api.delete("/schedules/999999").status_code == 404
-
-
-def test_it_sets_a_providers_spend_caps(api: Api) -> None:
-    every = {"day": 15_000_000, "month": 150_000_000}
-    assert api.get("/settings/budget/providers").json() == {"*": every}
-
-    response = api.put("/settings/budget/providers/anthropic", {"day": 10_000_000, "month": None})
-    refused = api.put("/settings/budget/providers/anthropic", {"day": 0})
-
-    assert response.status_code == 200
-    assert response.json() == {"*": every, "anthropic": {"day": 10_000_000, "month": None}}
-    assert refused.status_code == 422
-    assert api.get("/settings/budget/providers").json() == response.json()
-    assert api.put("/settings/budget/providers/anthropic", {}).json() == {
-        "*": every,
-        "anthropic": {"day": None, "month": None},
-    }
-    assert api.put("/settings/budget/providers/*", {"day": 1_000_000}).json()["*"] == {
-        "day": 1_000_000,
-        "month": None,
-    }

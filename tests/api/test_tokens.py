@@ -1,4 +1,4 @@
-"""API tokens expire and carry scopes: read (GET), act (writes), approve (owner decisions)."""
+"""API tokens expire and carry scopes: read (GET), approve (owner decisions), act (other writes)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ def test_it_refuses_an_expired_token_with_a_clear_message(client: Client, owner:
     assert error_of(response) == {
         "code": "token_expired",
         "message": f"This API token expired on {expired_on}; create a new one in Settings.",
+        "details": None,
     }
     refusal = AuditEvent.objects.get(kind=AuditEvent.Kind.TOKEN_REFUSED)
     assert refusal.detail["reason"] == "expired"
@@ -78,8 +79,9 @@ def test_reading_needs_the_read_scope(client: Client, owner: Owner) -> None:
     assert response.status_code == 403
     assert error_of(response) == {
         "code": "insufficient_scope",
-        "message": "This API token lacks the 'read' scope (needed to read); create a token "
-        "with it in Settings.",
+        "message": "This API token lacks the 'read' scope (needed to read anything); create a "
+        "token with it in Settings.",
+        "details": None,
     }
     refusal = AuditEvent.objects.get(kind=AuditEvent.Kind.TOKEN_REFUSED)
     assert (refusal.detail["reason"], refusal.detail["scope"]) == ("missing_scope", "read")

@@ -112,7 +112,11 @@ def test_it_answers_404_for_an_unknown_approval(owner_client: Client, db: None) 
         content_type="application/json",
     )
     assert response.status_code == 404
-    assert error_of(response) == {"code": "not_found", "message": "No approval 999999."}
+    assert error_of(response) == {
+        "code": "not_found",
+        "message": "No approval 999999.",
+        "details": None,
+    }
 
 
 def test_it_approves_the_exact_call_and_wakes_the_run(owner_client: Client) -> None:
@@ -293,8 +297,10 @@ def test_it_refuses_a_decision_by_a_token_without_the_approve_scope(
     assert response.status_code == 403
     assert error_of(response) == {
         "code": "insufficient_scope",
-        "message": "This API token lacks the 'approve' scope (needed to decide approvals and "
-        "answer questions); create a token with it in Settings.",
+        "message": "This API token lacks the 'approve' scope (needed to decide approvals, "
+        "answer questions, settle unknown outcomes, approve skills and MCP tools); create a "
+        "token with it in Settings.",
+        "details": None,
     }
     assert Wait.objects.get(pk=approval.pk).state == WaitState.OPEN
     assert not AuditEvent.objects.filter(kind=AuditEvent.Kind.APPROVAL_DECIDED).exists()

@@ -21,7 +21,7 @@ from django.test import Client
 from pytest_django.fixtures import Settings
 
 from agentos.core.models import AuditEvent, PushState, PushSubscription
-from approvals import push
+from approvals import notifications, push
 from kernel import notices
 from tests.approvals.factories import make_approval, make_question
 from tests.factories import Owner
@@ -125,7 +125,7 @@ def test_it_pushes_a_new_approval_to_every_subscribed_browser_encrypted_and_sign
     tablet = subscribe(owner_client, service, "tablet")
     approval = make_approval()
 
-    assert push.deliver_one() is False
+    assert notifications.deliver_one() is False
 
     assert sorted(r.path for r in service.received) == ["/push/phone", "/push/tablet"]
     for browser in (phone, tablet):
@@ -150,9 +150,9 @@ def test_it_notifies_each_wait_once(owner_client: Client, service: PushService) 
     owner_client.get("/settings/")
     subscribe(owner_client, service, "phone")
     make_approval()
-    push.deliver_one()
+    notifications.deliver_one()
 
-    push.deliver_one()
+    notifications.deliver_one()
 
     assert len(service.received) == 1
 
@@ -162,7 +162,7 @@ def test_it_names_a_question_and_opens_its_page(owner_client: Client, service: P
     phone = subscribe(owner_client, service, "phone")
     question = make_question(text="Which branch should the notes go to?")
 
-    push.deliver_one()
+    notifications.deliver_one()
 
     payload = phone.read(service.received[0])
     assert payload["title"] == "A question for you"
@@ -179,7 +179,7 @@ def test_it_drops_a_subscription_the_push_service_says_is_gone_and_keeps_a_faili
     service.statuses = {"/push/gone": 410, "/push/flaky": 503}
     make_approval()
 
-    push.deliver_one()
+    notifications.deliver_one()
 
     assert [s.endpoint for s in PushSubscription.objects.all()] == [f"{service.url}/push/flaky"]
 
@@ -192,7 +192,7 @@ def test_it_never_blocks_on_a_push_service_that_is_down(
     PushSubscription.objects.update(endpoint="http://127.0.0.1:9/push/phone")  # nobody there
     make_approval()
 
-    assert push.deliver_one() is False
+    assert notifications.deliver_one() is False
 
     assert PushSubscription.objects.count() == 1
     assert "/push/phone" not in caplog.text  # an endpoint is a capability: its host only
@@ -262,7 +262,7 @@ def test_it_pushes_a_cap_80_percent_used_once(owner_client: Client, service: Pus
     owner_client.get("/settings/")
     phone = subscribe(owner_client, service, "phone")
     mission = make_approval().run.account
-    push.deliver_one()
+    notifications.deliver_one()
     service.received.clear()
 
     notices.notify_once(
@@ -270,8 +270,8 @@ def test_it_pushes_a_cap_80_percent_used_once(owner_client: Client, service: Pus
         message=f"Mission {mission.pk} has used 80 % of its spend cap.",
         account_id=mission.pk,
     )
-    push.deliver_one()
-    push.deliver_one()
+    notifications.deliver_one()
+    notifications.deliver_one()
 
     (received,) = service.received
     payload = phone.read(received)

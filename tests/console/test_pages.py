@@ -16,7 +16,7 @@ from approvals import service
 from approvals.models import Question
 from kernel import artifacts, runs
 from kernel.models import Run, RunStatus, Step
-from missions import pricing
+from missions import costs, pricing
 from missions.models import Mission, OwnerMessage
 from tests.agentos.test_pages import INLINE_HANDLER, INLINE_SCRIPT, INLINE_STYLE, assert_strict_csp
 from tests.console.factories import asking, launch, price_scripted, project, start_agent, work
@@ -597,6 +597,19 @@ def test_it_forks_a_run_from_a_step(owner_client: Client) -> None:
     assert f"starts from step 2 of run {run.pk}" in page
     assert f'href="/runs/{run.pk}/#step-2">Run {run.pk}, step 2</a>' in page
     assert "copied from the source run" in page
+
+
+def test_model_calls_count_only_the_calls_a_run_made(owner_client: Client) -> None:
+    _, run = finished_mission()  # two model calls: the diff's turn, then the answer
+    fork = runs.fork_run(run.pk, at_seq=2)  # copies the first call and the tool call
+    assert work() == ["done"]  # then makes one call of its own
+
+    report = costs.report()
+    assert report.total.calls == 3
+    assert costs.today().spend.calls == 3
+    assert {row.run_id: row.spend.calls for row in report.runs} == {run.pk: 2, fork.pk: 1}
+    content = text_of(owner_client.get("/costs/"))
+    assert "<dt>Model calls</dt><dd>3</dd>" in content
 
 
 @pytest.mark.parametrize(

@@ -1,21 +1,19 @@
-"""One execution pipeline: missions created and started the same way by every trigger;
-schedules; provider keys set from the console."""
+"""One execution pipeline: missions created and started the same way by every trigger (schedules:
+test_schedules); provider keys set from the console."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from kernel.exceptions import KernelError
 from kernel.models import Run
-from missions import keys, schedules
+from missions import keys
 from missions.cron import parse_cron
 from missions.errors import MissionError
 from missions.launch import create_mission
-from missions.models import Mission, Project, ProviderKey, Schedule
+from missions.models import Mission, Project, ProviderKey
 from missions.providers import registry
 from tests.providers.anthropic_wire import reply, text
 from tests.providers.openai_wire import Responses
@@ -144,25 +142,6 @@ def test_without_a_key_or_a_script_nothing_is_created(
     with pytest.raises(MissionError, match="This goal needs a language model, and no provider"):
         create_mission(project=project, goal="x", trigger="api")
     assert not Mission.objects.exists()
-
-
-def test_a_schedule_fires_once_per_matching_minute(
-    project: Project, seeded_catalog: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # the run is created, never executed
-    Schedule.objects.create(
-        project=project,
-        name="daily",
-        goal="Daily digest.",
-        cron="30 7 * * *",
-    )
-    at = timezone.make_aware(datetime(2026, 12, 1, 7, 30, 12))  # noqa: DTZ001
-    (started,) = schedules.fire_due(at)
-    assert schedules.fire_due(at + timedelta(seconds=30)) == []  # same minute: once
-    assert schedules.fire_due(at + timedelta(minutes=1)) == []  # not due
-    run = Run.objects.get(account_id=started)
-    assert run.contract["trigger"].startswith("schedule:")
-    assert run.account.mission.goal == "Daily digest."
 
 
 @pytest.mark.parametrize(

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from psycopg import sql
 
+from agentos.backups import pg
+from agentos.core import database
 from cluster.identity import give
 from kernel.models import TERMINAL, Run
 from missions.evals import oracle, runner
@@ -206,6 +213,47 @@ def test_bad_arguments_are_refused_precisely(args: list[str], message: str) -> N
 def test_it_refuses_the_owners_database_unless_told() -> None:
     with pytest.raises(CommandError, match=r"not a dedicated evaluation one\. Use `make eval`"):
         call_command("mission_eval", "default", "--tasks", "py-regex", stdout=io.StringIO())
+
+
+@pytest.fixture
+def empty_database() -> Iterator[str]:
+    """A database on the test server that was never migrated: no table at all."""
+    name = f"never_migrated_{uuid.uuid4().hex[:8]}"
+    with pg.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    yield name
+    with pg.connect(autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def test_a_database_never_migrated_is_one_clear_error_and_a_failure(
+    tmp_path: Path, empty_database: str
+) -> None:
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentos.settings",
+        "DATABASE_URL": database.build_url(pg.entry(empty_database)),
+        "AGENTOS_DATA_DIR": str(tmp_path / "data"),
+    }
+
+    done = subprocess.run(  # our own manage.py, as the owner runs it
+        [sys.executable, "manage.py", "mission_eval", "default", "--any-database"],
+        cwd=settings.BASE_DIR,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "CommandError: The database has no tables: run `manage.py migrate` first, or use `make"
+        " eval`, whose data dir (.data/eval) is migrated for it."
+    ]
+    assert done.stdout == ""  # not a line per task
 
 
 def test_a_malformed_task_is_refused_with_its_file_and_reason(tmp_path: Path) -> None:

@@ -406,7 +406,7 @@ def test_the_api_refuses_malformed_criteria_with_400(
     )
 
     assert response.status_code == 400
-    assert error_of(response) == {"code": "invalid_criteria", "message": message}
+    assert error_of(response) == {"code": "invalid_criteria", "message": message, "details": None}
     assert not Mission.objects.exists()
 
 

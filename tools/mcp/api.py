@@ -12,8 +12,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from pydantic import ConfigDict
 
-from agentos.core import audit, tokens
-from agentos.core.models import Scope
+from agentos.core import audit
 from tools.mcp import servers
 from tools.mcp.models import SHOWN_FIELDS, McpServer
 
@@ -141,8 +140,7 @@ def get_server(request: HttpRequest, name: str) -> dict[str, Any]:
     summary="Trust an MCP server's output, or set its tools' effect classes",
 )
 def update_server(request: HttpRequest, name: str, payload: ServerPatch) -> dict[str, Any]:
-    # Trusting a server changes what reaches agents unframed: an owner decision, like approving.
-    tokens.require_scope(request, Scope.APPROVE)
+    # An owner decision, like approving: a token needs `approve` (agentos.core.scopes).
     server = servers.update(
         server=servers.server_or_404(name),
         trusted=payload.trusted,
@@ -160,7 +158,6 @@ def update_server(request: HttpRequest, name: str, payload: ServerPatch) -> dict
 def approve_server(
     request: HttpRequest, name: str, payload: ApproveIn | None = None
 ) -> dict[str, Any]:
-    tokens.require_scope(request, Scope.APPROVE)
     server = servers.approve(
         server=servers.server_or_404(name),
         tools=payload.tools if payload is not None else None,

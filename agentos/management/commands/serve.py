@@ -134,7 +134,7 @@ class Command(BaseCommand):
         if run is not None:
             who = (
                 "the offline scripted model (no API key set)"
-                if run.contract.get("scripted_stand_in")
+                if run.contract.get("scripted_stand_in") or run.contract.get("offline")
                 else f"{run.model}"
             )
             self.stdout.write(f"Demo mission started, played by {who}: {demo.GOAL}")

@@ -15,6 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
 
 from missions.evals import runner
 from missions.evals.suite import MODES, SuiteError, load
@@ -79,10 +81,30 @@ class Command(BaseCommand):
             )
         if dedicated:
             call_command("migrate", verbosity=0, interactive=False)  # a new data dir is empty
+        else:
+            _require_migrated()  # else every task would fail on a missing table, one by one
         try:
             runner.run_suite(loaded, chosen, mode=mode, budget=cap, say=self.stdout.write)
         except runner.ModeUnavailable as error:
             raise CommandError(str(error)) from None
+
+
+def _require_migrated() -> None:
+    """Refuse a database this code's migrations are not all applied to (a new one has no
+    tables): the owner's database is never migrated behind their back."""
+    try:
+        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except DatabaseError as error:
+        raise CommandError(f"The database cannot be read: {error}") from None
+    if not pending:
+        return
+    applied = len(executor.loader.applied_migrations)
+    what = "has no tables" if not applied else f"lacks {len(pending)} migration(s)"
+    raise CommandError(
+        f"The database {what}: run `manage.py migrate` first, or use `make eval`, whose data dir"
+        " (.data/eval) is migrated for it."
+    )
 
 
 def _budget(text: str | None) -> int | None:
