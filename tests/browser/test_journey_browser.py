@@ -163,7 +163,7 @@ def test_the_owner_walks_the_whole_journey_on_a_phone(
     visit(page, "missions")
     page.get_by_role("link", name="New mission").click()
     expect(page.locator("#no-model")).to_contain_text("No model can be called yet")
-    page.get_by_label("Project").select_option(label=demo.PROJECT)
+    page.get_by_label("Project", exact=True).select_option(label=demo.PROJECT)
     page.get_by_label("Run the tests and report what fails").check()
     visit(page, "mission-new")
     page.get_by_role("button", name="Start mission").click()
