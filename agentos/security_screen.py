@@ -20,7 +20,7 @@ from agentos.core import audit, security_settings
 from agentos.core.errors import DomainError
 from agentos.core.shell import owner_required, signed_in
 from agentos.views import settings_page
-from approvals import push
+from approvals import push, push_sender
 
 # The console posts a subscription as JSON; one is well under this.
 MAX_SUBSCRIPTION_BYTES = 4096
@@ -183,3 +183,15 @@ def test_notification(request: HttpRequest) -> HttpResponse:
             % {"count": sent.failed},
         )
     return _back("notifications")
+
+
+@require_POST
+@owner_required
+def push_sender_contact(request: HttpRequest) -> HttpResponse:
+    """The contact push services may write to (Settings, "Push sender")."""
+    form = push_sender.ContactForm(request.POST)
+    if not form.is_valid():
+        return settings_page(request, push_sender_form=form, status=400)
+    push_sender.set_contact(contact=form.cleaned_data["contact"], actor=audit.Actor.of(request))
+    messages.success(request, _("The push sender's contact is saved."))
+    return _back("push-sender")

@@ -106,6 +106,13 @@ TEMPLATES = [
     },
 ]
 
+# Models the admin leaves out (`agentos.admin_site`): users and groups of a single-owner
+# product, and the chaos drills' records; a developer (AGENTOS_DEBUG) still sees them.
+ADMIN_HIDDEN_MODELS = [] if DEBUG else ["auth.group", "auth.user", "kernel.chaoseffect"]
+
+# After a refused POST a form's page opens on its first invalid field (`agentos.core.forms`).
+FORM_RENDERER = "agentos.core.forms.ConsoleRenderer"
+
 # --- Database -----------------------------------------------------------------------------------
 # DATABASE_URL points at a real server (PostgreSQL >= 16 with pgvector); without it, PostgreSQL 16
 # runs embedded from the data dir. AGENTOS_PG_KEEP_RUNNING=1 leaves it running after the command.

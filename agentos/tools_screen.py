@@ -34,6 +34,10 @@ from tools.models import Decision, PermissionRule
 from tools.permissions import DEFAULTS
 
 MAX_RUNNING = 50
+# Tools no mission's agent is given, so no rule of the owner's can apply to them: `noop` is the
+# engine's tests' and benchmark's, `load_tool_schema` the loop's own way of loading a deferred
+# tool's schema (docs/design.md §13). The rule picker leaves them out.
+INTERNAL_TOOLS = frozenset({"noop", "load_tool_schema"})
 
 
 class RuleForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs: ModelForm[Model]
@@ -45,7 +49,9 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs: Mode
         super().__init__(*args, **kwargs)
         project = self.fields["project"]
         project.empty_label = _("every project")  # type: ignore[attr-defined]  # a ModelChoiceField
-        names = sorted(tool.name for tool in registry.TOOLS.values())
+        names = sorted(
+            tool.name for tool in registry.TOOLS.values() if tool.name not in INTERNAL_TOOLS
+        )
         self.fields["tool"] = forms.ChoiceField(
             label=_("tool"),
             choices=[("*", _("* (every tool)")), *((name, name) for name in names)],

@@ -62,6 +62,7 @@ console = (
         path("settings/push/subscribe", security_screen.subscribe, name="push-subscribe"),
         path("settings/push/unsubscribe", security_screen.unsubscribe, name="push-unsubscribe"),
         path("settings/push/test", security_screen.test_notification, name="push-test"),
+        path("settings/push/sender", security_screen.push_sender_contact, name="push-sender"),
         path("offline/", views.offline, name="offline"),
         path("stop-everything/", killswitch.kill_switch, name="kill-switch"),
         path("agents/", agents_views.agents_screen, name="agents"),

@@ -21,7 +21,7 @@ from agentos.core.errors import DomainError
 from agentos.core.models import ApiToken, AuditEvent
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from agentos.forms import SignInForm, TokenForm
-from approvals import inbox, notice_views, notifications, push
+from approvals import inbox, notice_views, notifications, push, push_sender
 from missions import costs, overview, provider_views, search
 
 
@@ -150,6 +150,7 @@ def settings_page(
     created: tokens.NewToken | None = None,
     providers: list[Any] | None = None,
     backup_codes: list[str] | None = None,
+    push_sender_form: push_sender.ContactForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     """The Settings page; `backup_codes` are new codes to show this once (never stored in clear,
@@ -174,6 +175,7 @@ def settings_page(
         "backup_codes": backup_codes,
         "push_public_key": push.public_key(),
         "push_subscriptions": push.subscriptions(),
+        "push_sender": push_sender.panel(push_sender_form),
         "told_form": notice_views.settings_form(),
     }
     return render(request, "console/settings.html", context, status=status)

@@ -185,7 +185,9 @@ def approval_item(approval: Approval) -> Item:
         pk=approval.pk,
         status=approval.status,
         status_label=str(Status(approval.status).label),
-        title=str(approval.request.get("tool", "")),
+        # What approving does, in words ("Run a command"), not the tool's name: the mission is
+        # on the line below it.
+        title=sentence(approval.request, None),
         subject=subject(approval.request),
         mission=one_line(goal_of(approval.run), MISSION_CHARS),
         mission_id=approval.run.account_id,

@@ -313,8 +313,10 @@ def _post(subscription: PushSubscription, message: Message, vapid: Vapid) -> str
 
 
 def _contact() -> str:
-    # Push services want a way to reach the sender (RFC 8292 `sub`).
-    return str(settings.PUSH_CONTACT)
+    # Push services want a way to reach the sender (RFC 8292 `sub`): the owner's, set in
+    # Settings (`approvals.push_sender`), else the server's setting.
+    saved = PushState.objects.filter(pk=1).values_list("contact", flat=True).first()
+    return saved or str(settings.PUSH_CONTACT)
 
 
 def _host(endpoint: str) -> str:

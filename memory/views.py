@@ -24,7 +24,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 from agentos.core import audit
 from agentos.core.diffs import diff_lines
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
-from memory import curation, overview, search
+from memory import curation, overview, scope_names, search
 from memory.errors import MemoryRefused
 from memory.models import Scope
 from memory.notes import MAX_BODY, MAX_TITLE, TYPES
@@ -48,7 +48,8 @@ class SearchForm(forms.Form):
 
     def __init__(self, *args: Any, scopes: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        choices = [("", _("every scope")), *((name, name) for name in scopes)]
+        named = scope_names.labels(scopes)
+        choices = [("", _("every scope")), *((name, named[name]) for name in scopes)]
         self.fields["scope"].choices = choices  # type: ignore[attr-defined]  # a ChoiceField
 
     def moment(self) -> datetime | None:

@@ -12,6 +12,7 @@ class MissionsConfig(AppConfig):
         from agentos.core.vault import VAULT_FIELDS
         from cluster import bridges, egress
         from kernel.programs import PROGRAMS
+        from memory.scope_names import NAMERS as SCOPE_NAMERS
         from missions import (
             delegation,
             endpoints,
@@ -27,6 +28,7 @@ class MissionsConfig(AppConfig):
         from missions.engine.spec import STOP_HOOKS
         from missions.ledger import LEDGER_TOOLS
         from missions.providers import registry as providers
+        from missions.scope_names import projects as project_scopes
         from missions.tools import START_MISSION
         from tools.registry import TOOLS
 
@@ -43,6 +45,8 @@ class MissionsConfig(AppConfig):
         for tool in web.WEB_TOOLS:
             TOOLS.add(tool.name, tool)
         STOP_HOOKS.add(web_reader.HOOK, web_reader.reader_hook)
+        # Memory scopes of projects, named after them on the console's screens.
+        SCOPE_NAMERS.add("project", project_scopes)
         SECRET_SOURCES.add("provider keys", keys.values)
         VAULT_FIELDS.add("missions.ProviderKey", "ciphertext")
         VAULT_FIELDS.add("missions.Webhook", "ciphertext")  # webhooks' signing secrets

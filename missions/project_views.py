@@ -11,13 +11,15 @@ from django.contrib import messages
 from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
-from django.views.decorators.http import require_http_methods, require_safe
+from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel.models import Run
+from missions import credential_views, overview, projects
 from missions import environments as project_environments
-from missions import overview, projects
 from missions import project_pull as pulls
 from missions.errors import MissionError
 from missions.models import Mission, Project
@@ -138,8 +140,24 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     return _detail(request, project, form)
 
 
+def render_detail(
+    request: HttpRequest,
+    project: Project,
+    *,
+    credential_form: credential_views.CredentialForm,
+    status: int,
+) -> HttpResponse:
+    """The project page with its push credential's form refused (`missions.credential_views`)."""
+    form = EnvironmentForm(initial={"setup": project.environment_setup})
+    return _detail(request, project, form, status=status, credential_form=credential_form)
+
+
 def _detail(
-    request: HttpRequest, project: Project, form: EnvironmentForm, status: int = 200
+    request: HttpRequest,
+    project: Project,
+    form: EnvironmentForm,
+    status: int = 200,
+    credential_form: credential_views.CredentialForm | None = None,
 ) -> HttpResponse:
     with_worktree = (
         Run.objects.filter(account__mission__project=project)
@@ -156,6 +174,7 @@ def _detail(
         "credentials": RemoteCredential.objects.filter(project=project).order_by("remote"),
         "rules": PermissionRule.objects.filter(project=project).count(),
         "environment_form": form,
+        "credential_form": credential_form or credential_views.CredentialForm(),
     }
     return render(request, "missions/project.html", context, status=status)
 
@@ -236,3 +255,16 @@ def project_pull(request: HttpRequest, project_id: int) -> HttpResponse:
                 % {"branch": pulled.branch, "remote": pulled.remote},
             )
     return redirect("console:project", project_id=project.pk)
+
+
+@sensitive_post_parameters("secret")
+@require_POST
+@owner_required
+def project_credential(request: HttpRequest, project_id: int) -> HttpResponse:
+    """A push credential of a remote of the project, set on its page."""
+    project = get_object_or_404(Project, pk=project_id)
+    form = credential_views.CredentialForm(request.POST)
+    if not form.is_valid() or not credential_views.save(request, project, form):
+        shown = credential_views.without_secret(form)
+        return render_detail(request, project, credential_form=shown, status=400)
+    return redirect(reverse("console:project", args=[project.pk]) + "#push-credentials")

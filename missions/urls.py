@@ -65,6 +65,11 @@ urlpatterns: list[URLPattern] = [
         project_views.project_environment_rebuild,
         name="project-environment-rebuild",
     ),
+    path(
+        "projects/<int:project_id>/credential/",
+        project_views.project_credential,
+        name="project-credential",
+    ),
     # Deliveries from outside: the signature authenticates them, not the owner's session.
     path("hooks/<str:key>", webhook_receiver.receive, name="webhook-receive"),
     path("webhooks/", webhook_views.webhooks_screen, name="webhooks"),

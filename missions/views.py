@@ -18,7 +18,7 @@ from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import artifacts as artifact_files
 from kernel.exceptions import KernelError
 from kernel.models import Artifact
-from missions import costs, overview, provider_states, routing
+from missions import costs, overview, provider_states, result, routing
 from missions.engine import outage
 from missions.errors import MissionError
 from missions.forms import MissionForm, initial_caps, initial_from
@@ -52,9 +52,9 @@ def mission_list(request: HttpRequest) -> HttpResponse:
 def mission_new(request: HttpRequest) -> HttpResponse:
     initial: dict[str, Any] = initial_caps()
     relaunch = request.GET.get("from", "")
-    if relaunch.isdigit():
-        earlier = Mission.objects.filter(pk=int(relaunch)).first()
-        initial = initial_from(earlier) if earlier else initial
+    earlier = Mission.objects.filter(pk=int(relaunch)).first() if relaunch.isdigit() else None
+    if earlier is not None:
+        initial = initial_from(earlier)
     form = MissionForm(request.POST or None, initial=initial)
     status = 200
     refusal = ""
@@ -81,6 +81,8 @@ def mission_new(request: HttpRequest) -> HttpResponse:
         and default.provider != "scripted"
         and registry.ready(default.provider),
         "needs_a_model": refusal == "no_provider",
+        # A relaunch starts in one more tap: its Start is at the top, the form below to change.
+        "relaunch_of": earlier if request.method != "POST" else None,
     }
     return render(request, "missions/new.html", context, status=status)
 
@@ -89,9 +91,11 @@ def mission_new(request: HttpRequest) -> HttpResponse:
 @owner_required
 def mission_detail(request: HttpRequest, mission_id: int) -> HttpResponse:
     mission = get_object_or_404(Mission.objects.select_related("project"), pk=mission_id)
+    tree = overview.tree(mission)
     live = {
         "mission": mission,
-        "tree": overview.tree(mission),
+        "tree": tree,
+        "result": result.of(tree),
         "budget": _budget(mission),
         "ledger": overview.ledger_of(mission),
         "held": outage.waiting_in(mission.pk),

@@ -12,6 +12,7 @@ const PRECACHE = [
   OFFLINE_URL,
   "/static/console.css",
   "/static/console.js",
+  "/static/console-extras.js",
   "/static/vendor/htmx.min.js",
   "/static/icons/icon-192.png",
 ];

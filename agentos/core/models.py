@@ -116,6 +116,8 @@ class AuditEvent(models.Model):
         )
         MCP_CHANGED = "mcp.changed", _("an MCP server added, approved or its trust changed")
         BRIDGE_CHANGED = "bridge.changed", _("an API bridge added, changed or removed")
+        PUSH_SENDER_CHANGED = "push.sender", _("the push sender's contact changed")
+        REMOTE_CREDENTIAL_CHANGED = "credential.changed", _("a project's push credential set")
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)
@@ -165,6 +167,9 @@ class PushState(models.Model):
     vapid_public = models.CharField(max_length=100)
     # Number of the last stream event looked at (`kernel.stream`); waits opened later notify.
     cursor = models.BigIntegerField(default=0)
+    # Who push services may contact about this sender (VAPID `sub`), set in Settings
+    # (`approvals.push_sender`); empty: settings.PUSH_CONTACT.
+    contact = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -350,7 +350,8 @@ def test_it_shows_what_waits_on_home(owner_client: Client) -> None:
 
     content = response.content.decode()
     assert [item.pk for item in response.context["waiting"].items] == [approval.pk, question.pk]
-    assert f'href="/approvals/{approval.pk}/">git_push</a>' in content
+    # Titled by what approving does, not by the tool's name.
+    assert f'href="/approvals/{approval.pk}/">Push to origin main</a>' in content
     assert f'href="/questions/{question.pk}/">Question</a>' in content
     assert "make clean" not in content
     assert re.search(r'Collected at <time datetime="[^"]+">', content)

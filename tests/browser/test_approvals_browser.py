@@ -3,6 +3,8 @@ goes on in the real stack's worker."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -70,7 +72,8 @@ def test_it_approves_from_home_on_a_phone_and_the_run_goes_on(
     expect(waiting.locator("time")).to_be_visible()  # when the list was collected
     screenshot(page, "approvals-home")
 
-    waiting.get_by_role("link", name="request_approval").click()
+    # Titled by what approving does, not by the tool's name.
+    waiting.get_by_role("link", name=re.compile(r"^Do what the agent describes: ")).click()
 
     expect(page).to_have_url(f"{stack.url}/approvals/{approval.pk}/")
     expect(page.locator("#approval-status")).to_have_text("waiting for you")
