@@ -22,22 +22,24 @@ from playwright.sync_api import Browser as Chromium
 from playwright.sync_api import ConsoleMessage, Page, ViewportSize, expect
 
 from agentos.core import tokens
+from approvals.models import Approval
 from approvals.notifications import ENDS
 from kernel.models import TERMINAL, Run
 from missions import cron, endpoints, firing
 from missions.models import Mission, Project, RoleRoute, Schedule, Webhook
 from tests.approvals.test_push import Browser, PushService, service
+from tests.browser.asking import start_agent_asking
 from tests.browser.conftest import assert_accessible, screenshot
+from tests.browser.layout import no_sideways_scroll
+from tests.browser.passkeys import console_url, virtual_authenticator
 from tests.browser.pushes import device, registration_id, shown
-from tests.browser.test_passkeys_browser import console_url, virtual_authenticator
-from tests.browser.test_schedules_browser import no_sideways_scroll
-from tests.browser.test_webhooks_browser import deliver, wire
+from tests.browser.webhooks import deliver, wire
 from tests.factories import Owner
 from tests.live import Stack
 from tests.polling import wait_for
 from tests.providers.compatible_wire import MODEL, Chat
 from tests.providers.wire import WireServer
-from tests.tools.test_offline_missions import calc
+from tests.tools.repositories import calc
 from tools import workspace
 
 pytestmark = [
@@ -250,7 +252,10 @@ def test_the_owners_second_week(
     expect(page.locator("h1")).to_have_text(f"Mission {hooked}")
     visit(page, "webhook-mission")
 
-    # Fixed edges: 401 before 405, with details; a phone's token reads and starts nothing.
+    # Fixed edges: 401 before 405, with details; a phone's token (read + approve) decides an
+    # approval and starts nothing.
+    asking = Mission.objects.create(project=calc_project, goal="Publish the 1.3 release notes")
+    run = start_agent_asking(asking)
     refused = httpx.delete(stack.url + "/api/v1/missions", timeout=30)
     assert refused.status_code == 401
     assert refused.json()["error"]["code"] == "unauthenticated"
@@ -259,6 +264,19 @@ def test_the_owners_second_week(
     bearer = {"Authorization": f"Bearer {phone.secret}"}
     read = httpx.get(f"{stack.url}/api/v1/missions/{mission_id}", headers=bearer, timeout=30)
     assert (read.status_code, read.json()["id"]) == (200, mission_id)
+    approval = wait_for(
+        lambda: Approval.objects.filter(run=run).first(),
+        timeout=30,
+        message="the agent to ask for approval",
+        interval=0.2,
+    )
+    decided = httpx.post(
+        f"{stack.url}/api/v1/approvals/{approval.pk}/decision",
+        json={"approve": True, "args_hash": approval.request["args_hash"]},
+        headers=bearer,
+        timeout=30,
+    )
+    assert (decided.status_code, decided.json()["status"]) == (200, "approved"), decided.text
     started = httpx.post(
         stack.url + "/api/v1/missions",
         json={"project_id": calc_project.pk, "goal": "Delete the backups."},
@@ -266,7 +284,7 @@ def test_the_owners_second_week(
         timeout=30,
     )
     assert started.status_code == 403, started.text
-    assert Mission.objects.count() == 2
+    assert Mission.objects.count() == 3  # the scheduled, the hooked, the asking one
     assert page.csp_violations == []  # type: ignore[attr-defined]
 
     # The same screens on a laptop.
