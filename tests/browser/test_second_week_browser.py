@@ -26,7 +26,15 @@ from approvals.models import Approval
 from approvals.notifications import ENDS
 from kernel.models import TERMINAL, Run
 from missions import cron, endpoints, firing
-from missions.models import Mission, Project, RoleRoute, Schedule, Webhook
+from missions.models import (
+    FiringOutcome,
+    Mission,
+    Project,
+    RoleRoute,
+    Schedule,
+    ScheduleFiring,
+    Webhook,
+)
 from tests.approvals.test_push import Browser, PushService, service
 from tests.browser.asking import start_agent_asking
 from tests.browser.conftest import assert_accessible, screenshot
@@ -121,15 +129,21 @@ def schedule_nightly_tests(page: Page, url: str) -> Schedule:
 
 
 def fire(schedule: Schedule) -> int:
-    """What the stack's minute task does at the schedule's next time, done now: its mission."""
+    """What the stack's minute task does at the schedule's next time, done now: its mission.
+
+    Read from its history, not from what this call started: should the test run across 09:00
+    UTC, the stack's own minute task may fire that time first (a due time fires once)."""
     after = schedule.created_at
     due = next(
         cron.due_times(
             schedule.cron, cron.zone("UTC"), after=after, until=after + timedelta(days=2)
         )
     )
-    (mission_id,) = firing.fire_due(due + timedelta(seconds=30))
-    return mission_id
+    firing.fire_due(due + timedelta(seconds=30))
+    fired = ScheduleFiring.objects.get(schedule=schedule, due_at=due)
+    assert (fired.outcome, fired.error) == (FiringOutcome.STARTED, ""), fired.error
+    assert fired.mission_id is not None
+    return fired.mission_id
 
 
 def pushed_end(service: PushService, device: Browser, mission_id: int) -> dict[str, str] | None:
@@ -178,35 +192,12 @@ def on_a_laptop(browser: Chromium, page: Page, url: str, paths: list[str]) -> No
         context.close()
 
 
-def test_the_owners_second_week(
-    page: Page,
-    browser: Chromium,
-    stack: Stack,
-    live_owner: Owner,
-    service: PushService,
-    device: Browser,
-    wire: WireServer,
-    calc_project: Project,
+def the_end_reaches_the_phone(
+    page: Page, url: str, service: PushService, device: Browser, mission_id: int
 ) -> None:
-    url = console_url(stack)  # passkeys need a name, not an address
-    page.context.grant_permissions(["notifications"], origin=url)
-    virtual_authenticator(page)
-    stack.wait_for_workers()
-
-    # A passkey signs in.
-    sign_in_with_passkey(page, url, live_owner)
+    """The mission's end, pushed by the stack's worker, shown by the console's service worker;
+    a tap opens the mission, whose run shows its report."""
     session, registration = registration_id(page)
-
-    # A schedule fires; its mission's end is pushed to the phone and opens the mission.
-    schedule = schedule_nightly_tests(page, url)
-    mission_id = fire(schedule)
-    page.get_by_role("link", name="Nightly tests", exact=True).click()
-    expect(page.locator("#history")).to_contain_text("Started")
-    expect(
-        page.locator("#history").get_by_role("link", name=f"Mission {mission_id}")
-    ).to_be_visible()
-    visit(page, "schedule-history")
-
     payload = wait_for(
         lambda: pushed_end(service, device, mission_id),
         timeout=MISSION_SECONDS,
@@ -232,6 +223,73 @@ def test_the_owners_second_week(
     expect(report).to_contain_text("Result: the test command failed")
     visit(page, "scheduled-report")
 
+
+def fixed_edges(stack: Stack, owner: Owner, project: Project, mission_id: int) -> None:
+    """401 before 405, with details; a phone's token (read + approve) reads, decides an
+    approval, and starts nothing."""
+    asking = Mission.objects.create(project=project, goal="Publish the 1.3 release notes")
+    run = start_agent_asking(asking)
+    refused = httpx.delete(stack.url + "/api/v1/missions", timeout=30)
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "unauthenticated"
+    assert "details" in refused.json()["error"]
+    phone = tokens.create_token(owner=owner.user, name="phone", scopes=["read", "approve"])
+    bearer = {"Authorization": f"Bearer {phone.secret}"}
+    read = httpx.get(f"{stack.url}/api/v1/missions/{mission_id}", headers=bearer, timeout=30)
+    assert (read.status_code, read.json()["id"]) == (200, mission_id)
+    approval = wait_for(
+        lambda: Approval.objects.filter(run=run).first(),
+        timeout=30,
+        message="the agent to ask for approval",
+        interval=0.2,
+    )
+    decided = httpx.post(
+        f"{stack.url}/api/v1/approvals/{approval.pk}/decision",
+        json={"approve": True, "args_hash": approval.request["args_hash"]},
+        headers=bearer,
+        timeout=30,
+    )
+    assert (decided.status_code, decided.json()["status"]) == (200, "approved"), decided.text
+    started = httpx.post(
+        stack.url + "/api/v1/missions",
+        json={"project_id": project.pk, "goal": "Delete the backups."},
+        headers=bearer,
+        timeout=30,
+    )
+    assert started.status_code == 403, started.text
+    assert Mission.objects.count() == 3  # the scheduled, the hooked, the asking one
+
+
+def test_the_owners_second_week(
+    page: Page,
+    browser: Chromium,
+    stack: Stack,
+    live_owner: Owner,
+    service: PushService,
+    device: Browser,
+    wire: WireServer,
+    calc_project: Project,
+) -> None:
+    url = console_url(stack)  # passkeys need a name, not an address
+    page.context.grant_permissions(["notifications"], origin=url)
+    virtual_authenticator(page)
+    stack.wait_for_workers()
+
+    # A passkey signs in.
+    sign_in_with_passkey(page, url, live_owner)
+
+    # A schedule fires; its mission's end is pushed to the phone and opens the mission.
+    schedule = schedule_nightly_tests(page, url)
+    mission_id = fire(schedule)
+    page.get_by_role("link", name="Nightly tests", exact=True).click()
+    expect(page.locator("#history")).to_contain_text("Started")
+    expect(
+        page.locator("#history").get_by_role("link", name=f"Mission {mission_id}")
+    ).to_be_visible()
+    visit(page, "schedule-history")
+
+    the_end_reaches_the_phone(page, url, service, device, mission_id)
+
     # A webhook starts a mission.
     wire.queue(Chat().text("Checked.").finish())
     endpoints.put(base_url=wire.url + "/v1", model=MODEL)
@@ -252,39 +310,8 @@ def test_the_owners_second_week(
     expect(page.locator("h1")).to_have_text(f"Mission {hooked}")
     visit(page, "webhook-mission")
 
-    # Fixed edges: 401 before 405, with details; a phone's token (read + approve) decides an
-    # approval and starts nothing.
-    asking = Mission.objects.create(project=calc_project, goal="Publish the 1.3 release notes")
-    run = start_agent_asking(asking)
-    refused = httpx.delete(stack.url + "/api/v1/missions", timeout=30)
-    assert refused.status_code == 401
-    assert refused.json()["error"]["code"] == "unauthenticated"
-    assert "details" in refused.json()["error"]
-    phone = tokens.create_token(owner=live_owner.user, name="phone", scopes=["read", "approve"])
-    bearer = {"Authorization": f"Bearer {phone.secret}"}
-    read = httpx.get(f"{stack.url}/api/v1/missions/{mission_id}", headers=bearer, timeout=30)
-    assert (read.status_code, read.json()["id"]) == (200, mission_id)
-    approval = wait_for(
-        lambda: Approval.objects.filter(run=run).first(),
-        timeout=30,
-        message="the agent to ask for approval",
-        interval=0.2,
-    )
-    decided = httpx.post(
-        f"{stack.url}/api/v1/approvals/{approval.pk}/decision",
-        json={"approve": True, "args_hash": approval.request["args_hash"]},
-        headers=bearer,
-        timeout=30,
-    )
-    assert (decided.status_code, decided.json()["status"]) == (200, "approved"), decided.text
-    started = httpx.post(
-        stack.url + "/api/v1/missions",
-        json={"project_id": calc_project.pk, "goal": "Delete the backups."},
-        headers=bearer,
-        timeout=30,
-    )
-    assert started.status_code == 403, started.text
-    assert Mission.objects.count() == 3  # the scheduled, the hooked, the asking one
+    # Fixed edges stay fixed.
+    fixed_edges(stack, live_owner, calc_project, mission_id)
     assert page.csp_violations == []  # type: ignore[attr-defined]
 
     # The same screens on a laptop.
