@@ -9,8 +9,8 @@ from playwright.sync_api import Page, expect
 from approvals.models import Approval
 from kernel.models import Run, RunStatus, Wait
 from missions.models import Mission, Project
+from tests.browser.asking import ACTION, start_agent_asking
 from tests.browser.conftest import ARTIFACTS, screenshot
-from tests.browser.test_approvals_browser import ACTION, start_agent_asking
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack

@@ -9,9 +9,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from approvals.models import Approval
-from kernel import runs
 from kernel.models import Run, RunStatus
 from missions.models import Mission, Project
+from tests.browser.asking import ACTION, start_agent_asking
 from tests.browser.conftest import screenshot
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
@@ -19,34 +19,6 @@ from tests.live import Stack
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-ACTION = "Email the 1.3 release notes to the team list"
-
-
-def start_agent_asking(mission: Mission) -> Run:
-    """The real agent loop on the offline scripted model: it asks to act, then ends."""
-    arguments = {"action": ACTION, "justification": "The notes are final; the team expects them."}
-    script = {
-        "turns": [
-            {
-                "text": "I need your approval first.",
-                "tool_calls": [{"name": "request_approval", "arguments": arguments}],
-            },
-            {"text": "Sent."},
-        ]
-    }
-    return runs.start_run(
-        account=mission,
-        program="agent",
-        input={
-            "goal": mission.goal,
-            "provider": "scripted",
-            "model": "scripted",
-            "tools": ["request_approval"],
-            "context_window": 100_000,
-            "script": script,
-        },
-    )
 
 
 def test_it_approves_from_home_on_a_phone_and_the_run_goes_on(

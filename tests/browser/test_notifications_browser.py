@@ -11,78 +11,24 @@ would, and hands the payload to the console's registered service worker through 
 from __future__ import annotations
 
 import json
-import os
-from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
 from playwright.sync_api import Page, ViewportSize, expect
-from pytest_django.fixtures import Settings
 
-from approvals import push
 from kernel import runs
 from tests.approvals.factories import make_mission
 from tests.approvals.test_push import Browser, PushService, service
 from tests.browser.conftest import PHONE, assert_accessible, screenshot
+from tests.browser.pushes import device, registration_id, shown
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-__all__ = ["service"]  # the local push service, a fixture of the push tests
+__all__ = ["device", "service"]  # fixtures: the local push service, the phone subscribed
 
 DESKTOP: ViewportSize = {"width": 1280, "height": 800}
-
-
-@pytest.fixture
-def device(service: PushService, settings: Settings, live_owner: Owner) -> Browser:
-    """The phone's subscription, kept by the server as the console's subscribe call keeps it."""
-    settings.PUSH_ALLOW_LOOPBACK = True
-    phone = Browser(
-        f"{service.url}/push/phone", ec.generate_private_key(ec.SECP256R1()), os.urandom(16)
-    )
-    push.subscribe(
-        subscription=phone.subscription(),
-        agent="Chromium on a phone",
-        username=live_owner.username,
-        address=None,
-    )
-    return phone
-
-
-def registration_id(page: Page) -> tuple[Any, str]:
-    """The console's service worker registration, as DevTools names it."""
-    page.evaluate("() => navigator.serviceWorker.ready.then(() => true)")
-    session = page.context.new_cdp_session(page)
-    found: list[dict[str, Any]] = []
-    session.on(
-        "ServiceWorker.workerRegistrationUpdated", lambda e: found.extend(e["registrations"])
-    )
-    session.send("ServiceWorker.enable")
-
-    def registered() -> list[dict[str, Any]]:
-        page.wait_for_timeout(50)  # DevTools' events come in on Playwright's loop
-        return found
-
-    wait_for(
-        registered,
-        timeout=10,
-        message="the service worker's registration",
-        interval=0.05,
-    )
-    live = [r for r in found if not r["isDeleted"]]
-    return session, str(live[0]["registrationId"])
-
-
-def shown(page: Page) -> list[dict[str, Any]]:
-    return page.evaluate(  # type: ignore[no-any-return]
-        """async () => {
-            const reg = await navigator.serviceWorker.ready;
-            return (await reg.getNotifications()).map(
-                (n) => ({title: n.title, body: n.body, tag: n.tag, url: n.data && n.data.url}));
-        }"""
-    )
 
 
 def test_a_missions_end_reaches_the_phone_opens_the_mission_and_is_chosen_in_settings(

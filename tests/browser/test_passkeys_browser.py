@@ -4,44 +4,17 @@ the passkey, then removes it; on a phone and on a laptop, with Chromium's virtua
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from playwright.sync_api import CDPSession, Page, ViewportSize, expect
+from playwright.sync_api import Page, ViewportSize, expect
 
 from tests.browser.conftest import PHONE, assert_accessible, screenshot
+from tests.browser.passkeys import console_url, virtual_authenticator
 from tests.factories import Owner
 from tests.live import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 LAPTOP: ViewportSize = {"width": 1280, "height": 800}
-
-
-def virtual_authenticator(page: Page) -> tuple[CDPSession, str]:
-    """A platform authenticator that keeps discoverable credentials and verifies its user (a
-    fingerprint that always matches), answering without a prompt."""
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("WebAuthn.enable")
-    added: dict[str, Any] = cdp.send(
-        "WebAuthn.addVirtualAuthenticator",
-        {
-            "options": {
-                "protocol": "ctap2",
-                "transport": "internal",
-                "hasResidentKey": True,
-                "hasUserVerification": True,
-                "isUserVerified": True,
-                "automaticPresenceSimulation": True,
-            }
-        },
-    )
-    return cdp, added["authenticatorId"]
-
-
-def console_url(stack: Stack) -> str:
-    # Browsers refuse WebAuthn on an IP address: the console is reached as localhost.
-    return stack.url.replace("127.0.0.1", "localhost")
 
 
 @pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["phone", "laptop"])

@@ -10,16 +10,12 @@ from playwright.sync_api import Page, expect
 
 from missions.models import Project, Schedule
 from tests.browser.conftest import assert_accessible, screenshot
+from tests.browser.layout import no_sideways_scroll
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
 from tests.live import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def no_sideways_scroll(page: Page) -> None:
-    width = page.viewport_size["width"] if page.viewport_size else 0
-    assert page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 @pytest.mark.parametrize("viewport", [(390, 844), (1280, 800)], ids=["phone", "laptop"])

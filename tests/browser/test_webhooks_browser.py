@@ -5,13 +5,8 @@ starts it once a model is set, and the endpoint is deleted after a confirmation.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import time
-from collections.abc import Iterator
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -19,40 +14,21 @@ from missions import endpoints
 from missions.models import Mission, Project, RoleRoute, Webhook, WebhookDelivery
 from tests.browser.conftest import assert_accessible, screenshot
 from tests.browser.test_signin_browser import sign_in
+from tests.browser.webhooks import deliver, wire
 from tests.factories import Owner
 from tests.live import Stack
 from tests.providers.compatible_wire import MODEL, Chat
-from tests.providers.wire import WireServer, wire_server
+from tests.providers.wire import WireServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+__all__ = ["wire"]  # a fixture: the local model server
 
 LAPTOP = {"width": 1280, "height": 800}
-
-
-@pytest.fixture
-def wire() -> Iterator[WireServer]:
-    with wire_server() as server:
-        yield server
 
 
 def fits(page: Page) -> None:
     width = page.viewport_size["width"] if page.viewport_size else 390
     assert page.evaluate("document.documentElement.scrollWidth") <= width
-
-
-def deliver(url: str, secret: str, body: bytes, delivery: str) -> httpx.Response:
-    stamp = int(time.time())
-    digest = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return httpx.post(
-        url,
-        content=body,
-        headers={
-            "Content-Type": "application/json",
-            "X-Agentos-Delivery": delivery,
-            "X-Agentos-Signature": f"t={stamp},v1={digest}",
-        },
-        timeout=30,
-    )
 
 
 def test_it_creates_lists_replays_and_deletes_webhooks(

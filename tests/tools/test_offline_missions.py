@@ -14,13 +14,14 @@ from django.conf import settings
 
 from kernel.models import Run, Step, StepKind
 from kernel.worker import Worker
-from missions import demo, offline
+from missions import offline
 from missions.launch import create_mission
 from missions.models import Project
 from missions.providers.scripted import LABEL
 from tests.live import crash_env
 from tests.polling import wait_for
 from tests.processes import stop
+from tests.tools.repositories import calc, repository
 from tools import workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,33 +32,6 @@ def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a new owner has: no provider key at all."""
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENTOS_COMPATIBLE_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-
-
-def repository(base: Path, files: dict[str, str]) -> Path:
-    """A git repository of `files`, in one commit, where the sandbox can reach it."""
-    repo = base / "repo"
-    repo.mkdir(parents=True)
-    for name, content in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(content)
-    workspace.host_git(repo, "init", "--quiet", "--initial-branch=main")
-    workspace.host_git(repo, "add", "--all")
-    workspace.host_git(repo, "commit", "--quiet", "-m", "First commit: the project as it is")
-    return repo
-
-
-def calc(base: Path, *, fixed: bool = False) -> Path:
-    """The demo's calc project: its tests fail, or pass once `fixed`."""
-    source = demo.BUGGY.replace(demo.BUGGY_LINE, demo.FIXED_LINE) if fixed else demo.BUGGY
-    return repository(
-        base,
-        {
-            "calc.py": source,
-            "test_calc.py": demo.TESTS,
-            "README.md": demo.README,
-            ".gitignore": demo.GITIGNORE,
-        },
-    )
 
 
 def start(repo: Path, key: str) -> Run:
