@@ -201,7 +201,9 @@ def test_a_bad_signature_is_refused_and_only_counted(
     assert api.get(f"/webhooks/{hook['id']}").json()["rejected"] == 1
 
 
-@pytest.mark.parametrize(("offset", "said"), [(-360, " s old: at most 300 s"), (360, "in the future")])
+@pytest.mark.parametrize(
+    ("offset", "said"), [(-360, " s old: at most 300 s"), (360, "in the future")]
+)
 def test_a_stale_or_future_signature_is_refused(
     api: Api, client: Client, with_key: None, offset: int, said: str
 ) -> None:
