@@ -18,9 +18,8 @@ from missions.models import Webhook
 
 
 def _error(status: int, code: str, message: str, **details: Any) -> JsonResponse:
-    body: dict[str, Any] = {"code": code, "message": message}
-    if details:
-        body["details"] = details
+    # The API's error shape, `details` always present (null when there is nothing more).
+    body = {"code": code, "message": message, "details": details or None}
     return JsonResponse({"error": body}, status=status)
 
 

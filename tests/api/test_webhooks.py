@@ -196,6 +196,7 @@ def test_a_bad_signature_is_refused_and_only_counted(
     assert answer.status_code == 401
     assert answer.json()["error"]["code"] == "bad_signature"
     assert said in answer.json()["error"]["message"]
+    assert answer.json()["error"]["details"] is None  # the API's shape: always there
     assert WebhookDelivery.objects.count() == 0
     assert Mission.objects.count() == 0
     assert api.get(f"/webhooks/{hook['id']}").json()["rejected"] == 1
