@@ -100,18 +100,18 @@ class ProviderWaitOut(Schema):
     question: int | None = Field(description="The owner's question to answer, if owner")
 
 
-class MissionDetailOut(MissionOut):
-    spent: SpentOut
-    runs: RunsSummaryOut
-    waiting_on: list[ProviderWaitOut] = Field(
-        description="Its runs held by a model provider's failure (details: each run's `waiting_on`)"
-    )
-
-
 class MissionItemOut(MissionOut):
     status: str | None = Field(
         description="Its outcome as the console shows it: done once a root run ended done, else "
         "its latest root run's status (or paused, stopping); null before its first run"
+    )
+
+
+class MissionDetailOut(MissionItemOut):
+    spent: SpentOut
+    runs: RunsSummaryOut
+    waiting_on: list[ProviderWaitOut] = Field(
+        description="Its runs held by a model provider's failure (details: each run's `waiting_on`)"
     )
 
 
@@ -229,13 +229,17 @@ def get_mission(request: HttpRequest, mission_id: int) -> dict[str, Any]:
         .annotate(count=Count("pk"))
         .values_list("status", "count")
     )
-    roots = list(
-        mission.runs.filter(parent__isnull=True).order_by("pk").values_list("pk", flat=True)
-    )
+    roots = overview.roots_by_mission([mission.pk]).get(mission.pk, [])
+    state = overview.mission_state(roots)
     return {
         **mission_out(mission),
+        "status": state.value if state else None,
         "spent": mission.spent(),
-        "runs": {"total": sum(by_status.values()), "by_status": by_status, "root_run_ids": roots},
+        "runs": {
+            "total": sum(by_status.values()),
+            "by_status": by_status,
+            "root_run_ids": sorted(run.pk for run in roots),
+        },
         "waiting_on": outage.waiting_in(mission.pk),
     }
 

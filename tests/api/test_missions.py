@@ -303,6 +303,10 @@ def test_each_listed_mission_has_its_status_as_the_console_shows_it(api: Api) ->
         "Queued": "queued",
     }
     assert {row.goal: row.state.value for row in overview.missions() if row.state} == listed
+    # One mission's own page says the same.
+    assert {
+        item["goal"]: api.get(f"/missions/{item['id']}").json()["status"] for item in items
+    } == (listed)
 
 
 def test_it_lists_missions_in_as_many_queries_for_many_as_for_one(api: Api) -> None:
