@@ -20,6 +20,7 @@ from agentos.core import audit
 from agentos.core.models import AuditEvent
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from kernel import budgets
+from missions import routing
 from missions.models import ModelInfo, Role, RoleRoute
 from missions.providers.registry import ready
 from tools.models import Decision, PermissionRule
@@ -176,12 +177,7 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
     context = {
         "screen": SCREENS_BY_SLUG["agents"],
         "roles": [
-            {
-                "label": label,
-                "route": routes.get(role),
-                "ready": role in routes and ready(routes[role].provider),
-                "form": route_forms[role],
-            }
+            _role_row(role, label, routes.get(role), route_forms[role])
             for role, label in Role.choices
         ],
         "route_refused": refused,
@@ -193,6 +189,22 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
         ],
     }
     return render(request, "console/agents.html", context, status=status)
+
+
+def _role_row(
+    role: str, label: StrOrPromise, stored: RoleRoute | None, form: RouteForm
+) -> dict[str, Any]:
+    """A role as its runs will take it: its default route, or the compatible endpoint standing
+    in when that route's provider has no key (`routing.default_route`), and whether it can run."""
+    taken = routing.default_route(role)
+    stands_in = taken is not None and (stored is None or taken.provider != stored.provider)
+    return {
+        "label": label,
+        "route": stored,
+        "taken": taken if stands_in else None,
+        "ready": taken is not None and (taken.provider == "scripted" or ready(taken.provider)),
+        "form": form,
+    }
 
 
 def _route_form(role: str, route: RoleRoute | None) -> RouteForm:

@@ -108,3 +108,17 @@ def test_the_new_mission_form_says_the_endpoint_is_set(
     assert f"compatible: set ({MODEL} at {server.url}/v1)" in after
     assert 'id="no-model"' not in after
     assert f"Default (compatible/{MODEL})" in after
+
+
+def test_the_agents_screen_says_each_role_runs_on_the_endpoint(
+    owner_client: Client, server: WireServer
+) -> None:
+    before = owner_client.get("/agents/").content.decode()
+    assert "no key: the offline model stands in" in before
+    assert "Runs on the OpenAI-compatible endpoint" not in before
+
+    endpoints.put(base_url=server.url + "/v1", model=MODEL)
+    after = owner_client.get("/agents/").content.decode()
+
+    assert "no key: the offline model stands in" not in after
+    assert after.count(f"Runs on the OpenAI-compatible endpoint ({MODEL})") == len(Role.values)
