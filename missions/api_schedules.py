@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict, StrictBool
 
+from agentos.core import audit
 from agentos.core.schemas import Text
 from missions import schedules
 from missions.blueprints import MissionIn
@@ -134,7 +135,9 @@ def list_schedules(request: HttpRequest) -> list[dict[str, Any]]:
 def create_schedule(request: HttpRequest, payload: ScheduleIn) -> Status[dict[str, Any]]:
     values = _values(payload)
     values["time_zone"] = values.pop("timezone", "")
-    return Status(201, schedule_out(schedules.create_schedule(**values)))
+    return Status(
+        201, schedule_out(schedules.create_schedule(**values, actor=audit.Actor.of(request)))
+    )
 
 
 @router.get("/schedules/{schedule_id}", response=ScheduleOut, summary="A schedule")
@@ -152,7 +155,9 @@ def get_schedule(request: HttpRequest, schedule_id: int) -> dict[str, Any]:
 def update_schedule(
     request: HttpRequest, schedule_id: int, payload: SchedulePatch
 ) -> dict[str, Any]:
-    return schedule_out(schedules.update_schedule(schedule_id, _values(payload)))
+    return schedule_out(
+        schedules.update_schedule(schedule_id, _values(payload), actor=audit.Actor.of(request))
+    )
 
 
 @router.delete(
@@ -161,7 +166,7 @@ def update_schedule(
     summary="Delete a schedule and its history (the missions it started stay)",
 )
 def delete_schedule(request: HttpRequest, schedule_id: int) -> Status[None]:
-    schedules.delete_schedule(schedule_id)
+    schedules.delete_schedule(schedule_id, actor=audit.Actor.of(request))
     return Status(204, None)
 
 

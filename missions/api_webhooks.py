@@ -13,7 +13,7 @@ from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from agentos.core import idempotency
+from agentos.core import audit, idempotency
 from agentos.core.schemas import Text
 from missions import webhooks
 from missions.models import Webhook, WebhookDelivery
@@ -116,7 +116,12 @@ def delivery_out(delivery: WebhookDelivery) -> dict[str, Any]:
 )
 @idempotency.withholds_secret
 def create_webhook(request: HttpRequest, payload: WebhookIn) -> Status[dict[str, Any]]:
-    created = webhooks.create(name=payload.name, mission=payload.mission, preset=payload.preset)
+    created = webhooks.create(
+        name=payload.name,
+        mission=payload.mission,
+        preset=payload.preset,
+        actor=audit.Actor.of(request),
+    )
     return Status(
         201,
         {
@@ -143,7 +148,7 @@ def get_webhook(request: HttpRequest, webhook_id: int) -> dict[str, Any]:
     summary="Delete a webhook and its deliveries (the missions they started stay)",
 )
 def delete_webhook(request: HttpRequest, webhook_id: int) -> Status[None]:
-    webhooks.delete(webhook_id)
+    webhooks.delete(webhook_id, actor=audit.Actor.of(request))
     return Status(204, None)
 
 
@@ -167,7 +172,9 @@ def list_deliveries(
 )
 def replay_delivery(request: HttpRequest, webhook_id: int, delivery_id: str) -> dict[str, Any]:
     webhook = webhooks.get(webhook_id)
-    outcome = webhooks.replay(webhook, webhooks.find_delivery(webhook, delivery_id))
+    outcome = webhooks.replay(
+        webhook, webhooks.find_delivery(webhook, delivery_id), actor=audit.Actor.of(request)
+    )
     if outcome.failure is not None:
         # Stored as failed again (its attempts counted); the owner is told why, as at creation.
         failure = outcome.failure

@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
+from agentos.core import audit
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from missions import schedules
 from missions.errors import MissionError
@@ -59,9 +60,11 @@ def _edit(request: HttpRequest, schedule: Schedule | None) -> HttpResponse:
             try:
                 if schedule is None:
                     values["time_zone"] = values.pop("timezone")
-                    saved = schedules.create_schedule(**values)
+                    saved = schedules.create_schedule(**values, actor=audit.Actor.of(request))
                 else:
-                    saved = schedules.update_schedule(schedule.pk, values)
+                    saved = schedules.update_schedule(
+                        schedule.pk, values, actor=audit.Actor.of(request)
+                    )
             except MissionError as refused:
                 form.show_refusal(refused)
             else:
@@ -99,7 +102,7 @@ def _preview(expression: str, zone_name: str) -> dict[str, Any]:
 def schedule_toggle(request: HttpRequest, schedule_id: int) -> HttpResponse:
     get_object_or_404(Schedule, pk=schedule_id)
     enabled = request.POST.get("enabled") == "yes"
-    schedule = schedules.set_enabled(schedule_id, enabled)
+    schedule = schedules.set_enabled(schedule_id, enabled, actor=audit.Actor.of(request))
     said = _("Schedule “%(name)s” resumed.") if enabled else _("Schedule “%(name)s” paused.")
     messages.success(request, said % {"name": schedule.name})
     return redirect("console:schedules")
@@ -110,7 +113,7 @@ def schedule_toggle(request: HttpRequest, schedule_id: int) -> HttpResponse:
 def schedule_delete(request: HttpRequest, schedule_id: int) -> HttpResponse:
     schedule = get_object_or_404(Schedule, pk=schedule_id)
     if request.method == "POST" and request.POST.get("confirm") == "yes":
-        schedules.delete_schedule(schedule.pk)
+        schedules.delete_schedule(schedule.pk, actor=audit.Actor.of(request))
         messages.success(request, _("Schedule “%(name)s” deleted.") % {"name": schedule.name})
         return redirect("console:schedules")
     return render(request, "missions/schedule_delete.html", _context(schedule=schedule))

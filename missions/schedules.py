@@ -16,6 +16,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from agentos.core import audit
+from agentos.core.models import AuditEvent
 from missions import blueprints, cron
 from missions.errors import MissionError
 from missions.launch import mcp_server_names
@@ -34,6 +36,7 @@ def create_schedule(
     catch_up: str = CatchUp.SKIP,
     allow_overlap: bool = False,
     enabled: bool = True,
+    actor: audit.Actor,
 ) -> Schedule:
     """A new recurring mission, validated (cron, time zone, template) before it is saved; its
     name is its goal's first line when none is given, its time zone the installation's."""
@@ -48,10 +51,12 @@ def create_schedule(
         "enabled": enabled,
     }
     with transaction.atomic():
-        return _save(schedule, values)
+        saved = _save(schedule, values)
+        _changed(actor, saved, "created")
+    return saved
 
 
-def update_schedule(schedule_id: int, changes: dict[str, Any]) -> Schedule:
+def update_schedule(schedule_id: int, changes: dict[str, Any], *, actor: audit.Actor) -> Schedule:
     """Change some fields of a schedule, all or nothing. `mission` replaces the whole template.
     Resumed, or given a new cron or time zone, it counts its times from now: what it did not
     run while paused is not missed."""
@@ -68,19 +73,36 @@ def update_schedule(schedule_id: int, changes: dict[str, Any]) -> Schedule:
         )
         if restarts:
             schedule.last_fired_at = timezone.now()
-        return _save(schedule, {"name": schedule.name, **changes})
+        saved = _save(schedule, {"name": schedule.name, **changes})
+        _changed(actor, saved, "changed: " + ", ".join(sorted(changes)))
+    return saved
 
 
-def set_enabled(schedule_id: int, enabled: bool) -> Schedule:
+def set_enabled(schedule_id: int, enabled: bool, *, actor: audit.Actor) -> Schedule:
     """Pause or resume a schedule."""
-    return update_schedule(schedule_id, {"enabled": enabled})
+    return update_schedule(schedule_id, {"enabled": enabled}, actor=actor)
 
 
-def delete_schedule(schedule_id: int) -> None:
+def delete_schedule(schedule_id: int, *, actor: audit.Actor) -> None:
     """A schedule and its history; the missions it started stay."""
-    deleted, _by_model = Schedule.objects.filter(pk=schedule_id).delete()
-    if not deleted:
-        raise _not_found(schedule_id)
+    with transaction.atomic():
+        schedule = Schedule.objects.select_for_update().filter(pk=schedule_id).first()
+        if schedule is None:
+            raise _not_found(schedule_id)
+        _changed(actor, schedule, "deleted")
+        schedule.delete()
+
+
+def _changed(actor: audit.Actor, schedule: Schedule, change: str) -> None:
+    # In the change's transaction: the security log says what happened, never more.
+    audit.record_by(
+        AuditEvent.Kind.SCHEDULE_CHANGED,
+        actor,
+        schedule=schedule.pk,
+        name=schedule.name,
+        change=change,
+        by=actor.by,
+    )
 
 
 def get_schedule(schedule_id: int) -> Schedule:

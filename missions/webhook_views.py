@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
+from agentos.core import audit
 from agentos.core.errors import DomainError
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from missions import launch, webhooks
@@ -85,7 +86,12 @@ def webhooks_screen(request: HttpRequest) -> HttpResponse:
     if data["definition_of_done"]:
         template["definition_of_done"] = data["definition_of_done"]
     try:
-        created = webhooks.create(name=data["name"], mission=template, preset=data["preset"])
+        created = webhooks.create(
+            name=data["name"],
+            mission=template,
+            preset=data["preset"],
+            actor=audit.Actor.of(request),
+        )
     except DomainError as refused:
         _add_errors(form, refused)
         return _screen(request, form=form, status=refused.status)
@@ -166,7 +172,7 @@ def webhook_delete(request: HttpRequest, webhook_id: int) -> HttpResponse:
     webhook = _webhook(webhook_id)
     if request.POST.get("confirm") != "yes":
         return redirect(f"{reverse('console:webhook', args=[webhook.pk])}?confirm=delete#delete")
-    webhooks.delete(webhook.pk)
+    webhooks.delete(webhook.pk, actor=audit.Actor.of(request))
     return redirect("console:webhooks")
 
 
@@ -178,7 +184,7 @@ def webhook_replay(request: HttpRequest, webhook_id: int, delivery_pk: int) -> H
     if delivery is None:
         raise Http404
     try:
-        outcome = webhooks.replay(webhook, delivery)
+        outcome = webhooks.replay(webhook, delivery, actor=audit.Actor.of(request))
     except webhooks.WebhookError as refused:
         return _detail(request, webhook, error=refused.message, status=refused.status)
     if outcome.failure is not None:

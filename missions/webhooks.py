@@ -33,8 +33,9 @@ from django.db import transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
-from agentos.core import vault
+from agentos.core import audit, vault
 from agentos.core.errors import DomainError
+from agentos.core.models import AuditEvent
 from kernel import exposure
 from kernel.models import Run, Trust
 from missions import blueprints
@@ -91,7 +92,9 @@ class Outcome:
 # --- The owner's endpoints ---------------------------------------------------------------------
 
 
-def create(*, name: str, mission: Any, preset: str = WebhookPreset.AGENTOS) -> Created:
+def create(
+    *, name: str, mission: Any, preset: str = WebhookPreset.AGENTOS, actor: audit.Actor
+) -> Created:
     """A new endpoint with a fresh secret; the template is checked first (422 naming each
     wrong field)."""
     name = name.strip() if isinstance(name, str) else ""
@@ -111,13 +114,15 @@ def create(*, name: str, mission: Any, preset: str = WebhookPreset.AGENTOS) -> C
         )
     template = blueprints.clean(mission)
     secret = "whsec_" + secrets.token_urlsafe(32)
-    webhook = Webhook.objects.create(
-        name=name,
-        key=secrets.token_urlsafe(24),
-        preset=preset,
-        ciphertext=vault.encrypt(secret),
-        mission=template,
-    )
+    with transaction.atomic():
+        webhook = Webhook.objects.create(
+            name=name,
+            key=secrets.token_urlsafe(24),
+            preset=preset,
+            ciphertext=vault.encrypt(secret),
+            mission=template,
+        )
+        _changed(actor, webhook, "created")
     return Created(webhook=webhook, secret=secret)
 
 
@@ -128,9 +133,23 @@ def get(webhook_id: int) -> Webhook:
     return found
 
 
-def delete(webhook_id: int) -> None:
+def delete(webhook_id: int, *, actor: audit.Actor) -> None:
     """The endpoint and its deliveries; the missions they started stay."""
-    get(webhook_id).delete()
+    with transaction.atomic():
+        webhook = get(webhook_id)
+        _changed(actor, webhook, "deleted")
+        webhook.delete()
+
+
+def _changed(actor: audit.Actor, webhook: Webhook, change: str) -> None:
+    audit.record_by(
+        AuditEvent.Kind.WEBHOOK_CHANGED,
+        actor,
+        webhook=webhook.pk,
+        name=webhook.name,
+        change=change,
+        by=actor.by,
+    )
 
 
 def deliveries(webhook: Webhook, *, limit: int = 50) -> list[WebhookDelivery]:
@@ -299,7 +318,7 @@ def find_delivery(webhook: Webhook, named: str | int) -> WebhookDelivery:
     return found
 
 
-def replay(webhook: Webhook, found: WebhookDelivery) -> Outcome:
+def replay(webhook: Webhook, found: WebhookDelivery, *, actor: audit.Actor) -> Outcome:
     """The owner's replay of a failed delivery: the pipeline again on its stored body."""
     with transaction.atomic():
         delivery = WebhookDelivery.objects.select_for_update().get(pk=found.pk, webhook=webhook)
@@ -313,6 +332,7 @@ def replay(webhook: Webhook, found: WebhookDelivery) -> Outcome:
                 details={"mission_id": delivery.mission_id},
             )
         failure = _attempt(webhook, delivery)
+        _changed(actor, webhook, f"delivery {delivery.delivery_id} replayed")
     return Outcome(delivery=delivery, duplicate=False, failure=failure)
 
 

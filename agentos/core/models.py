@@ -118,6 +118,11 @@ class AuditEvent(models.Model):
         BRIDGE_CHANGED = "bridge.changed", _("an API bridge added, changed or removed")
         PUSH_SENDER_CHANGED = "push.sender", _("the push sender's contact changed")
         REMOTE_CREDENTIAL_CHANGED = "credential.changed", _("a project's push credential set")
+        SCHEDULE_CHANGED = "schedule.changed", _("a schedule created, changed or deleted")
+        WEBHOOK_CHANGED = (
+            "webhook.changed",
+            _("a webhook created or deleted, or a delivery replayed"),
+        )
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=40, choices=Kind.choices)

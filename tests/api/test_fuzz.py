@@ -34,7 +34,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
 )
 
-from agentos.core import tokens
+from agentos.core import audit, tokens
 from kernel import heartbeats, runs
 from memory import store
 from memory.store import Draft
@@ -104,6 +104,7 @@ def target(
         name="weekly",
         mission={"project_id": project.pk, "goal": "Update the notes."},
         cron="0 7 * * 1",
+        actor=audit.Actor.command("test"),
     )
     return Target(
         schema=schemathesis.openapi.from_wsgi("/api/v1/openapi.json", wsgi_app),

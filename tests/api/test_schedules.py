@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentos.core.models import AuditEvent
 from missions import firing
 from missions.models import Schedule, ScheduleFiring
 from tests.agentos.test_api import error_of
@@ -63,6 +64,13 @@ def test_it_creates_reads_changes_and_deletes_a_schedule(api: Api) -> None:
     assert [s["id"] for s in listed] == [schedule_id]
     assert deleted.status_code == 204
     assert not Schedule.objects.exists()
+    logged = AuditEvent.objects.filter(kind=AuditEvent.Kind.SCHEDULE_CHANGED).order_by("pk")
+    assert [e.detail["change"] for e in logged] == [
+        "created",
+        "changed: cron, enabled",
+        "deleted",
+    ]
+    assert {e.detail["schedule"] for e in logged} == {schedule_id}
 
 
 def test_it_defaults_the_time_zone_and_says_never(api: Api) -> None:

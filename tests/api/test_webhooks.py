@@ -16,6 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from agentos.core.models import AuditEvent
 from kernel.models import Run
 from missions import webhooks
 from missions.models import Mission, Webhook, WebhookDelivery
@@ -351,6 +352,12 @@ def test_deleting_a_webhook_stops_its_url_and_keeps_its_missions(
     assert deliver(client, hook, payload()).status_code == 404
     assert Mission.objects.count() == 1
     assert WebhookDelivery.objects.count() == 0
+    logged = AuditEvent.objects.filter(kind=AuditEvent.Kind.WEBHOOK_CHANGED).order_by("pk")
+    assert [(e.detail["change"], e.detail["webhook"], e.detail["by"]) for e in logged] == [
+        ("created", hook["id"], "token:tests"),
+        ("deleted", hook["id"], "token:tests"),
+    ]  # the secret is in neither
+    assert all(hook["secret"] not in str(e.detail) for e in logged)
 
 
 def test_the_owners_endpoints_need_a_token(client: Client, owner: Any) -> None:

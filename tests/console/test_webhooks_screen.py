@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from agentos.core import audit
 from missions import webhooks
 from missions.models import Project, Webhook, WebhookDelivery
 
@@ -51,7 +52,11 @@ def test_it_shows_the_secret_once_and_says_what_is_wrong(owner_client: Client) -
 
 def test_it_deletes_only_once_confirmed(owner_client: Client) -> None:
     project = Project.objects.create(name="site")
-    webhook = webhooks.create(name="x", mission={"project_id": project.pk, "goal": "g"}).webhook
+    webhook = webhooks.create(
+        name="x",
+        mission={"project_id": project.pk, "goal": "g"},
+        actor=audit.Actor.command("test"),
+    ).webhook
 
     asked = owner_client.post(f"/webhooks/{webhook.pk}/delete")
     assert asked.status_code == 302
@@ -67,7 +72,11 @@ def test_it_deletes_only_once_confirmed(owner_client: Client) -> None:
 
 def test_replay_is_refused_for_an_accepted_delivery(owner_client: Client) -> None:
     project = Project.objects.create(name="site")
-    webhook = webhooks.create(name="x", mission={"project_id": project.pk, "goal": "g"}).webhook
+    webhook = webhooks.create(
+        name="x",
+        mission={"project_id": project.pk, "goal": "g"},
+        actor=audit.Actor.command("test"),
+    ).webhook
     delivery = WebhookDelivery.objects.create(
         webhook=webhook, delivery_id="d", signature="0" * 64, body=b"{}", status="accepted"
     )

@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from agentos.core import audit
 from missions import firing, schedules
 from missions.models import Project, Schedule
 
@@ -91,6 +92,7 @@ def test_it_pauses_resumes_edits_and_deletes(owner_client: Client, project: Proj
         cron="0 7 * * *",
         mission={"project_id": project.pk, "goal": "Digest.", "routes": {}},
         name="digest",
+        actor=audit.Actor.command("test"),
     )
     toggle = reverse("console:schedule-toggle", args=[schedule.pk])
 
@@ -119,7 +121,9 @@ def test_its_history_links_each_mission_started(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # the run is created, never executed
     schedule = schedules.create_schedule(
-        cron="0 * * * *", mission={"project_id": project.pk, "goal": "Digest."}
+        cron="0 * * * *",
+        mission={"project_id": project.pk, "goal": "Digest."},
+        actor=audit.Actor.command("test"),
     )
     start = datetime(2026, 12, 1, 7, tzinfo=UTC)
     Schedule.objects.filter(pk=schedule.pk).update(created_at=start)

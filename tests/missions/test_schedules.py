@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import IntegrityError, transaction
 
+from agentos.core import audit
 from kernel.models import Run, RunStatus
 from missions import firing, schedules
 from missions.cron import next_times, zone
@@ -36,6 +37,7 @@ def make_schedule(
     schedule = schedules.create_schedule(
         cron=cron,
         mission={"project_id": project.pk, "goal": values.pop("goal", "Digest.")},
+        actor=audit.Actor.command("test"),
         **values,  # type: ignore[arg-type]  # the service's own keywords
     )
     Schedule.objects.filter(pk=schedule.pk).update(created_at=since)
@@ -175,10 +177,12 @@ def test_a_failing_schedule_is_its_own_line_and_the_others_fire(project: Project
 
 def test_a_paused_schedule_does_not_fire_and_resumes_from_now(project: Project) -> None:
     schedule = make_schedule(project, catch_up="each", allow_overlap=True)
-    schedules.set_enabled(schedule.pk, False)
+    schedules.set_enabled(schedule.pk, False, actor=audit.Actor.command("test"))
 
     assert firing.fire_due(T0 + timedelta(hours=1)) == []
-    schedules.set_enabled(schedule.pk, True)  # at the real now, after T0: nothing was missed
+    schedules.set_enabled(
+        schedule.pk, True, actor=audit.Actor.command("test")
+    )  # at the real now, after T0: nothing was missed
 
     assert firing.fire_due(T0 + timedelta(hours=3)) == []
     assert not schedule.firings.exists()
