@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import httpx
@@ -22,7 +22,7 @@ from playwright.sync_api import Browser as Chromium
 from playwright.sync_api import ConsoleMessage, Page, ViewportSize, expect
 
 from agentos.core import tokens
-from approvals.models import Approval
+from approvals.models import Approval, Notification
 from approvals.notifications import ENDS
 from kernel.models import TERMINAL, Run
 from missions import cron, endpoints, firing
@@ -155,6 +155,28 @@ def pushed_end(service: PushService, device: Browser, mission_id: int) -> dict[s
     return None
 
 
+def explained[T](
+    predicate: Callable[[], T | None], *, timeout: float, message: str, explain: Callable[[], str]
+) -> T:
+    """`wait_for`, its failure saying what the state was when it gave up."""
+    try:
+        return wait_for(predicate, timeout=timeout, message=message, interval=0.2)
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed}; then: {explain()}")
+
+
+def _status(run: Run) -> str:
+    run.refresh_from_db()
+    return f"{run.status}, {run.error or 'no error'}"
+
+
+def _told(mission_id: int) -> str:
+    rows = Notification.objects.filter(account_id=mission_id).values_list(
+        "kind", "delivery", "attempts", "pushed_at"
+    )
+    return f"its notifications: {list(rows)}"
+
+
 def create_webhook(page: Page, url: str) -> tuple[str, str]:
     """The Webhooks screen: an endpoint made, its URL and secret read while shown once."""
     page.goto(url + "/more/")
@@ -198,26 +220,36 @@ def the_end_reaches_the_phone(
     """The mission's end, pushed by the stack's worker, shown by the console's service worker;
     a tap opens the mission, whose run shows its report."""
     session, registration = registration_id(page)
-    payload = wait_for(
-        lambda: pushed_end(service, device, mission_id),
+    # In two waits, so that a failure says which half did not happen: the run's end, or its push.
+    root = Run.objects.get(account_id=mission_id, parent__isnull=True)
+    explained(
+        lambda: Run.objects.filter(pk=root.pk, status__in=TERMINAL).exists(),
         timeout=MISSION_SECONDS,
-        message="the scheduled mission's end to be pushed",
-        interval=0.2,
+        message=f"the scheduled mission's run {root.pk} to end",
+        explain=lambda: _status(root),
+    )
+    payload = explained(
+        lambda: pushed_end(service, device, mission_id),
+        timeout=30,
+        message=f"the end of mission {mission_id} to be pushed",
+        explain=lambda: _told(mission_id),
     )
     session.send(
         "ServiceWorker.deliverPushMessage",
         {"origin": url, "registrationId": registration, "data": json.dumps(payload)},
     )
     (notification,) = wait_for(lambda: shown(page), timeout=10, message="the notification")
-    root = Run.objects.get(account_id=mission_id, parent__isnull=True)
+    root.refresh_from_db()
     assert root.status in TERMINAL
     assert notification["title"] == str(ENDS[root.status][1]) == "Mission done"
     assert notification["body"] == "Run the tests and report what fails."
     page.goto(url + notification["url"])  # what a tap opens
     expect(page.locator("h1")).to_have_text(f"Mission {mission_id}")
     expect(page.locator(f"[data-run-status='{root.pk}']")).to_have_text("done")
+    result = page.locator("#mission-result")  # the mission's page shows its result
+    expect(result).to_contain_text("Result: the test command failed")
     visit(page, "scheduled-mission")
-    page.locator("#run-tree").get_by_role("link", name=re.compile(rf"^Run {root.pk}")).click()
+    page.get_by_role("link", name=re.compile(rf"^Run {root.pk} · ")).click()
     report = page.locator("#run-answer")
     expect(report).to_contain_text("Test command: python3 -m unittest discover -v")
     expect(report).to_contain_text("Result: the test command failed")
