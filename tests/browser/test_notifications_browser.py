@@ -19,6 +19,7 @@ from kernel import runs
 from tests.approvals.factories import make_mission
 from tests.approvals.test_push import Browser, PushService, service
 from tests.browser.conftest import PHONE, assert_accessible, screenshot
+from tests.browser.layout import no_sideways_scroll
 from tests.browser.pushes import device, registration_id, shown
 from tests.browser.test_signin_browser import sign_in
 from tests.factories import Owner
@@ -65,7 +66,7 @@ def test_a_missions_end_reaches_the_phone_opens_the_mission_and_is_chosen_in_set
     page.goto(stack.url + "/")
     told = page.locator("#told")
     expect(told).to_contain_text("Mission done")
-    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    no_sideways_scroll(page)
     screenshot(page, "home-told-you")
     assert_accessible(page)
     page.set_viewport_size(DESKTOP)
@@ -85,7 +86,7 @@ def test_a_missions_end_reaches_the_phone_opens_the_mission_and_is_chosen_in_set
     card.get_by_role("button", name="Save choices").click()
     expect(page.get_by_text("Your notification choices are saved.")).to_be_visible()
     expect(card.get_by_label("A mission is done")).to_have_value("digest")
-    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    no_sideways_scroll(page)
     screenshot(page, "settings-told-you")
     assert_accessible(page)
     page.set_viewport_size(DESKTOP)

@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import Page, ViewportSize, expect
 
 from tests.browser.conftest import PHONE, assert_accessible, screenshot
+from tests.browser.layout import no_sideways_scroll
 from tests.browser.passkeys import console_url, virtual_authenticator
 from tests.factories import Owner
 from tests.live import Stack
@@ -48,7 +49,7 @@ def test_a_passkey_signs_in(
     expect(card.get_by_role("button", name="Remove “this laptop”")).to_be_visible()
     stored = cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator})
     assert [c["isResidentCredential"] for c in stored["credentials"]] == [True]
-    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+    no_sideways_scroll(page)
     screenshot(page, f"settings-passkeys-{viewport['width']}")
     assert_accessible(page)
 

@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 from missions import endpoints
 from missions.models import Mission, Project, RoleRoute, Webhook, WebhookDelivery
 from tests.browser.conftest import assert_accessible, screenshot
+from tests.browser.layout import no_sideways_scroll
 from tests.browser.test_signin_browser import sign_in
 from tests.browser.webhooks import deliver, wire
 from tests.factories import Owner
@@ -26,11 +27,6 @@ __all__ = ["wire"]  # a fixture: the local model server
 LAPTOP = {"width": 1280, "height": 800}
 
 
-def fits(page: Page) -> None:
-    width = page.viewport_size["width"] if page.viewport_size else 390
-    assert page.evaluate("document.documentElement.scrollWidth") <= width
-
-
 def test_it_creates_lists_replays_and_deletes_webhooks(
     page: Page, stack: Stack, live_owner: Owner, wire: WireServer
 ) -> None:
@@ -41,7 +37,7 @@ def test_it_creates_lists_replays_and_deletes_webhooks(
     page.get_by_role("link", name="Webhooks").click()
     expect(page.get_by_role("heading", name="Webhooks", exact=True)).to_be_visible()
     expect(page.get_by_text("No webhook yet.")).to_be_visible()
-    fits(page)
+    no_sideways_scroll(page)
     assert_accessible(page)
 
     page.get_by_label("Name").fill("deploys")
@@ -58,7 +54,7 @@ def test_it_creates_lists_replays_and_deletes_webhooks(
     page.get_by_role("button", name="Copy the secret").click()
     expect(created.get_by_role("status")).to_have_text("Secret copied.")
     assert page.evaluate("navigator.clipboard.readText()") == secret
-    fits(page)
+    no_sideways_scroll(page)
     screenshot(page, "webhooks-created")
     assert_accessible(page)
 
@@ -75,7 +71,7 @@ def test_it_creates_lists_replays_and_deletes_webhooks(
     stored = WebhookDelivery.objects.get()
     assert (stored.status, stored.mission_id) == ("failed", None)
     expect(deliveries).to_contain_text(stored.error)
-    fits(page)
+    no_sideways_scroll(page)
     screenshot(page, "webhook-failed-delivery")
     assert_accessible(page)
 
@@ -92,7 +88,7 @@ def test_it_creates_lists_replays_and_deletes_webhooks(
     assert WebhookDelivery.objects.get().mission_id == mission.pk
 
     page.set_viewport_size(LAPTOP)  # type: ignore[arg-type]  # a ViewportSize dict
-    fits(page)
+    no_sideways_scroll(page)
     screenshot(page, "webhook-laptop")
     assert_accessible(page)
 
