@@ -68,7 +68,10 @@ _DEFAULT_GOVERNORS = (GlobalBudget().max_running_runs, GlobalBudget().provider_c
 def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Claim]:
     """Take up to `limit` runnable runs, oldest first.
 
-    1. Serialise claims (advisory lock), so caps cannot be overshot by two claimers at once.
+    1. Serialise claims (advisory lock), so caps cannot be overshot by two claimers at once. A
+       claimer frozen inside this transaction (SIGSTOP, a stalled VM) is disconnected by
+       PostgreSQL once idle for its lease, which rolls its claim back and frees the lock: one
+       frozen worker cannot stop every other from claiming.
     2. Free the leases of holders provably dead on this machine (`leases.free_dead_holders`), so a
        killed worker's runs are taken over now, not when their leases run out.
     3. Respect the global cap on running runs.
@@ -78,7 +81,11 @@ def claim_runs(*, worker: str, lease_seconds: float, limit: int = 1) -> list[Cla
     """
     now = timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, true),"
+            " pg_advisory_xact_lock(%s)",
+            [f"{max(int(lease_seconds * 1000), 1000)}ms", CLAIM_LOCK],
+        )
         leases.free_dead_holders(cursor, now=now)
         # The same read brings the provider caps each claimed run's meter checks model calls
         # against (`Meter.check_provider`): no statement of its own on the hot path.

@@ -29,6 +29,29 @@ def pytest_configure(config: pytest.Config) -> None:
     # The kernel's tests run its chaos workload in this process (`kernel.proving`); the worker
     # processes they start register it themselves (`manage.py proving_worker`).
     proving.register()
+    _flush_again_after_a_deadlock()
+
+
+def _flush_again_after_a_deadlock() -> None:
+    """A live stack kept for a whole module (`tests.live.running_stack`) may be inside a
+    transaction when a test's teardown truncates every table: PostgreSQL then breaks the deadlock
+    by failing the TRUNCATE, whose retry finds the stack's transaction gone."""
+    import psycopg
+    from django.db import OperationalError
+    from django.test import TransactionTestCase
+
+    teardown = TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]
+
+    def flush_until_done(case: TransactionTestCase) -> None:
+        for attempt in range(5):
+            try:
+                teardown(case)
+                return
+            except OperationalError as error:
+                if attempt == 4 or not isinstance(error.__cause__, psycopg.errors.DeadlockDetected):
+                    raise
+
+    TransactionTestCase._fixture_teardown = flush_until_done  # type: ignore[attr-defined]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
