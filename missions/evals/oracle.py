@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import re
 import tarfile
 from collections.abc import Callable
@@ -229,6 +230,8 @@ def citations_of(answer: str) -> list[dict[str, str]]:
         if isinstance(value, dict):
             where = value.get("url") or value.get("path")
             if isinstance(value.get("quote"), str) and isinstance(where, str):
+                if not value.get("url"):  # ./docs/a.md and /docs/a.md are docs/a.md
+                    where = posixpath.normpath(where).lstrip("/")
                 cited.append({"quote": value["quote"], "source": where})
             for item in value.values():
                 walk(item)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from missions.evals.suite import Task
 
+SITE = "{site}"  # in a task.json, the address the evaluation serves the task's site/ at
 NAME = {"type": "string", "pattern": r"^[A-Za-z][A-Za-z0-9_]{0,63}$"}
 TOLERANCE = {"type": "number", "minimum": 0}
 _FIGURE = {
@@ -128,12 +129,17 @@ def paths_named(data: dict[str, Any]) -> list[str]:
 
 
 def is_url(source: str) -> bool:
-    return source.startswith(("{site}/", "http://", "https://"))
+    return source.startswith((f"{SITE}/", "http://", "https://"))
+
+
+def uses_site(data: dict[str, Any]) -> bool:
+    """Whether a task.json names pages of its site (which it must then ship)."""
+    return SITE in json.dumps(data)
 
 
 def at_site(value: Any, base: str) -> Any:
     """`value` (JSON) with `{site}` replaced by the address the task's pages are served at."""
-    return json.loads(json.dumps(value).replace("{site}", base))
+    return json.loads(json.dumps(value).replace(SITE, base))
 
 
 def _call(name: str, **arguments: Any) -> dict[str, Any]:

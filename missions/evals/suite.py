@@ -47,7 +47,6 @@ from missions.evals import plays
 SUITES = Path(__file__).resolve().parent / "suites"
 MODES = ("single", "multi")
 KINDS = ("coding", "research", "figures", "citations")
-SITE = "{site}"  # in a task.json, the address of the pages the evaluation serves for it
 TASK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 200
@@ -267,6 +266,8 @@ def load_task(path: Path) -> Task:
         raise SuiteError(f"{where}: {problem.message} (at {at}).")
     files = _files(path / "repo")
     site = _files(path / "site") if (path / "site").exists() else {}
+    if not site and plays.uses_site(data):
+        raise SuiteError(f"{where}: names {plays.SITE} pages, and the task has no site/.")
     plan = data["plan"]
     named = [*plan["read"], *data["oracle"].get("protect", [])]
     named += plays.paths_named(data)

@@ -23,9 +23,12 @@ from cluster.identity import give
 from kernel.models import TERMINAL, Event, Run
 from missions.evals import oracle, plays, runner, site
 from missions.evals.suite import SUITES, Task, load
+from tests.cluster.egress_fixtures import egress_dir  # noqa: F401  # a fixture
 from tools import workspace
 
-pytestmark = pytest.mark.django_db
+# The egress sockets in a short directory every user can reach (as the Web tests have them),
+# whatever the checkout's path; the evaluation starts the egress service itself.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("egress_dir")]
 
 PROFILES = {
     "research": {"citations"},
@@ -138,6 +141,15 @@ def test_a_malformed_task_of_the_new_kinds_is_refused(
     assert message in str(refused.value)
 
 
+def test_a_task_naming_pages_without_a_site_is_refused(tmp_path: Path) -> None:
+    where = copy_task(tmp_path, "research", "release-date")
+    shutil.rmtree(where.parent / "site")
+
+    with pytest.raises(CommandError) as refused:
+        mission_eval(str(tmp_path / "bad"))
+    assert str(refused.value) == f"{where}: names {{site}} pages, and the task has no site/."
+
+
 # --- The figures oracle -------------------------------------------------------------------------
 
 FIGURES = [
@@ -216,6 +228,13 @@ def test_a_quote_found_again_on_the_page_passes(pages: site.Site) -> None:
     verdict = judge_citations(cite("It came out on 2024-04-18.", quote), pages)
     assert verdict.passed, verdict.detail
     assert "1 passage(s) found again" in verdict.detail
+
+
+@pytest.mark.parametrize("path", ["notes/release.md", "./notes/release.md", "/notes/release.md"])
+def test_a_quote_found_again_in_a_document_passes(pages: site.Site, path: str) -> None:
+    quote = {"quote": "The team  shipped\nTessellate 5.0 on 2024-04-18", "path": path}
+    verdict = judge_citations(cite("On 2024-04-18.", quote), pages)
+    assert verdict.passed, verdict.detail
 
 
 def test_web_fetch_s_own_answer_is_a_citation(pages: site.Site) -> None:
