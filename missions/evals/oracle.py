@@ -118,6 +118,8 @@ NUMBER = re.compile(
     r"(?<![\w.])[-+\u2212]?\d{1,3}(?:[,_ ]\d{3})+(?:\.\d+)?(?!\d)"
     r"|(?<![\w.])[-+\u2212]?\d+(?:\.\d+)?"
 )
+MAX_SCANNED = 200_000  # characters of an answer searched for JSON objects
+MAX_STARTS = 2_000  # opening braces tried as the start of one
 LABEL_GAP = 60  # characters between a label and its number: "Total revenue (EUR): 1,234.50"
 
 
@@ -200,13 +202,17 @@ def _after_label(answer: str, label: str) -> float | None:
 
 
 def json_objects(text: str) -> list[tuple[int, int, Any]]:
-    """The JSON objects written in `text` (fenced or not), outermost only: (start, end, value)."""
+    """The JSON objects written in `text` (fenced or not), outermost only: (start, end, value).
+    Bounded: an answer of braces that never close costs a decode from each brace, so only the
+    first `MAX_STARTS` are tried, in the first `MAX_SCANNED` characters."""
     decoder = json.JSONDecoder()
-    found, at = [], 0
-    while (start := text.find("{", at)) != -1:
+    found, at, tries = [], 0, 0
+    text = text[:MAX_SCANNED]
+    while (start := text.find("{", at)) != -1 and tries < MAX_STARTS:
+        tries += 1
         try:
             value, end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON, or nested past any use
             at = start + 1
             continue
         found.append((start, end, value))

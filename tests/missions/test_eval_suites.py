@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -185,6 +186,14 @@ def test_the_figures_oracle(answer: str, passed: bool, detail: str) -> None:
 def test_a_json_figure_wins_over_a_labelled_one() -> None:
     answer = 'The total was 9 last year. {"total_eur": 18135.3, "growth_pct": 33.95}'
     assert oracle.check_figures(answer, FIGURES).passed
+
+
+@pytest.mark.parametrize("answer", ['{"a": [' * 50_000, "{" * 300_000, '{"total_eur": "' * 9_000])
+def test_an_answer_of_unclosed_json_is_judged_quickly(answer: str) -> None:
+    started = time.monotonic()
+    assert not oracle.check_figures(answer, FIGURES).passed
+    assert oracle.citations_of(answer) == []
+    assert time.monotonic() - started < 10
 
 
 # --- The citations oracle -----------------------------------------------------------------------
