@@ -434,3 +434,58 @@ def test_the_supervisor_mode_completes_the_new_kinds(name: str, tasks: str) -> N
     reading = [task for task in load(name).select(tasks.split(",")) if task.plan["read"]]
     workers = Run.objects.filter(parent__isnull=False).exclude(input__role="reader")
     assert workers.count() >= len(reading) >= 1
+
+
+def broken_suite(tmp_path: Path) -> Path:
+    """Tasks of the profile suites whose scripts end `done` without doing the task: a quote
+    made up, a page's quote the page does not have (web_fetch drops it: nothing is cited), the
+    wrong quarter added up, a job script never written."""
+    suite = tmp_path / "broken"
+
+    def change(source: str, name: str, how: Callable[[dict[str, Any]], object]) -> None:
+        shutil.copytree(SUITES / source / name, suite / name)
+        where = suite / name / "task.json"
+        data = json.loads(where.read_text())
+        how(data)
+        where.write_text(json.dumps(data))
+
+    change(
+        "research",
+        "log-retention",
+        lambda data: data["plan"]["citations"][0].update(
+            quote="Web server access logs are kept for 90 days, as the law requires."
+        ),
+    )
+    change(
+        "research",
+        "release-date",
+        lambda data: data["plan"]["citations"][0].update(
+            quote="Tessellate 5.0 was released on 2024-04-18 after two betas."
+        ),
+    )
+    change(
+        "analysis",
+        "quarterly-revenue",
+        lambda data: data["plan"].update(command=data["plan"]["command"].replace('"09"', '"10"')),
+    )
+    change("automation", "csv-to-json", lambda data: data["plan"].update(writes=[]))
+    return suite
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_new_oracles_judge_missions_that_did_not_do_the_task(tmp_path: Path) -> None:
+    lines = mission_eval(str(broken_suite(tmp_path)))
+
+    table = rows(lines)
+    assert {task: cells[1:3] for task, cells in table.items()} == {
+        "csv-to-json": ["done", "FAIL"],
+        "log-retention": ["done", "FAIL"],
+        "quarterly-revenue": ["done", "FAIL"],
+        "release-date": ["done", "FAIL"],
+    }, "\n".join(lines)
+    text = "\n".join(lines)
+    assert "not found in policies/logging.md: 'Web server access logs are kept for 90" in text
+    assert "0 passage(s) cited; at least 1 expected" in text  # the reader's quote was dropped
+    assert "q3_revenue: " in text
+    assert ", expected 112058" in text
+    assert "FAILED (errors=1)" in text  # the test of the job that was never written
