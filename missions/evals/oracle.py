@@ -18,8 +18,8 @@ passages as JSON objects `{"quote": ..., "url" | "path": ...}` (the shape `web_f
 have). Each cited source is fetched again — a URL from the task's own site, served by the
 evaluation on 127.0.0.1 and never anything else; a path from the task's files as shipped, never
 the mission's worktree, which it could have written — and each quote must occur in it
-(whitespace and case aside). One quote not found fails the task, and so does an answer that cites
-none of the documents that support it.
+(whitespace and case aside). One quote not found fails the task, and so does an answer none of
+whose quotes of the documents that support it states the answer.
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def check_citations(
     minimum: int = 1,
 ) -> Verdict:
     """Whether `answer` states one of `expected` and backs it with at least `minimum` quotes,
-    each found again in its source (`fetch`), at least one from `sources`."""
+    each found again in its source (`fetch`), one of them from `sources` stating it too."""
     if not answer or not answer.strip():
         return Verdict(False, "the mission gave no answer")
     stated = check_answer(prose(answer), expected)
@@ -289,8 +289,13 @@ def check_citations(
             return Verdict(False, f"a quote of {where} is under {MIN_QUOTE} characters")
         if quote not in _normal(text):
             return Verdict(False, f"not found in {where}: {citation['quote'][:200]!r}")
-    if not {citation["source"] for citation in cited} & set(sources):
-        return Verdict(False, f"no passage cited from {', '.join(sources)}")
+    backing = [
+        citation
+        for citation in cited
+        if citation["source"] in sources and check_answer(citation["quote"], expected).passed
+    ]
+    if not backing:  # true quotes beside the point back nothing
+        return Verdict(False, f"no passage cited from {', '.join(sources)} states {expected[0]!r}")
     return Verdict(True, f"{stated.detail}; {len(cited)} passage(s) found again in their source")
 
 

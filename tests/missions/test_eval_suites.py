@@ -331,7 +331,14 @@ def test_a_cited_source_outside_the_supporting_ones_fails(pages: site.Site) -> N
         fetch=pages.text,
     )
     assert not verdict.passed
-    assert verdict.detail == "no passage cited from notes/release.md"
+    assert verdict.detail == "no passage cited from notes/release.md states '2024-04-18'"
+
+
+def test_a_true_quote_that_does_not_state_the_answer_backs_nothing(pages: site.Site) -> None:
+    quote = on(f"{pages.url}/releases.html", "Tessellate 4.9 was released on 2024-01-30.")
+    verdict = judge_citations(cite("5.0 came out on 2024-04-18.", quote), pages)
+    assert not verdict.passed
+    assert verdict.detail.endswith("states '2024-04-18'")
 
 
 def test_the_site_serves_its_pages_only(pages: site.Site) -> None:
