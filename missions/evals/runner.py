@@ -24,7 +24,7 @@ from django.utils import timezone
 from kernel import runs
 from kernel.models import TERMINAL, Run, RunStatus
 from kernel.worker import Worker
-from missions.evals import oracle
+from missions.evals import oracle, plays, site
 from missions.evals.suite import GITIGNORE, Suite, Task
 from missions.launch import create_mission
 from missions.models import Mission, Project
@@ -99,10 +99,11 @@ def run_suite(
     )
     say(HEADER)
     results = []
-    for task in tasks:
-        result = run_task(task, suite=suite.name, mode=mode, budget=budget, base=base)
-        say(row(result))
-        results.append(result)
+    with site.egress_running(any(task.site for task in tasks)):
+        for task in tasks:
+            result = run_task(task, suite=suite.name, mode=mode, budget=budget, base=base)
+            say(row(result))
+            results.append(result)
     for line in summary(results, suite=suite.name, mode=mode):
         say(line)
     return results
@@ -112,30 +113,38 @@ def run_task(task: Task, *, suite: str, mode: str, budget: int | None, base: Pat
     started = time.monotonic()
     mission: Mission | None = None
     try:
-        repo = materialise(task, base / task.name)
-        project = Project.objects.create(
-            name=f"eval {base.name}/{task.name}"[:120],
-            description=f"Evaluation task ({task.kind}): {task.title}",
-            repository=str(repo),
-        )
-        mission, run = create_mission(
-            project=project,
-            goal=goal_of(task, mode),
-            definition_of_done="\n".join(task.done),
-            caps={"max_tokens": budget} if budget else {},
-            trigger="eval",
-            script=task.script(mode),
-        )
-        if mode == "multi" and "delegate" not in run.input.get("tools", []):
-            runs.stop_account(mission.pk, by="mission_eval")
-            Worker().run_until_idle()
-            raise ModeUnavailable(
-                "The multi mode needs the delegate tool, and the launch path does not give it to"
-                f" a mission's agent (mission {mission.pk} was stopped); run --mode single."
+        # The task's site, while it runs: its mission may reach that host, and nothing more.
+        with site.serving(task.site) as pages:
+            script, goal = task.script(mode), goal_of(task, mode)
+            if pages is not None:
+                script, goal = plays.at_site([script, goal], pages.url)
+            repo = materialise(task, base / task.name)
+            project = Project.objects.create(
+                name=f"eval {base.name}/{task.name}"[:120],
+                description=f"Evaluation task ({task.kind}): {task.title}",
+                repository=str(repo),
             )
-        status = drive(mission, run, deadline=timezone.now() + timedelta(seconds=TASK_SECONDS))
-        run.refresh_from_db()
-        return _result(task, mission, status, judge(task, run), started, model=run.model)
+            mission, run = create_mission(
+                project=project,
+                goal=goal,
+                definition_of_done="\n".join(task.done),
+                caps={"max_tokens": budget} if budget else {},
+                trigger="eval",
+                script=script,
+                allowed_hosts=[pages.host] if pages is not None else None,
+            )
+            if mode == "multi" and "delegate" not in run.input.get("tools", []):
+                runs.stop_account(mission.pk, by="mission_eval")
+                Worker().run_until_idle()
+                raise ModeUnavailable(
+                    "The multi mode needs the delegate tool, and the launch path does not give it"
+                    f" to a mission's agent (mission {mission.pk} was stopped); run --mode single."
+                )
+            deadline = timezone.now() + timedelta(seconds=TASK_SECONDS)
+            status = drive(mission, run, deadline=deadline)
+            run.refresh_from_db()
+            verdict = judge(task, run, pages)
+        return _result(task, mission, status, verdict, started, model=run.model)
     except ModeUnavailable:
         raise
     except Exception as error:  # one task's crash is that task's result, not the suite's end
@@ -169,7 +178,7 @@ def drive(mission: Mission, run: Run, *, deadline: datetime) -> str:
     return status
 
 
-def judge(task: Task, run: Run) -> oracle.Verdict:
+def judge(task: Task, run: Run, pages: site.Site | None = None) -> oracle.Verdict:
     if task.kind == "coding":
         if not run.workspace:
             return oracle.Verdict(False, "the mission's run made no worktree")
@@ -177,7 +186,32 @@ def judge(task: Task, run: Run) -> oracle.Verdict:
     output: Any = run.output if isinstance(run.output, dict) else {}
     if run.status != RunStatus.DONE:
         return oracle.Verdict(False, f"the mission ended {run.status}, without an answer")
-    return oracle.check_answer(output.get("answer"), task.expected())
+    return judge_answer(task, output.get("answer"), pages)
+
+
+def judge_answer(task: Task, answer: str | None, pages: site.Site | None) -> oracle.Verdict:
+    """The oracle of an answering task on its final answer; `pages`: the task's site."""
+    if task.kind == "figures":
+        return oracle.check_figures(answer, task.oracle["figures"])
+    if task.kind == "citations":
+        sources = task.oracle["sources"]
+        if pages is not None:
+            sources = plays.at_site(sources, pages.url)
+
+        def fetch(where: str) -> str | None:
+            if plays.is_url(where):
+                return pages.text(where) if pages is not None else None
+            content = task.files.get(where)  # as shipped: never the mission's own copy
+            return content.decode(errors="replace") if content is not None else None
+
+        return oracle.check_citations(
+            answer,
+            expected=task.expected(),
+            sources=sources,
+            fetch=fetch,
+            minimum=int(task.oracle.get("min_citations", 1)),
+        )
+    return oracle.check_answer(answer, task.expected())
 
 
 def _result(

@@ -4,17 +4,28 @@ A task's directory holds `task.json` and `repo/`, the files of its repository (a
 with a failing test suite, or a set of documents), materialised into a fresh git repository for
 each attempt. `task.json`:
 
-- `kind`: `coding` (the oracle runs a test command) or `research` (the oracle compares the
-  mission's final answer with the expected one);
+- `kind`: `coding` (the oracle runs a test command), `research` (the oracle compares the
+  mission's final answer with the expected one), `figures` (the answer's numbers, each within a
+  tolerance) or `citations` (the expected answer, backed by passages found again in their
+  sources);
 - `title`, `goal`, `done` (the definition of done, a list of sentences);
 - `oracle`: for coding `{"command": ..., "protect": [paths]}` — the command runs in the sandbox
   on the commit the mission ended with, after the protected files (its tests) are put back as
   the task ships them, so a mission cannot pass by editing its tests; for research
-  `{"answer": ..., "accept": [other spellings]}`;
+  `{"answer": ..., "accept": [other spellings]}`; for figures `{"figures": [{"name", "value",
+  "abs" | "rel", "label"}]}` (each found under `name` in a JSON object of the answer, or after
+  `label` in its text); for citations `{"answer", "accept", "sources": [paths or URLs, one of
+  which must be cited], "min_citations"}` (`missions.evals.oracle`);
 - `plan`: what the offline model's scripts are built from (`script`) — for coding the files to
   read, the cause, the edits (`edit_file` arguments) and the commit message; for research the
-  documents to read and the command that finds the answer in the sandbox;
+  documents to read and the command that finds the answer in the sandbox (figures too: the
+  command prints the figures as JSON); for citations the documents to read, the pages to fetch
+  (`fetch`), the answer and the passages it cites (`missions.evals.plays`). A coding plan may
+  also create files (`writes`: `write_file` arguments);
 - `scripts` (optional): `{"single": script, "multi": script}` played instead of the built ones.
+
+A task may also ship `site/`: pages the evaluation serves on 127.0.0.1 while the task runs (the
+mission may fetch that host only); `{site}` in its task.json stands for the site's address.
 
 The scripts are what the offline model plays, for the tests; with a provider key the real model
 runs the same goal and the scripts are not used. Whatever a script does, only the oracle decides
@@ -25,15 +36,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from missions.evals import plays
+
 SUITES = Path(__file__).resolve().parent / "suites"
 MODES = ("single", "multi")
-KINDS = ("coding", "research")
+KINDS = ("coding", "research", "figures", "citations")
 TASK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 200
@@ -51,6 +64,12 @@ _EDIT = {
         "new_text": {"type": "string"},
     },
     "required": ["path", "old_text", "new_text"],
+    "additionalProperties": False,
+}
+_WRITE = {
+    "type": "object",
+    "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}},
+    "required": ["path", "content"],
     "additionalProperties": False,
 }
 _SCRIPTS = {
@@ -85,6 +104,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "read": {**_STRINGS, "minItems": 1},
                     "cause": {"type": "string", "minLength": 1},
                     "edits": {"type": "array", "items": _EDIT},
+                    "writes": {"type": "array", "items": _WRITE},
                     "message": {"type": "string", "minLength": 1},
                 },
                 "required": ["read", "cause", "edits", "message"],
@@ -124,6 +144,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+SCHEMAS.update(plays.schemas(_COMMON, _STRINGS))
+
+
 class SuiteError(Exception):
     """A suite or task that cannot be used, or an unknown one: the message says which and why."""
 
@@ -139,6 +162,7 @@ class Task:
     plan: dict[str, Any]
     files: dict[str, bytes]  # the repository: relative path -> content
     scripts: dict[str, dict[str, Any]]
+    site: dict[str, bytes] = field(default_factory=dict)  # pages served: URL path -> content
 
     @property
     def test_command(self) -> str:
@@ -161,7 +185,11 @@ class Task:
             ("coding", "multi"): _coding_multi,
             ("research", "single"): _research_single,
             ("research", "multi"): _research_multi,
-        }[(self.kind, mode)]
+            ("figures", "single"): _research_single,
+            ("figures", "multi"): _research_multi,
+        }.get((self.kind, mode))
+        if build is None:  # citations: its supervisor's workers are this module's readers
+            return plays.citations(self, multi=mode == "multi", reader=_reader)
         return build(self)
 
 
@@ -237,8 +265,12 @@ def load_task(path: Path) -> Task:
         at = "/".join(str(part) for part in problem.absolute_path) or "the top level"
         raise SuiteError(f"{where}: {problem.message} (at {at}).")
     files = _files(path / "repo")
+    site = _files(path / "site") if (path / "site").exists() else {}
+    if not site and plays.uses_site(data):
+        raise SuiteError(f"{where}: names {plays.SITE} pages, and the task has no site/.")
     plan = data["plan"]
     named = [*plan["read"], *data["oracle"].get("protect", [])]
+    named += plays.paths_named(data)
     named += [edit["path"] for edit in plan.get("edits", [])]
     missing = sorted({name for name in named if name not in files})
     if missing:
@@ -259,6 +291,7 @@ def load_task(path: Path) -> Task:
         plan=plan,
         files=files,
         scripts=data.get("scripts", {}),
+        site=site,
     )
 
 
@@ -306,7 +339,10 @@ def _fixing_turns(task: Task, first: int) -> list[dict[str, Any]]:
     return [
         {
             "text": plan["cause"],
-            "tool_calls": [_call("edit_file", **edit) for edit in plan["edits"]],
+            "tool_calls": [
+                *(_call("write_file", **write) for write in plan.get("writes", [])),
+                *(_call("edit_file", **edit) for edit in plan["edits"]),
+            ],
         },
         {
             "text": "Running the tests again.",

@@ -189,7 +189,11 @@ def test_the_multi_mode_is_refused_without_the_delegate_tool() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["nosuch"], "Unknown suite 'nosuch': it is neither a shipped suite (default) nor a"),
+        (
+            ["nosuch"],
+            "Unknown suite 'nosuch': it is neither a shipped suite (analysis, automation,"
+            " default, programming, research) nor a",
+        ),
         (["default", "--mode", "swarm"], "Unknown mode 'swarm'; modes: single, multi."),
         (["default", "--budget", "0"], "--budget is a positive integer of tokens, not '0'."),
         (["default", "--budget", "-5"], "--budget is a positive integer of tokens, not '-5'."),
