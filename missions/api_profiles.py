@@ -15,6 +15,7 @@ from pydantic import ConfigDict, StrictInt
 from agentos.core import audit
 from agentos.core.schemas import Text
 from missions import profiles
+from missions.api import not_found
 from missions.models import Profile
 
 router = Router(tags=["profiles"])
@@ -80,7 +81,10 @@ def list_profiles(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.get("/profiles/{name}", response=ProfileOut, summary="One domain profile")
 def get_profile(request: HttpRequest, name: str) -> dict[str, Any]:
-    return profile_out(profiles.get(name))
+    profile = Profile.objects.filter(name=name).first()
+    if profile is None:
+        raise not_found("profile", name)
+    return profile_out(profile)
 
 
 @router.put(
