@@ -145,6 +145,8 @@ def test_the_new_mission_form_starts_a_mission_with_a_profile(
     assert [c["description"] for c in mission.criteria] == programming.criteria
     assert mission.routes["executor"]["model"] == "gpt-6.1-sol"
     assert Run.objects.get(account=mission).input["criteria"] == mission.criteria
+    page = owner_client.get(response["Location"]).content.decode()
+    assert '<dd id="mission-profile">programming</dd>' in page
 
 
 def test_the_new_mission_form_refuses_a_profile_for_an_offline_mission(
@@ -160,3 +162,20 @@ def test_the_new_mission_form_refuses_a_profile_for_an_offline_mission(
         response.content.decode()
     )
     assert not Mission.objects.exists()
+
+
+def test_the_admin_shows_profiles_and_outcomes_and_edits_neither_profile(
+    owner_client: Client,
+) -> None:
+    research = Profile.objects.get(name="research")
+
+    listing = owner_client.get("/admin/missions/profile/")
+    change = owner_client.post(
+        f"/admin/missions/profile/{research.pk}/change/", {"name": "research", "tools": "[]"}
+    )
+
+    assert listing.status_code == 200
+    assert "research" in listing.content.decode()
+    assert change.status_code == 403
+    assert Profile.objects.get(name="research").tools == research.tools
+    assert owner_client.get("/admin/missions/evaloutcome/").status_code == 200
