@@ -11,7 +11,7 @@ from django.test import Client
 from agentos.core.models import AuditEvent
 from kernel import budgets
 from kernel.models import Run
-from missions.models import Mission, Profile
+from missions.models import Mission, Profile, Webhook
 from tests.console.factories import project
 
 pytestmark = pytest.mark.usefixtures("seeded_catalog", "seeded_profiles")
@@ -179,3 +179,19 @@ def test_the_admin_shows_profiles_and_outcomes_and_edits_neither_profile(
     assert change.status_code == 403
     assert Profile.objects.get(name="research").tools == research.tools
     assert owner_client.get("/admin/missions/evaloutcome/").status_code == 200
+
+
+def test_a_webhook_made_on_the_console_keeps_its_profile_in_its_template(
+    owner_client: Client,
+) -> None:
+    form = {
+        "name": "deploys",
+        "preset": "agentos",
+        "project": project().pk,
+        "goal": "Check the deployment.",
+        "risk_class": "code",
+        "profile": "automation",
+    }
+
+    assert owner_client.post("/webhooks/", form).status_code == 200
+    assert Webhook.objects.get().mission["profile"] == "automation"
