@@ -242,9 +242,8 @@ def _tools(_name: str, value: Any) -> list[str]:
     names = _strings(value)
     unknown = [name for name in names if name not in tool_registry.TOOLS]
     if unknown:
-        raise ValueError(
-            f"No tool named {', '.join(unknown)}; tools: {', '.join(sorted(tool_registry.TOOLS.names()))}."
-        )
+        every = ", ".join(sorted(tool_registry.TOOLS.names()))
+        raise ValueError(f"No tool named {', '.join(unknown)}; tools: {every}.")
     return names
 
 

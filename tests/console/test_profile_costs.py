@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, timedelta
+from typing import Any
 
 import pytest
 import time_machine
@@ -34,7 +35,7 @@ def priced() -> Iterator[None]:
     pricing._price_in_force.cache_clear()
 
 
-def started(profile: str | None, turns: list[dict[str, object]]) -> Mission:
+def started(profile: str | None, turns: list[dict[str, Any]]) -> Mission:
     mission, _run = create_mission(
         project=project(),
         goal="Tidy the tracker",
@@ -50,7 +51,7 @@ def test_it_shows_completion_and_cost_per_completed_task_per_profile_and_week(
     owner_client: Client, priced: None
 ) -> None:
     profiles.save("ops", {}, actor=audit.Actor(), create=True)  # no criteria: done is done
-    done = [{"text": "Done.", "usage": USAGE}]
+    done: list[dict[str, Any]] = [{"text": "Done.", "usage": USAGE}]
     with time_machine.travel(timezone.now() - timedelta(days=7)):
         price_scripted()  # from a week ago
         started("ops", done)
