@@ -90,9 +90,10 @@ bench-memory: $(VENV)/.installed-dev ## Memory search: hit@10, MRR vs a grep, p9
 backup-drill: $(VENV)/.installed-dev ## Backup, verify and restore timed at 1,000 runs and 10,000 notes (.data/backup-drill; AGENTOS_BACKUP_PASSPHRASE)
 	AGENTOS_DATA_DIR=.data/backup-drill $(BIN)/python manage.py backup_drill
 
-eval: system-deps $(VENV)/.installed-dev ## Mission suite: single agent, then supervisor (EVAL_ARGS="--budget N") (.data/eval)
+eval: system-deps $(VENV)/.installed-dev ## Mission suites: default (single agent, then supervisor), then each profile's, with a table per profile (EVAL_ARGS="--budget N") (.data/eval)
 	AGENTOS_DATA_DIR=.data/eval $(BIN)/python manage.py mission_eval default --mode single $(EVAL_ARGS)
 	AGENTOS_DATA_DIR=.data/eval $(BIN)/python manage.py mission_eval default --mode multi $(EVAL_ARGS)
+	AGENTOS_DATA_DIR=.data/eval $(BIN)/python manage.py mission_eval --profiles $(EVAL_ARGS)
 
 lock: | $(BIN)/python ## Re-pin every dependency from pyproject.toml
 	$(BIN)/pip install --quiet pip-tools

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
-from missions.models import Mission, ModelInfo, ModelPrice, Project, RoleRoute
+from missions.models import EvalOutcome, Mission, ModelInfo, ModelPrice, Profile, Project, RoleRoute
 
 
 @admin.register(Project)
@@ -48,3 +49,23 @@ class ModelInfoAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 @admin.register(RoleRoute)
 class RoleRouteAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["role", "provider", "model", "effort"]
+
+
+@admin.register(Profile)
+class ProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read here only: edited on Agents & policies or PUT /api/v1/profiles/{name}
+    (`missions.profiles.save`), whose checks and security-log entry an edit here would skip."""
+
+    list_display = ["name", "sandbox_level", "max_usd_micros", "updated_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Profile | None = None) -> bool:
+        return False
+
+
+@admin.register(EvalOutcome)
+class EvalOutcomeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["recorded_at", "profile_name", "suite", "task", "passed", "usd_micros"]
+    list_filter = ["profile_name", "suite", "passed"]

@@ -1,8 +1,8 @@
 """The Agents & policies screen: which model and effort each role runs on, the global budget
 (a daily spend cap, a cap on runs executing at once, a new mission's caps), the spend caps per
-model provider, and a summary of the permission rules
-(edited on the Tools screen). Every change is in the security log; runs already started keep the
-model they started with (a run's model is fixed for its life)."""
+model provider, the domain profiles (`missions.profile_views`), and a summary of the permission
+rules (edited on the Tools screen). Every change is in the security log; runs already started
+keep the model they started with (a run's model is fixed for its life)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from agentos.core import audit
 from agentos.core.models import AuditEvent
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required, signed_in
 from kernel import budgets
-from missions import routing
+from missions import profile_views, routing
 from missions.models import ModelInfo, Role, RoleRoute
 from missions.providers.registry import ready
 from tools.models import Decision, PermissionRule
@@ -139,6 +139,7 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
         },
     )
     provider_form = ProviderCapsForm(prefix="provider")
+    profile_rows = None
     status = 200
     refused: list[str] = []  # errors of a form posted for a role this page does not show
     action = request.POST.get("action")
@@ -171,6 +172,11 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
             )
             return redirect("console:agents")
         status = 400
+    elif request.method == "POST" and action == "profile":
+        saved, as_posted = profile_views.post(request)
+        if saved:
+            return redirect("console:agents")
+        profile_rows, status = profile_views.rows(as_posted), 400
     elif request.method == "POST":
         status = 400
     rules = PermissionRule.objects.all()
@@ -187,6 +193,7 @@ def agents_screen(request: HttpRequest) -> HttpResponse:
         "rule_counts": [
             (decision.label, rules.filter(decision=decision).count()) for decision in Decision
         ],
+        **(profile_rows or profile_views.rows()),
     }
     return render(request, "console/agents.html", context, status=status)
 

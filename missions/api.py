@@ -82,6 +82,7 @@ class MissionOut(Schema):
     bridges: list[str]
     allowed_hosts: list[str]
     sensitive: bool
+    profile: str | None = Field(description="The domain profile it started with, if any")
     created_at: datetime
 
 
@@ -141,6 +142,7 @@ def mission_out(mission: Mission) -> dict[str, Any]:
         "bridges": list(mission.bridges or []),
         "allowed_hosts": list(mission.allowed_hosts or []),
         "sensitive": mission.sensitive,
+        "profile": mission.profile.name if mission.profile is not None else None,
         "created_at": mission.created_at,
     }
 
@@ -192,7 +194,7 @@ def create_mission(request: HttpRequest, payload: MissionIn) -> Status[dict[str,
     summary="Missions, newest first, by pages (pass `next` back as `cursor`)",
 )
 def list_missions(request: HttpRequest, filters: Query[MissionFilter]) -> dict[str, Any]:
-    found = Mission.objects.order_by("-created_at", "-pk")
+    found = Mission.objects.select_related("profile").order_by("-created_at", "-pk")
     if filters.project is not None:
         found = found.filter(project=project_or_404(filters.project))
     if filters.cursor is not None:

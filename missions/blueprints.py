@@ -17,7 +17,7 @@ from pydantic import ConfigDict, StrictInt, model_validator
 
 from agentos.core.schemas import Text
 from kernel.models import Run
-from missions import launch
+from missions import launch, profiles
 from missions.errors import MissionError
 from missions.launch import Brief
 from missions.models import Mission, Project
@@ -100,6 +100,13 @@ class MissionIn(Schema):
     sensitive: bool = Field(
         False, description="Plan, then execute: the plan is fixed before any untrusted content"
     )
+    profile: Text | None = Field(
+        None,
+        max_length=40,
+        description="A domain profile's name (GET /api/v1/profiles): its routes, tools, sandbox"
+        " level (the higher of its and the risk class's), criteria (when none are given) and caps"
+        " (those not given) apply",
+    )
     offline: OfflineKey | None = Field(
         None,
         description="An offline mission, played on the project's repository without any model"
@@ -126,6 +133,8 @@ def clean(data: Any) -> dict[str, Any]:
             status=422,
             details={"fields": {"project_id": [f"No project {spec.project_id}."]}},
         )
+    if spec.profile is not None:
+        profiles.get(spec.profile)  # 422 naming the known ones
     return spec.model_dump(mode="json", exclude_unset=True)
 
 
@@ -152,6 +161,7 @@ def start(
         allowed_hosts=spec.allowed_hosts,
         sensitive=spec.sensitive,
         brief=brief,
+        profile=spec.profile,
     )
 
 

@@ -13,7 +13,7 @@ from cluster import bridges as cluster_bridges
 from kernel import budgets
 from missions import offline, routing, steering, verification
 from missions.launch import MAX_GOAL
-from missions.models import ModelInfo, Project, RiskClass, Role
+from missions.models import ModelInfo, Profile, Project, RiskClass, Role
 
 MICROS = Decimal(1_000_000)
 # The wall-time cap in minutes, as seconds fit `Account.max_seconds` (a 32-bit integer).
@@ -43,9 +43,31 @@ def offline_choices() -> list[tuple[str, Any]]:
     return [("", _("A goal of mine, pursued by a model")), *offline.choices(set(names))]
 
 
+def profile_choices() -> list[tuple[str, Any]]:
+    return [
+        ("", _("None: the roles' default models, every tool")),
+        *(
+            (name, f"{name} — {description}" if description else name)
+            for name, description in Profile.objects.order_by("name").values_list(
+                "name", "description"
+            )
+        ),
+    ]
+
+
 class MissionForm(forms.Form):
     project = forms.ModelChoiceField(
         label=_("Project"), queryset=Project.objects.order_by("name"), empty_label=None
+    )
+    profile = forms.ChoiceField(
+        label=_("Profile"),
+        required=False,
+        choices=profile_choices,
+        help_text=_(
+            "Its models, tools and sandbox level (never below the risk class's), its checks when"
+            " you give none, and its caps in place of those left at your defaults. Edit the"
+            " profiles on the Agents screen."
+        ),
     )
     offline = forms.ChoiceField(
         label=_("What to run"),
@@ -165,6 +187,10 @@ class MissionForm(forms.Form):
             except verification.CriteriaError as error:
                 self.add_error("checks", error.message)
         data["risk_class"] = data.get("risk_class") or RiskClass.CODE
+        if data.get("offline") and data.get("profile"):
+            self.add_error(
+                "profile", _("An offline mission has its own model and checks: choose no profile.")
+            )
         if data.get("offline") and data["risk_class"] == RiskClass.RESEARCH:
             self.add_error(
                 "risk_class",
@@ -194,6 +220,7 @@ class MissionForm(forms.Form):
             "bridges": list(data.get("bridges") or []),
             "allowed_hosts": (data.get("allowed_hosts") or "").split(),
             "sensitive": bool(data.get("sensitive")),
+            "profile": data.get("profile") or None,
         }
 
     def caps(self) -> dict[str, int | None]:
@@ -213,6 +240,15 @@ class MissionForm(forms.Form):
         for name in ("max_turns", "max_tool_calls"):
             if data.get(name) is not None:
                 caps[name] = int(data[name])
+        if data.get("profile"):
+            # A cap left at the owner's default, as the form showed it, is not named: the
+            # profile's applies (`missions.profiles.apply`), else that default again.
+            defaults = budgets.mission_defaults()
+            caps = {
+                name: value
+                for name, value in caps.items()
+                if name not in defaults or value != defaults[name]
+            }
         return caps
 
     def routes(self) -> dict[str, dict[str, str]]:
@@ -265,6 +301,7 @@ def initial_from(mission: Any) -> dict[str, Any]:
         "bridges": list(mission.bridges or []),
         "allowed_hosts": "\n".join(mission.allowed_hosts or []),
         "sensitive": mission.sensitive,
+        "profile": mission.profile.name if mission.profile is not None else "",
     }
 
 

@@ -17,7 +17,7 @@ from kernel.models import Run, Trust
 from memory import skills as memory_skills
 from memory import store as memory_store
 from memory.tools import MEMORY_TOOL_NAMES
-from missions import a2a_call, search, verification, web
+from missions import a2a_call, profiles, search, verification, web
 from missions import offline as offline_missions
 from missions.engine import framing
 from missions.errors import MissionError
@@ -123,6 +123,8 @@ def start_mission(
         "mcp_tools": mcp_toolset.freeze(servers),
     }
     _add_skills(spec, repository)
+    if mission.profile_id is not None:
+        profiles.narrow(spec, mission.profile)
     if criteria:
         spec["criteria"] = criteria
         spec["stop_hook"] = verification.HOOK
@@ -271,6 +273,8 @@ def create_mission(
     allowed_hosts: Any = None,
     sensitive: bool = False,
     brief: Brief | None = None,
+    profile: str | None = None,
+    profile_criteria: bool = True,
 ) -> tuple[Mission, Run]:
     """Create a mission and start its root run, or neither: the one entry point of the console
     form, the API, schedules and other agents (billing, journal and telemetry are the same
@@ -287,7 +291,29 @@ def create_mission(
     `host:port`, shell-style globs) are what its sandboxes may reach besides the owner's egress
     rules (`missions.network`); `sensitive`: plan first, then read untrusted content. `brief`:
     text from outside the mission works on, given to the model as data after the goal
-    (`with_brief`)."""
+    (`with_brief`).
+
+    `profile` (a `Profile`'s name, `missions.profiles`) fills what the mission leaves out and
+    raises its level to the profile's; `profile_criteria=False` leaves its criteria templates
+    out."""
+    with_profile = profiles.get(profile) if profile is not None else None
+    if with_profile is not None:
+        if offline is not None:
+            raise MissionError(
+                "An offline mission has its own goal, model and checks: leave the profile out.",
+                code="invalid_input",
+            )
+        applied = profiles.apply(
+            with_profile,
+            routes=routes or {},
+            caps=caps or {},
+            criteria=criteria,
+            risk_class=risk_class,
+            mcp_servers=mcp_servers or [],
+            with_criteria=profile_criteria,
+        )
+        routes, caps, criteria = applied.routes, applied.caps, applied.criteria
+        risk_class, mcp_servers = applied.risk_class, applied.mcp_servers
     clean_criteria = _criteria(criteria, project)
     clean_bridges, clean_hosts = _reach(bridges, allowed_hosts)
     if risk_class not in levels.RISK_CLASSES:
@@ -345,6 +371,7 @@ def create_mission(
             bridges=clean_bridges,
             allowed_hosts=clean_hosts,
             sensitive=bool(sensitive),
+            profile=with_profile,
             **clean_caps,
         )
         run = start_mission(

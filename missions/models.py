@@ -13,6 +13,10 @@ from django.utils.translation import gettext_lazy as _
 from kernel.models import Account
 from missions.cron import parse_cron, zone
 
+# Re-exported: the app's models, defined apart to keep this module small.
+from missions.profile_models import EvalOutcome as EvalOutcome
+from missions.profile_models import Profile as Profile
+
 
 class EnvironmentStatus(models.TextChoices):
     """Where the owner's build of a project's environment is."""
@@ -132,6 +136,11 @@ class Mission(Account):
     allowed_hosts = models.JSONField(_("extra hosts"), default=list, blank=True)
     # Plan, then execute: the plan is fixed before any untrusted content is read.
     sensitive = models.BooleanField(_("sensitive"), default=False)
+    # The domain profile it started with (`missions.profiles`): its routes, level, criteria and
+    # caps were copied in at creation; its tools and skills narrow each launch's run.
+    profile = models.ForeignKey(
+        Profile, null=True, blank=True, on_delete=models.PROTECT, related_name="missions"
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -34,6 +34,7 @@ FIELDS = {
     "mission.routes": "executor",
     "mission.allowed_hosts": "allowed_hosts",
     "mission.bridges": "bridges",
+    "mission.profile": "profile",
 }
 
 
@@ -199,6 +200,7 @@ def initial_for(schedule: Schedule | None) -> dict[str, Any]:
         "allowed_hosts": "\n".join(template.get("allowed_hosts") or []),
         "sensitive": bool(template.get("sensitive")),
         "mcp_servers": list(template.get("mcp_servers") or []),
+        "profile": template.get("profile") or "",
     }
 
 

@@ -18,7 +18,7 @@ from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import artifacts as artifact_files
 from kernel.exceptions import KernelError
 from kernel.models import Artifact
-from missions import costs, overview, provider_states, result, routing
+from missions import costs, overview, profile_costs, provider_states, result, routing
 from missions.engine import outage
 from missions.errors import MissionError
 from missions.forms import MissionForm, initial_caps, initial_from
@@ -152,5 +152,9 @@ def artifact(request: HttpRequest, sha256: str) -> FileResponse:
 @require_safe
 @owner_required
 def cost_report(request: HttpRequest) -> HttpResponse:
-    context = {"screen": SCREENS_BY_SLUG["costs"], "report": costs.report()}
+    context = {
+        "screen": SCREENS_BY_SLUG["costs"],
+        "report": costs.report(),
+        "profiles": profile_costs.report(),
+    }
     return render(request, "missions/costs.html", context)

@@ -18,6 +18,7 @@ from agentos.core import audit
 from agentos.core.errors import DomainError
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from missions import launch, webhooks
+from missions.forms import profile_choices
 from missions.models import Project, Webhook, WebhookPreset
 from tools import levels
 
@@ -29,6 +30,7 @@ FIELDS = {
     "goal": "goal",
     "definition_of_done": "definition_of_done",
     "risk_class": "risk_class",
+    "profile": "profile",
 }
 
 
@@ -67,6 +69,7 @@ class WebhookForm(forms.Form):
         initial=levels.DEFAULT_RISK_CLASS,
         help_text=_("research: read-only; code: commands in a sandbox; untrusted: each in a VM."),
     )
+    profile = forms.ChoiceField(label=_("Profile"), required=False, choices=profile_choices)
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -85,6 +88,8 @@ def webhooks_screen(request: HttpRequest) -> HttpResponse:
     }
     if data["definition_of_done"]:
         template["definition_of_done"] = data["definition_of_done"]
+    if data.get("profile"):
+        template["profile"] = data["profile"]
     try:
         created = webhooks.create(
             name=data["name"],

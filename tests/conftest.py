@@ -5,8 +5,8 @@ from django.test import Client
 from pytest_django import DjangoDbBlocker
 
 from kernel import proving
-from missions import catalog
-from missions.models import ModelInfo, ModelPrice, RoleRoute
+from missions import catalog, profile_seeds
+from missions.models import ModelInfo, ModelPrice, Profile, RoleRoute
 from tests.factories import Owner, make_owner, verified_client
 
 # Tests that kill processes, boot virtual machines, start SSH nodes, a browser or the whole stack,
@@ -76,3 +76,10 @@ def seeded_catalog(django_db_blocker: DjangoDbBlocker) -> None:
     table, data migrations' rows included, so tests that need them seed again (idempotent)."""
     with django_db_blocker.unblock():
         catalog.seed(ModelPrice, ModelInfo, RoleRoute)
+
+
+@pytest.fixture
+def seeded_profiles(django_db_blocker: DjangoDbBlocker) -> None:
+    """The domain profiles as their migration seeds them (flushed by transactional tests)."""
+    with django_db_blocker.unblock():
+        profile_seeds.seed(Profile)

@@ -24,10 +24,10 @@ from django.utils import timezone
 from kernel import runs
 from kernel.models import TERMINAL, Run, RunStatus
 from kernel.worker import Worker
-from missions.evals import oracle, plays, site
+from missions.evals import oracle, outcomes, plays, site
 from missions.evals.suite import GITIGNORE, Suite, Task
 from missions.launch import create_mission
-from missions.models import Mission, Project
+from missions.models import Mission, Profile, Project
 from tools import workspace
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class Result:
     usd_micros: int
     seconds: float
     model: str = ""
+    mission_id: int | None = None
 
 
 def attempt_base(suite: Suite, mode: str) -> Path:
@@ -91,17 +92,29 @@ def run_suite(
     mode: str,
     budget: int | None,
     say: Callable[[str], None],
+    profile: Profile | None = None,
 ) -> list[Result]:
+    """Each task in turn, its outcome recorded (`outcomes.record`) under `profile`, which each
+    mission starts with (`missions.profiles`) when given."""
     base = attempt_base(suite, mode)
     say(
         f"mission_eval: suite {suite.name}, {len(tasks)} task(s), mode {mode}, budget"
-        f" {f'{budget:,} tokens' if budget else 'none'} per mission; repositories in {base}"
+        f" {f'{budget:,} tokens' if budget else 'none'} per mission,"
+        f" profile {profile.name if profile else 'none'}; repositories in {base}"
     )
     say(HEADER)
     results = []
     with site.egress_running(any(task.site for task in tasks)):
         for task in tasks:
-            result = run_task(task, suite=suite.name, mode=mode, budget=budget, base=base)
+            result = run_task(
+                task,
+                suite=suite.name,
+                mode=mode,
+                budget=budget,
+                base=base,
+                profile=profile.name if profile else None,
+            )
+            outcomes.record(result, suite=suite.name, mode=mode, profile=profile)
             say(row(result))
             results.append(result)
     for line in summary(results, suite=suite.name, mode=mode):
@@ -109,7 +122,15 @@ def run_suite(
     return results
 
 
-def run_task(task: Task, *, suite: str, mode: str, budget: int | None, base: Path) -> Result:
+def run_task(
+    task: Task,
+    *,
+    suite: str,
+    mode: str,
+    budget: int | None,
+    base: Path,
+    profile: str | None = None,
+) -> Result:
     started = time.monotonic()
     mission: Mission | None = None
     try:
@@ -132,6 +153,10 @@ def run_task(task: Task, *, suite: str, mode: str, budget: int | None, base: Pat
                 trigger="eval",
                 script=script,
                 allowed_hosts=[pages.host] if pages is not None else None,
+                # The task's oracle judges it: the profile's criteria templates would ask an
+                # evaluator model the offline model does not play.
+                profile=profile,
+                profile_criteria=False,
             )
             if mode == "multi" and "delegate" not in run.input.get("tools", []):
                 runs.stop_account(mission.pk, by="mission_eval")
@@ -233,6 +258,7 @@ def _result(
         usd_micros=spent["usd_micros"],
         seconds=time.monotonic() - started,
         model=model,
+        mission_id=mission.pk if mission is not None else None,
     )
 
 

@@ -155,6 +155,7 @@ def test_it_creates_a_mission_and_starts_its_root_run(api: Api, with_key: None) 
         "bridges": [],
         "allowed_hosts": [],
         "sensitive": False,
+        "profile": None,
         "created_at": body["created_at"],
         "run_id": run.pk,
         "offline": None,

@@ -1,8 +1,14 @@
-"""`manage.py mission_eval SUITE [--mode single|multi] [--budget TOKENS] [--tasks a,b]`: run an
-evaluation suite of missions and print per task how it ended, the oracle's verdict, tokens, cost
-and wall time, then the completion rate, tokens and cost per completed task and the wall time.
-The last line is `mission_eval suite=… mode=… tasks=… completed=… rate=… tokens_per_completed=…
-cost_per_completed=… wall_s=…`.
+"""`manage.py mission_eval SUITE [--mode single|multi] [--budget TOKENS] [--tasks a,b]
+[--profile NAME]`: run an evaluation suite of missions and print per task how it ended, the
+oracle's verdict, tokens, cost and wall time, then the completion rate, tokens and cost per
+completed task and the wall time. The last line is `mission_eval suite=… mode=… tasks=…
+completed=… rate=… tokens_per_completed=… cost_per_completed=… wall_s=…`.
+
+Each mission starts with the profile `--profile` names, or else the profile named as the suite
+if there is one (`mission_eval research`: the research suite under the research profile).
+`mission_eval --profiles` runs every profile's suite (the suite of its name) under it and ends
+with a table per profile: completion and cost per completed task. Each task's outcome is kept
+(`EvalOutcome`) for the Costs screen.
 
 Without a provider key the offline model plays each task's script; with one, the real model runs
 the same goals. `--budget` caps each mission's tokens, the same for both modes.
@@ -18,8 +24,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from missions.evals import runner
-from missions.evals.suite import MODES, SuiteError, load
+from missions.evals import outcomes, runner
+from missions.evals.suite import MODES, SuiteError, load, shipped
+from missions.models import Profile
 from tools import registry
 
 EVAL_DATA_DIR = "eval"  # `make eval`'s own data dir: migrated here, nobody else's runs in it
@@ -30,7 +37,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "suite", help="A shipped suite's name (e.g. default) or a suite's directory."
+            "suite",
+            nargs="?",
+            help="A shipped suite's name (e.g. default) or a suite's directory.",
+        )
+        parser.add_argument(
+            "--profile", help="The profile each mission starts with (default: the suite's name's)."
+        )
+        parser.add_argument(
+            "--profiles",
+            action="store_true",
+            help="Every profile's suite under that profile, then a table per profile.",
         )
         parser.add_argument(
             "--mode", default="single", help="single (one agent) or multi (a supervisor)."
@@ -46,13 +63,19 @@ class Command(BaseCommand):
     def handle(
         self,
         *args: Any,
-        suite: str,
+        suite: str | None,
         mode: str,
         budget: str | None,
         tasks: str | None,
         any_database: bool,
+        profile: str | None,
+        profiles: bool,
         **options: Any,
     ) -> None:
+        if (suite is None) == (not profiles) or (profiles and (profile or tasks)):
+            raise CommandError(
+                "Name a suite (with --profile, --tasks if you like), or give --profiles alone."
+            )
         if mode not in MODES:
             raise CommandError(f"Unknown mode {mode!r}; modes: {', '.join(MODES)}.")
         cap = _budget(budget)
@@ -61,11 +84,13 @@ class Command(BaseCommand):
             names = [name.strip() for name in tasks.split(",")]
             if not all(names):
                 raise CommandError("--tasks is a comma-separated list of task names, none empty.")
-        try:
-            loaded = load(suite)
-            chosen = loaded.select(names)
-        except SuiteError as error:
-            raise CommandError(str(error)) from None
+        loaded, chosen = None, None
+        if suite is not None:
+            try:
+                loaded = load(suite)
+                chosen = loaded.select(names)
+            except SuiteError as error:
+                raise CommandError(str(error)) from None
         if mode == "multi" and registry.TOOLS.get("delegate") is None:
             raise CommandError(
                 "The multi mode needs the delegate tool (sub-agents), which is not available in"
@@ -84,9 +109,38 @@ class Command(BaseCommand):
         else:
             _require_migrated()  # else every task would fail on a missing table, one by one
         try:
-            runner.run_suite(loaded, chosen, mode=mode, budget=cap, say=self.stdout.write)
+            if loaded is None or chosen is None:
+                self._every_profile(mode=mode, budget=cap)
+                return
+            applied = _profile(profile, default=loaded.name)
+            runner.run_suite(
+                loaded, chosen, mode=mode, budget=cap, say=self.stdout.write, profile=applied
+            )
         except runner.ModeUnavailable as error:
             raise CommandError(str(error)) from None
+
+    def _every_profile(self, *, mode: str, budget: int | None) -> None:
+        """Each profile's suite under it, then the table per profile (`outcomes.table`)."""
+        lines = []
+        for profile in Profile.objects.order_by("name"):
+            # Only a shipped suite of its name: never a folder that happens to be in the cwd.
+            if profile.name not in shipped():
+                lines.append(outcomes.Line(profile.name, "", skipped="no suite of its name"))
+                continue
+            try:
+                suite = load(profile.name)
+            except SuiteError as error:
+                raise CommandError(str(error)) from None
+            results = runner.run_suite(
+                suite, suite.tasks, mode=mode, budget=budget, say=self.stdout.write, profile=profile
+            )
+            lines.append(outcomes.Line(profile.name, suite.name, tuple(results)))
+        self.stdout.write("")
+        self.stdout.write(
+            "Per profile (the oracle's verdicts; cost: every mission's, per task done)"
+        )
+        for line in outcomes.table(lines):
+            self.stdout.write(line)
 
 
 def _require_migrated() -> None:
@@ -105,6 +159,17 @@ def _require_migrated() -> None:
         f"The database {what}: run `manage.py migrate` first, or use `make eval`, whose data dir"
         " (.data/eval) is migrated for it."
     )
+
+
+def _profile(name: str | None, *, default: str) -> Profile | None:
+    """The profile `--profile` names (refused when unknown), else the one named as the suite."""
+    if name is None:
+        return Profile.objects.filter(name=default).first()
+    found = Profile.objects.filter(name=name).first()
+    if found is None:
+        known = ", ".join(Profile.objects.order_by("name").values_list("name", flat=True))
+        raise CommandError(f"No profile {name!r}; profiles: {known or 'none'}.")
+    return found
 
 
 def _budget(text: str | None) -> int | None:
