@@ -24,6 +24,7 @@ from cluster.identity import give
 from kernel.models import TERMINAL, Event, Run
 from missions.evals import oracle, plays, runner, site
 from missions.evals.suite import SUITES, Task, load
+from missions.models import Mission
 from tests.cluster.egress_fixtures import egress_dir  # noqa: F401  # a fixture
 from tools import workspace
 
@@ -408,8 +409,10 @@ def test_no_answer_and_a_wrong_one_fail_every_answering_task(suite: str) -> None
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("seeded_profiles")
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_each_profile_suite_completes_offline(name: str) -> None:
+    """Each profile's suite, under that profile (its tools, level and caps), offline."""
     lines = mission_eval(name, "--mode", "single")
 
     table = rows(lines)
@@ -421,6 +424,7 @@ def test_each_profile_suite_completes_offline(name: str) -> None:
     assert summary["suite"] == name
     assert summary["rate"] == "1.000"
     assert not Run.objects.exclude(status__in=TERMINAL).exists()
+    assert set(Mission.objects.values_list("profile__name", flat=True)) == {name}
     if name == "research":  # the pages were read through the egress, by quarantined readers
         fetches = sum(len(task.plan.get("fetch", [])) for task in load(name).tasks)
         assert Run.objects.filter(input__role="reader", status="done").count() == fetches
