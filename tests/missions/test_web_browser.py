@@ -187,5 +187,5 @@ def test_a_host_the_policy_refuses_is_not_rendered(site: Site) -> None:
     with pytest.raises(ToolError, match=f"127.0.0.1:{port} was refused by the egress policy"):
         web.BROWSER(run.pk, f"http://127.0.0.1:{port}/page")
     refused = Event.objects.filter(run=run, kind="egress.refused", data__port=port)
-    assert refused.filter(data__reason__contains="is not allowed").exists()
+    assert any("is not allowed" in event.data["reason"] for event in refused)
     assert not Event.objects.filter(run=run, kind="egress.allowed").exists()
