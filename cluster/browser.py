@@ -70,23 +70,33 @@ class RenderedPage:
     seconds: float  # the browser's own time, from its start to the document read back
 
 
-# (profile, stopping) -> the runner's `run` answer. Today a fresh VM on the local node.
-Runner = Callable[[dict[str, Any], threading.Event | None], dict[str, Any]]
+# (profile, step, stopping) -> the runner's `run` answer. Today a fresh VM on a level-2 node
+# that placement picks (the local one without a step); with a step, a node that already answered
+# its key answers again instead of rendering twice.
+Runner = Callable[[dict[str, Any], dispatch.StepRef | None, threading.Event | None], dict[str, Any]]
 
 
-def _fresh_vm(profile: dict[str, Any], stopping: threading.Event | None) -> dict[str, Any]:
+def _fresh_vm(
+    profile: dict[str, Any], step: dispatch.StepRef | None, stopping: threading.Event | None
+) -> dict[str, Any]:
     limits = profile["limits"]
     needs = dispatch.Needs(2, limits["memory_bytes"], limits["disk_bytes"])
-    return dispatch.execute(profile, step=None, needs=needs, stopping=stopping)
+    return dispatch.execute(profile, step=step, needs=needs, stopping=stopping)
 
 
 RUN_IN_SANDBOX: Runner = _fresh_vm
 
 
 def render(
-    url: str, *, run_id: int, stopping: threading.Event | None = None, seconds: float = SECONDS
+    url: str,
+    *,
+    run_id: int,
+    step: dispatch.StepRef | None = None,
+    stopping: threading.Event | None = None,
+    seconds: float = SECONDS,
 ) -> RenderedPage:
-    """The page at `url` (already checked by the caller) rendered for `run_id`."""
+    """The page at `url` (already checked by the caller) rendered for `run_id`, as part of
+    `step` (the journaled step asking), stopped early by `stopping`."""
     root_id = Run.objects.filter(pk=run_id).values_list("root_id", flat=True).first()
     try:
         attached = egress.attach(
@@ -103,7 +113,7 @@ def render(
         2, argv, None, LIMITS, None, run_id=run_id, stderr_apart=True, egress=attached
     )
     try:
-        answer = RUN_IN_SANDBOX(built, stopping)
+        answer = RUN_IN_SANDBOX(built, step, stopping)
     except RpcError as error:
         raise BrowserError(f"no virtual machine for the browser: {error.message}") from None
     return _page(url, sandbox.result(answer))

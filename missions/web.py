@@ -48,7 +48,7 @@ SCHEMA_CHARS = 10_000
 
 # Who fetches: the egress fetcher; a browser in a virtual machine can be another `Fetcher`.
 FETCHER: web_pages.Fetcher = web_pages.fetch
-BROWSER: web_pages.Fetcher = web_browser.fetch
+BROWSER: web_browser.Renderer = web_browser.fetch
 
 
 def _not_here(env: ToolEnv, arguments: dict[str, Any]) -> str:
@@ -183,7 +183,7 @@ def _page_step(
         url = web_pages.check_url(url)
         # Before the request: a step killed mid-fetch counts as having read (kernel.exposure).
         exposure.mark(ctx.run_id, EXPOSES, seq=call.seq, by=f"{FETCH} {url}")
-        page = (BROWSER if render else FETCHER)(ctx.run_id, url)
+        page = BROWSER(call, url) if render else FETCHER(ctx.run_id, url)
     except ToolError as error:
         return {"error": f"{FETCH}: {error}"}
     # The page as the reader will read it, in one artifact: the parent's journal holds its

@@ -7,18 +7,27 @@ quarantined reader (`missions.web_reader`) the same way, as the Web's data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from cluster import browser
+from kernel.context import StepCall
 from missions import web_pages
 from missions.web_pages import Page
+from tools import shell
 from tools.base import ToolError
 
+# (the journaled step asking, URL) -> Page, or a ToolError saying why not.
+Renderer = Callable[[StepCall, str], Page]
 
-def fetch(run_id: int, url: str) -> Page:
-    """The page at `url` rendered for `run_id` (a `web_pages.Fetcher`)."""
+
+def fetch(call: StepCall, url: str) -> Page:
+    """The page at `url` rendered for the run of `call`, as part of that step: stopped with it,
+    and answered again, not rendered twice, by a node that already rendered it."""
     try:
-        rendered = browser.render(url, run_id=run_id)
+        rendered = browser.render(
+            url, run_id=call.run_id, step=shell.step_ref(call), stopping=call.stopping
+        )
     except browser.BrowserError as error:
         raise ToolError(f"The browser could not read {url}: {error}.") from None
     text, title = web_pages.html_text(rendered.html)

@@ -24,7 +24,6 @@ from kernel.worker import Worker
 from missions import web, web_pages
 from tests.cluster.egress_fixtures import egress_dir, service  # noqa: F401  # fixtures
 from tests.kernel.factories import make_mission
-from tools.base import ToolError
 
 pytestmark = [
     pytest.mark.skipif(
@@ -180,12 +179,22 @@ def test_a_script_built_page_is_read_through_the_vm_s_browser_and_the_reader(sit
 
 @pytest.mark.usefixtures("service")
 def test_a_host_the_policy_refuses_is_not_rendered(site: Site) -> None:
-    run = start([{"text": "Ok."}], site)
     other = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     port = other.server_address[1]
     other.server_close()
-    with pytest.raises(ToolError, match=f"127.0.0.1:{port} was refused by the egress policy"):
-        web.BROWSER(run.pk, f"http://127.0.0.1:{port}/page")
+    url = f"http://127.0.0.1:{port}/page"
+    run = start([calling({"url": url, "question": "When?", "render": True}), {"text": "Ok."}], site)
+
+    Worker(lease_seconds=300).run_until_idle()
+
+    (called,) = Step.objects.filter(run=run, kind="tool_call", name="web_fetch")
+    assert isinstance(called.result, dict)
+    assert called.result["is_error"] is True
+    assert called.result["output"].startswith(
+        f"web_fetch: 127.0.0.1:{port} was refused by the egress policy: 127.0.0.1:{port} is"
+        " not allowed"
+    )
+    assert not Run.objects.filter(parent=run).exists()  # no reader for no page
     refused = Event.objects.filter(run=run, kind="egress.refused", data__port=port)
     assert any("is not allowed" in event.data["reason"] for event in refused)
     assert not Event.objects.filter(run=run, kind="egress.allowed").exists()
