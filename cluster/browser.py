@@ -134,14 +134,14 @@ def _page(url: str, result: sandbox.Result) -> RenderedPage:
         raise BrowserError(f"the browser ended (exit code {result.exit_code}) without a page")
     if "html" not in said:
         raise BrowserError(str(said.get("error") or "the browser gave no page")[:500])
-    status = said.get("status")
+    status, seconds = said.get("status"), said.get("seconds")
     return RenderedPage(
         url=url,
         final_url=str(said.get("final_url") or url),
         html=str(said["html"]),
         title=str(said.get("title") or ""),
-        status=status if isinstance(status, int) else None,
+        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
         cut=bool(said.get("cut")),
         note=str(said.get("note") or "")[:500],
-        seconds=float(said.get("seconds") or 0),
+        seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
     )

@@ -31,12 +31,17 @@ def fetch(call: StepCall, url: str) -> Page:
     except browser.BrowserError as error:
         raise ToolError(f"The browser could not read {url}: {error}.") from None
     text, title = web_pages.html_text(rendered.html)
+    try:
+        # The guest's word for where the page ended up: kept only if it is a URL we would fetch.
+        final_url = web_pages.check_url(rendered.final_url)
+    except ToolError:
+        final_url = url
     status = rendered.status
-    if status == 403 and text.startswith(f"{_host(rendered.final_url)} is not allowed"):
+    if status == 403 and text.startswith(f"{_host(final_url)} is not allowed"):
         # The egress proxy's own refusal of a plain-HTTP destination, as `web_pages` reads it.
-        raise ToolError(f"{_host(rendered.final_url)} was refused by the egress policy: {text}")
+        raise ToolError(f"{_host(final_url)} was refused by the egress policy: {text}")
     if status is not None and not 200 <= status < 300:
-        raise ToolError(f"{rendered.final_url} answered HTTP {status}.")
+        raise ToolError(f"{final_url} answered HTTP {status}.")
     if rendered.cut:
         text += f"\n[... cut: the page's HTML is longer than {browser.MAX_CHARS} characters ...]"
     if len(text) > web_pages.MAX_TEXT:
@@ -46,7 +51,7 @@ def fetch(call: StepCall, url: str) -> Page:
         text += f"\n[{rendered.note}]"
     return Page(
         url=url,
-        final_url=rendered.final_url,
+        final_url=final_url,
         content_type="text/html",
         text=text,
         title=rendered.title or title,

@@ -88,7 +88,10 @@ FLAGS = (
     "--remote-debugging-pipe",
 )
 SCHEMES = ("http", "https", "data", "blob")
-SETTLE_SECONDS = 1.0  # after the load event: what the page's scripts do next
+# After the load event, what the page's scripts do next: until no request has been in flight for
+# QUIET_SECONDS, at most SETTLE_SECONDS (a page that polls forever is read as it is then).
+QUIET_SECONDS = 0.5
+SETTLE_SECONDS = 10.0
 PROXY_NAMES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
@@ -146,7 +149,7 @@ class Pipe:
 def render(url: str, seconds: float, max_chars: int) -> dict[str, Any]:
     """1. Start Chromium on the pipes. 2. Open a page, intercept its requests (schemes, the
     proxy's challenge, the main document's status). 3. Navigate, wait for the load event and
-    SETTLE_SECONDS more (or the deadline). 4. Read the document back."""
+    for its requests to settle (or the deadline). 4. Read the document back."""
     started = time.monotonic()
     proxy = urllib.parse.urlsplit(os.environ.get("http_proxy", ""))
     # The browser gets no token in its environment: only this driver answers the challenge.
@@ -166,7 +169,9 @@ def render(url: str, seconds: float, max_chars: int) -> dict[str, Any]:
             (os.POSIX_SPAWN_DUP2, to_browser, 3),
             (os.POSIX_SPAWN_DUP2, from_browser, 4),
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, 2, 1),  # its chatter goes where ours does, apart
+            # Its chatter would only eat into the output the node keeps.
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
         ],
         setsid=True,
     )
@@ -202,6 +207,8 @@ class Page:
         self.navigation = 0
         self.status: int | None = None
         self.loaded: float | None = None
+        self.in_flight: set[str] = set()
+        self.quiet_since = 0.0
         self.error = ""
 
     def load(self, url: str) -> dict[str, Any]:
@@ -216,11 +223,15 @@ class Page:
         fetch = {"patterns": patterns, "handleAuthRequests": True}
         pipe.call("Fetch.enable", fetch, self.session)
         pipe.call("Page.enable", {}, self.session)
+        pipe.call("Network.enable", {}, self.session)
         self.navigation = pipe.send("Page.navigate", {"url": url}, self.session)
         while not self.error:
             until = pipe.deadline
             if self.loaded is not None:
-                until = min(until, self.loaded + SETTLE_SECONDS)
+                settled = self.loaded + SETTLE_SECONDS
+                if not self.in_flight:
+                    settled = min(settled, max(self.quiet_since, self.loaded) + QUIET_SECONDS)
+                until = min(until, settled)
             message = pipe.events.pop(0) if pipe.events else pipe.receive(until)
             if message is None:
                 break
@@ -235,6 +246,9 @@ class Page:
             failed = (message.get("error") or {}).get("message") or result.get("errorText")
             if failed:  # the network said no: a refused tunnel, a name not found
                 self.error = str(failed)
+                if "ERR_TUNNEL_CONNECTION_FAILED" in self.error:
+                    self.error += " (the egress proxy refused it: the run's policy, or the host)"
+
         elif method == "Fetch.requestPaused":
             self.paused(params)
         elif method == "Fetch.authRequired":
@@ -247,6 +261,12 @@ class Page:
             self.pipe.send("Fetch.continueWithAuth", reply, self.session)
         elif method == "Page.loadEventFired" and self.loaded is None:
             self.loaded = time.monotonic()
+        elif method == "Network.requestWillBeSent":
+            self.in_flight.add(str(params.get("requestId")))
+        elif method in ("Network.loadingFinished", "Network.loadingFailed"):
+            self.in_flight.discard(str(params.get("requestId")))
+            if not self.in_flight:
+                self.quiet_since = time.monotonic()
 
     def paused(self, params: dict[str, Any]) -> None:
         request = params.get("request") or {}

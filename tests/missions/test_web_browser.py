@@ -45,6 +45,7 @@ document.getElementById("title").textContent = "Release " + (4.2).toFixed(1);
 fetch("/fact.txt").then(r => r.text()).then(t => {
   document.getElementById("fact").textContent = t.trim();
 });
+fetch("/private").catch(() => null);  // a site asking for credentials gets none
 </script></body></html>"""
 FACTS = {
     "facts": [
@@ -73,7 +74,11 @@ class Site:
                     "/page": ("text/html; charset=utf-8", PAGE),
                     "/fact.txt": ("text/plain", FACT + "\n"),
                 }.get(self.path, ("text/plain", "missing"))
-                self.send_response(200 if body != "missing" else 404)
+                if self.path == "/private":
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="site"')
+                else:
+                    self.send_response(200 if body != "missing" else 404)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body.encode())))
                 self.end_headers()
@@ -172,7 +177,10 @@ def test_a_script_built_page_is_read_through_the_vm_s_browser_and_the_reader(sit
     assert {(event.data["host"], event.data["port"]) for event in allowed} == {
         ("127.0.0.1", site.port)
     }
-    assert not any("proxy-authorization" in headers for headers in site.headers)
+    assert "/private" in site.hits
+    for headers in site.headers:
+        assert "proxy-authorization" not in headers
+        assert "authorization" not in headers
     assert exposure.of_tree(run.pk).flags[exposure.UNTRUSTED]["by"].startswith("web_fetch")
     assert web.WEB_FETCH.input_schema["properties"]["render"] == {"type": "boolean"}
 
