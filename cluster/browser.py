@@ -34,10 +34,11 @@ from cluster.runner import browser as guest
 from cluster.runner.protocol import RpcError
 from kernel.models import Run
 
-SECONDS = 90.0  # the page's load, once Chromium has started
+SECONDS = 150.0  # the guest driver's own deadline: Chromium's start, then the page's load
 # Chromium's first start under TCG took 26 s of a 1-core guest (48 s with its usual several
 # processes); a loaded node takes longer. The boot has its own deadline (cluster/runner/vm.py).
 WALL_SECONDS = 240.0
+BOOT_SECONDS = 120.0  # a boot's own deadline under TCG (cluster/runner/vm.py)
 MAX_CHARS = 2_000_000  # of the document's HTML, as a fetched page's bytes
 LIMITS = sandbox.Limits(
     wall_seconds=WALL_SECONDS,
@@ -45,7 +46,7 @@ LIMITS = sandbox.Limits(
     processes=256,  # threads count: Chromium in one process runs dozens
     memory_bytes=1 << 30,
     file_bytes=64 << 20,
-    output_bytes=2 * MAX_CHARS + 100_000,  # JSON escapes can double the HTML
+    output_bytes=4 * MAX_CHARS + 100_000,  # UTF-8 and JSON's escapes: up to 4 bytes a char
     cpus=1.0,
     tmp_bytes=256 << 20,  # Chromium's profile and caches
     disk_bytes=64 << 20,
@@ -103,7 +104,8 @@ def render(
             run_id=run_id,
             root_id=root_id or run_id,
             scopes=["egress", run_tokens.OUTBOUND],
-            seconds=int(WALL_SECONDS),
+            # The VM's boot comes before its wall clock, and the last request may end after it.
+            seconds=int(WALL_SECONDS + BOOT_SECONDS + 60),
         )
     except SandboxUnavailable as error:
         raise BrowserError(f"the Web cannot be reached now: {error}") from None

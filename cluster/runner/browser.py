@@ -310,7 +310,9 @@ def main(argv: list[str]) -> int:
     except (Failed, OSError, ValueError, KeyError) as error:
         print(json.dumps({"error": f"the browser failed: {error}"}))
         return 1
-    print(json.dumps(found))
+    # Unescaped (a page's text in UTF-8 is a third of its \\u escapes); a lone surrogate a
+    # script left in the document becomes "?".
+    sys.stdout.buffer.write(json.dumps(found, ensure_ascii=False).encode("utf-8", "replace"))
     return 0
 
 
