@@ -81,9 +81,12 @@ FLAGS = (
     "--disable-features=" + ",".join(QUIET_FEATURES),
     "--enable-features=SkipListAccountsWithoutGaiaCookies",
     "--allow-browser-signin=false",
-    # Its account check (ListAccounts) is sent at start whatever the switches: to a name no
-    # egress resolves, so it is refused there instead of reaching Google.
+    # Its account check (ListAccounts) and its push-messaging check-in are sent whatever the
+    # switches above: to names no egress resolves, so they are refused there, not sent on.
     "--gaia-url=http://gaia.invalid",
+    "--gcm-checkin-url=http://gcm.invalid/checkin",
+    "--gcm-registration-url=http://gcm.invalid/register",
+    "--gcm-mcs-endpoint=https://gcm.invalid:5228",
     "--proxy-bypass-list=<-loopback>",
     "--remote-debugging-pipe",
 )
