@@ -172,6 +172,8 @@ def start(proxy: urllib.parse.SplitResult, deadline: float) -> tuple[int, Pipe]:
     """Chromium, started on the pipes: its process id and its end of the protocol. A browser
     kept for several pages (a VM kept warm for its run) reads each with `read`: measured under
     TCG, a page after the first took 4 to 5 s against 26 s for Chromium's start."""
+    if not os.access(CHROMIUM, os.X_OK):
+        raise Failed(f"this node has no Chromium ({CHROMIUM}): apt-get install chromium")
     # The browser gets no token in its environment: only this driver answers the challenge.
     env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_NAMES}
     env.pop("AGENTOS_RUN_TOKEN", None)
