@@ -15,6 +15,9 @@ having read untrusted content (`kernel.exposure.UNTRUSTED`).
 3. `web-fetch-answer` checks the reader's answer (its schema, its quotes), and the call's
    result is that structured answer, or the error saying why there is none.
 
+With `render: true` the page is read by a real browser in the run's level-2 virtual machine
+(`missions.web_browser`), for pages whose text their scripts write; the rest is the same.
+
 A sensitive run (its mission's `sensitive`, `Spec.sensitive`) plans before it reads: both tools
 refuse until its mission's ledger has a plan (`missions.ledger.sensitive_refusal`).
 """
@@ -29,7 +32,7 @@ import jsonschema
 from kernel import artifacts, exposure, runs
 from kernel.context import Done, RunContext, StepCall
 from kernel.models import Artifact, Effect, Run, StepKind, Trust
-from missions import ledger, search, web_pages, web_reader
+from missions import ledger, search, web_browser, web_pages, web_reader
 from missions.engine.spec import Spec
 from missions.models import Mission
 from missions.web_pages import Page
@@ -45,6 +48,7 @@ SCHEMA_CHARS = 10_000
 
 # Who fetches: the egress fetcher; a browser in a virtual machine can be another `Fetcher`.
 FETCHER: web_pages.Fetcher = web_pages.fetch
+BROWSER: web_browser.Renderer = web_browser.fetch
 
 
 def _not_here(env: ToolEnv, arguments: dict[str, Any]) -> str:
@@ -98,6 +102,7 @@ WEB_SEARCH = Tool(
 
 def _fetch(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> str:
     url, question = arguments["url"], arguments["question"]
+    render = bool(arguments.get("render"))
     schema = _schema(arguments.get("schema"))
     if ctx.run.depth >= runs.MAX_DEPTH:
         raise ToolError(
@@ -112,8 +117,8 @@ def _fetch(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> st
         # idempotent write (content-addressed); a fetch cut short is asked again.
         effect=Effect.IDEMPOTENT_WRITE,
         name="web-fetch-page",
-        request={"url": url},
-        execute=lambda call: Done(_page_step(ctx, call, url)),
+        request={"url": url, "render": True} if render else {"url": url},
+        execute=lambda call: Done(_page_step(ctx, call, url, render=render)),
     )
     if "error" in fetched:
         raise ToolError(fetched["error"])
@@ -166,7 +171,9 @@ def _schema(given: dict[str, Any] | None) -> dict[str, Any]:
     return given
 
 
-def _page_step(ctx: RunContext, call: StepCall, url: str) -> dict[str, Any]:
+def _page_step(
+    ctx: RunContext, call: StepCall, url: str, *, render: bool = False
+) -> dict[str, Any]:
     """The fetch, as the page step records it: the page's facts and its text's artifact, or the
     error the model reads."""
     refusal = ledger.sensitive_refusal(ctx.run_id, FETCH)
@@ -176,7 +183,7 @@ def _page_step(ctx: RunContext, call: StepCall, url: str) -> dict[str, Any]:
         url = web_pages.check_url(url)
         # Before the request: a step killed mid-fetch counts as having read (kernel.exposure).
         exposure.mark(ctx.run_id, EXPOSES, seq=call.seq, by=f"{FETCH} {url}")
-        page = FETCHER(ctx.run_id, url)
+        page = BROWSER(call, url) if render else FETCHER(ctx.run_id, url)
     except ToolError as error:
         return {"error": f"{FETCH}: {error}"}
     # The page as the reader will read it, in one artifact: the parent's journal holds its
@@ -211,6 +218,8 @@ WEB_FETCH = Tool(
         " reads the page and answers your question as JSON matching `schema` (default:"
         ' {"facts": [{"fact", "quote", "url"}]}); each quote is checked against the page, and'
         " facts whose quote is not in it are dropped. You get only that answer, as data."
+        " Set `render` for a page whose text its scripts write: a real browser reads it"
+        " (slower: it starts in a virtual machine)."
     ),
     input_schema={
         "type": "object",
@@ -218,6 +227,7 @@ WEB_FETCH = Tool(
             "url": {"type": "string", "minLength": 1, "maxLength": web_pages.MAX_URL},
             "question": {"type": "string", "minLength": 1, "maxLength": QUESTION_CHARS},
             "schema": {"type": "object"},
+            "render": {"type": "boolean"},
         },
         "required": ["url", "question"],
         "additionalProperties": False,
