@@ -21,6 +21,7 @@ SERIAL = (
     "tests/cluster/test_vm.py",
     "tests/cluster/test_vm_exfiltration.py",
     "tests/missions/test_stop_streaming.py",
+    "tests/missions/test_web_browser.py",
     "tests/tools/test_cancel.py::test_a_stop_kills_the_sandbox_within_a_second",
 )
 
