@@ -90,6 +90,8 @@ class Agent:
     # This execution began with steps in the journal (a resume): the resume routine runs at the
     # first turn boundary at the journal's end (`resume.before_turn`).
     reclaimed: bool = False
+    # It planned units (`resume.after_tools`): each turn begins with the watch on their budget.
+    units: bool = False
 
 
 def _agent(ctx: RunContext) -> Outcome:
@@ -231,6 +233,7 @@ def _act(run: Agent, response: dict[str, Any], number: int) -> None:
         framed=run.spec.data_framing,
     )
     harness.note_undone(run.undone, calls, results, run.by_name)
+    resume.after_tools(run, calls, results)
     run.window.add(run.provider.tool_results(results))
     if run.watch is None:
         return

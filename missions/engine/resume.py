@@ -7,6 +7,9 @@ A resume is any point where the model's memory of the work may be stale:
   at the journal's end;
 - `compaction`: the thread just folded into its summary (`window.Window.fit`).
 
+Once the run has planned units (`missions.units`), each turn also begins with the watch on the
+active unit's budget, which escalates an overrun to the owner.
+
 The routine, each part a journaled step:
 1. `resume:<why>` (a read): the project's smoke command — the owner's (`Project.smoke_command`,
    read as it is now), else `sh init.sh` when the worktree has a regular init.sh — the progress
@@ -38,6 +41,7 @@ from kernel.models import Effect, StepKind, Trust
 from missions import ledger, units
 from missions.engine import framing
 from missions.models import Mission
+from missions.providers.base import ToolResult
 from tools import checkpoints, safefs, shell
 from tools.base import ToolError, Worksite
 
@@ -77,9 +81,21 @@ def before_turn(run: Agent, number: int, *, compacted: bool) -> None:
         _routine(run, why=upcoming.name.partition(":")[2], turn=number)
     elif upcoming is None and run.reclaimed:
         _routine(run, why="resumed", turn=number)
-    escalated = units.watch(ctx, number)
-    if escalated:
-        run.window.tell(escalated)
+    if run.units:
+        escalated = units.watch(ctx, number)
+        if escalated:
+            run.window.tell(escalated)
+
+
+def after_tools(run: Agent, calls: list[dict[str, Any]], results: list[ToolResult]) -> None:
+    """Units are watched from the turn after this run first planned some: decided from its
+    recorded tool results, so a replay watches from the same turn (a mission without units
+    takes no step for them)."""
+    if run.spec.resume and not run.units:
+        run.units = any(
+            call.get("name") == units.UNIT_PLAN.name and not result.is_error
+            for call, result in zip(calls, results, strict=True)
+        )
 
 
 def _routine(run: Agent, *, why: str, turn: int) -> None:
@@ -94,6 +110,8 @@ def _routine(run: Agent, *, why: str, turn: int) -> None:
     )
     smoke = _smoke(ctx, worksite, found["smoke"], why=why, turn=turn) if found["smoke"] else None
     run.window.tell(message(why, found, smoke))
+    # Units planned before (by an earlier run of the mission): watched from here on.
+    run.units = run.units or bool(found.get("units"))
     if ctx.seq + 1 not in ctx.records:
         # At the journal's end with the routine just taken: this execution has resumed.
         run.reclaimed = False
@@ -118,6 +136,7 @@ def _gather(worksite: Worksite, mission_id: int) -> dict[str, Any]:
         "smoke": command or None,
         "progress": progress,
         "ledger": f"{plan}\n{planned_units}" if planned_units else plan,
+        "units": bool(planned_units),
     }
 
 
