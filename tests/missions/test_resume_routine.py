@@ -11,19 +11,21 @@ import json
 import shutil
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from agentos.core import audit
 from approvals import service
 from approvals.models import Question, Status
-from kernel import crashpoints, execution, scheduler
+from kernel import crashpoints, execution, runs, scheduler
 from kernel.models import Run, RunStatus, Step, StepKind
 from kernel.worker import Worker
-from missions import demo, project_settings
+from missions import demo, project_settings, units
 from missions.engine import resume
 from missions.launch import create_mission
 from missions.models import Project, Unit
@@ -33,6 +35,7 @@ from tools import workspace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 OWNER = audit.Actor(username="owner")
+NOOP = {"name": "noop", "arguments": {}}
 BROKEN = "echo 'calc: ImportError: no module named calc_core' >&2; exit 3"
 
 
@@ -302,3 +305,69 @@ def test_a_unit_over_its_budget_escalates_and_the_next_waits_for_its_checkpoint(
     assert Question.objects.filter(run=run).count() == 1
     # The run waited for the owner: claimed again, it ran the routine before going on.
     assert routines(run) == ["resume:start", "resume:resumed"]
+
+
+def test_the_routine_runs_again_after_a_compaction(project: Project) -> None:
+    """A compacted thread is a resume: the routine's message follows the summary, a failing
+    smoke test first."""
+    project_settings.configure(project, who=OWNER, smoke_command=BROKEN)
+    mission, _first = create_mission(
+        project=project, goal="Warm up.", trigger="owner", script={"turns": [{"text": "Ok."}]}
+    )
+    turns: list[dict[str, Any]] = [
+        {"text": f"Step {n}: " + "thinking aloud " * 100, "tool_calls": [NOOP]} for n in range(6)
+    ]
+    run = runs.start_run(
+        account=mission,
+        program="agent",
+        input={
+            "goal": "Long work.",
+            "provider": "scripted",
+            "model": "scripted",
+            "tools": ["noop"],
+            "script": {"turns": [*turns, {"echo_context": True}]},
+            "context_window": 3000,
+            "repository": project.repository,
+            "checkpoints": True,
+            "data_framing": True,
+            "resume": True,
+        },
+    )
+
+    run = work(run)
+
+    assert run.status == RunStatus.DONE, run.error
+    assert routines(run) == ["resume:start", "resume:compaction"]
+    items = [i["text"] for i in echoed(run)["items"] if i["role"] == "user"]
+    assert items[0].startswith("# Working summary after compaction 1")
+    after = [text for text in items if "Resume routine: the context was just compacted." in text]
+    assert len(after) == 1
+    assert after[0].split("\n\n")[1].startswith(f"The smoke test FAILED (`{BROKEN}`")
+    assert len(smokes(run)) == 2
+
+
+def test_a_unit_escalates_once_and_a_replayed_decision_decides_the_same(
+    project: Project,
+) -> None:
+    mission, _run = create_mission(
+        project=project, goal="Plan.", trigger="owner", script={"turns": [{"text": "Ok."}]}
+    )
+    late = timezone.now() - timedelta(hours=2)
+    Unit.objects.create(
+        mission=mission,
+        key="one",
+        position=1,
+        title="One",
+        budget_seconds=3600,
+        criteria=[],
+        status=Unit.Status.ACTIVE,
+        started_at=late,
+    )
+
+    first = units._overrun(mission.pk, "7:12")
+    assert first is not None
+    assert first["reason"].startswith("2.0 h of work since it began, for a budget of 1.0 h")
+    # The same step again (replayed before its result was recorded): the same decision.
+    assert units._overrun(mission.pk, "7:12") == first
+    # Any other step: escalated already.
+    assert units._overrun(mission.pk, "7:15") is None
