@@ -55,8 +55,10 @@ def project_instructions_import(request: HttpRequest, project_id: int) -> HttpRe
     except MissionError as refused:
         messages.error(request, refused.message)
     else:
+        name, _at, commit = project.instructions_from.partition(" at ")
         messages.success(
             request,
-            _("Instructions imported from %(source)s.") % {"source": project.instructions_from},
+            _("Instructions imported from %(name)s at %(commit)s.")
+            % {"name": name, "commit": commit[:12]},
         )
     return redirect(reverse("console:project", args=[project.pk]) + ANCHOR)

@@ -72,5 +72,5 @@ def test_the_owner_imports_the_instructions_from_agents_md(
     content = answer.content.decode()
     project.refresh_from_db()
     assert project.instructions == "Write tests first."
-    assert "data-instructions-from>Instructions imported from AGENTS.md at " in content
+    assert "data-instructions-from>Instructions imported from <code>AGENTS.md at " in content
     assert "Write tests first." in content
