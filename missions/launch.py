@@ -169,7 +169,7 @@ def _tools(*, repository: str, brief: Brief | None, level: int) -> list[str]:
             *MEMORY_TOOL_NAMES,
             *LEDGER_TOOL_NAMES,
             # Long work cut into units, each ending in a verified checkpoint.
-            *(UNIT_TOOL_NAMES if repository else []),
+            *(UNIT_TOOL_NAMES if repository and level >= 1 else []),
             # Work from outside may need a question answered: its sender answers (A2A).
             *(["ask_owner"] if brief is not None and not repository else []),
             "delegate",
