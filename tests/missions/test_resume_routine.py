@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from agentos.core import audit
@@ -254,7 +255,7 @@ def call(name: str, arguments: dict[str, Any], *, tokens: int = 10) -> dict[str,
 
 
 def test_a_unit_over_its_budget_escalates_and_the_next_waits_for_its_checkpoint(
-    project: Project,
+    project: Project, owner_client: Client
 ) -> None:
     run = start(
         project,
@@ -305,6 +306,12 @@ def test_a_unit_over_its_budget_escalates_and_the_next_waits_for_its_checkpoint(
     assert Question.objects.filter(run=run).count() == 1
     # The run waited for the owner: claimed again, it ran the routine before going on.
     assert routines(run) == ["resume:start", "resume:resumed"]
+    # The Mission screen lists them, with the overrun said.
+    page = owner_client.get(f"/missions/{run.account_id}/").content.decode()
+    one = page[page.index('data-unit="one"') : page.index('data-unit="two"')]
+    assert "checkpoint passed" in one
+    assert "budget 60 min · 500 tokens · overran: you were asked" in one
+    assert "<code>test -f one.txt</code>" in one
 
 
 def test_the_routine_runs_again_after_a_compaction(project: Project) -> None:
