@@ -106,7 +106,7 @@ def _routine(run: Agent, *, why: str, turn: int) -> None:
         effect=Effect.READ,
         name=f"{STEP}:{why}",
         request={"turn": turn},
-        execute=lambda call: Done(_gather(worksite, mission_id)),
+        execute=lambda call: Done(_gather(worksite, mission_id, run.spec.instructions)),
     )
     smoke = _smoke(ctx, worksite, found["smoke"], why=why, turn=turn) if found["smoke"] else None
     run.window.tell(message(why, found, smoke))
@@ -117,12 +117,16 @@ def _routine(run: Agent, *, why: str, turn: int) -> None:
         run.reclaimed = False
 
 
-def _gather(worksite: Worksite, mission_id: int) -> dict[str, Any]:
-    """The smoke command, the progress file and the ledger, as they are now."""
+def _gather(worksite: Worksite, mission_id: int, frozen: str) -> dict[str, Any]:
+    """The smoke command, the progress file and the ledger, as they are now; the owner's
+    project instructions when they changed since the run's system prompt was frozen."""
     top = worksite.workspace
-    command = (
-        Mission.objects.filter(pk=mission_id).values_list("project__smoke_command", flat=True)
-    ).first() or ""
+    command, instructions = (
+        Mission.objects.filter(pk=mission_id)
+        .values_list("project__smoke_command", "project__instructions")
+        .first()
+    ) or ("", "")
+    command = command or ""
     progress: str | None = None
     if top is not None:
         if not command and _regular(top, INIT):
@@ -137,6 +141,7 @@ def _gather(worksite: Worksite, mission_id: int) -> dict[str, Any]:
         "progress": progress,
         "ledger": f"{plan}\n{planned_units}" if planned_units else plan,
         "units": bool(planned_units),
+        "instructions": instructions if instructions and instructions not in frozen else None,
     }
 
 
@@ -234,6 +239,12 @@ def message(why: str, found: dict[str, Any], smoke: dict[str, Any] | None) -> st
         parts.append(f"The smoke test passed (`{command}`).")
     else:
         parts.append("No smoke test: the project sets no command and the worktree has no init.sh.")
+    if found.get("instructions"):
+        # The owner's words (saved by their act, `missions.project_settings`): not data.
+        parts.append(
+            "The owner changed the project's instructions since this run began; they now read:\n"
+            + str(found["instructions"])
+        )
     progress = found.get("progress")
     if progress is None:
         parts.append(f"There is no {PROGRESS} yet.")

@@ -291,6 +291,8 @@ def test_a_unit_over_its_budget_escalates_and_the_next_waits_for_its_checkpoint(
     assert "has overrun its budget" in text
     assert "tokens since it began, for a budget of 500" in text
 
+    # While it waits, the owner changes the project's instructions: told at its resume.
+    project_settings.configure(project, who=OWNER, instructions="Keep one.txt short.")
     service.answer(question.pk, text="Finish unit one, then stop for review.")
     run = work(run)
 
@@ -306,6 +308,12 @@ def test_a_unit_over_its_budget_escalates_and_the_next_waits_for_its_checkpoint(
     assert Question.objects.filter(run=run).count() == 1
     # The run waited for the owner: claimed again, it ran the routine before going on.
     assert routines(run) == ["resume:start", "resume:resumed"]
+    (resumed,) = [t for t in users if "Resume routine: the run resumes" in t]
+    assert (
+        "The owner changed the project's instructions since this run began; they now read:\n"
+        "Keep one.txt short."
+    ) in resumed
+    assert "Keep one.txt short." not in echoed(run)["system"]  # frozen at launch
     # The Mission screen lists them, with the overrun said.
     page = owner_client.get(f"/missions/{run.account_id}/").content.decode()
     one = page[page.index('data-unit="one"') : page.index('data-unit="two"')]
