@@ -42,7 +42,9 @@ The project's state lives in its repository: PROGRESS.md (where the work stands)
 (what was decided and why), features.json (each feature and whether it passes) and init.sh (how to
 set up and smoke-test). Start by reading those that exist and the recent git log; keep your plan in
 todo.md and your findings in notes.md; before you finish, update PROGRESS.md (and DECISIONS.md for
-a decision) and commit it. Record what later missions should know with memory_write."""
+a decision) and commit it. Record what later missions should know with memory_write.
+Work of more than a few hours: cut it into units of 1 to 3 hours with unit_plan, each ending in
+checkpoint commands; finish a unit with unit_checkpoint before the next begins."""
 
 # What the instructions say of where commands run, by sandbox level (`tools.levels`).
 LEVEL_INSTRUCTIONS = {
