@@ -57,6 +57,10 @@ def plan(env: ToolEnv, arguments: dict[str, Any]) -> str:
     if not Mission.objects.filter(pk=run.account_id).exists():
         raise ToolError("This run belongs to no mission: it has no units.")
     wanted = [_clean(item) for item in arguments["units"]]
+    keys = [item["key"] for item in wanted]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ToolError(f"Each key once per call; repeated: {', '.join(repeated)}.")
     try:
         with transaction.atomic():
             answer = _plan(run.account_id, wanted)
@@ -68,8 +72,11 @@ def plan(env: ToolEnv, arguments: dict[str, Any]) -> str:
                 tool="unit_plan",
                 answer=answer,
             )
-    except IntegrityError:
-        raise ToolError("Each unit key once per mission.") from None
+    except IntegrityError:  # a concurrent attempt of this very step wrote it first
+        earlier = LedgerWrite.objects.filter(key=key).values_list("answer", flat=True).first()
+        if earlier is None:
+            raise
+        return earlier
     return answer
 
 
@@ -149,8 +156,9 @@ def checkpoint(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -
     )
     if found is None:
         raise ToolError("No unit is active: plan units with unit_plan first.")
+    attempt = ctx.seq  # the checks of this checkpoint, told apart from earlier ones'
     verdicts = [
-        verification.command_verdict(ctx, criterion, ctx.seq) for criterion in found["criteria"]
+        verification.command_verdict(ctx, criterion, attempt) for criterion in found["criteria"]
     ]
     failing = [v for v in verdicts if not v["passes"]]
     if failing:
