@@ -386,3 +386,38 @@ def test_a_unit_escalates_once_and_a_replayed_decision_decides_the_same(
     assert units._overrun(mission.pk, "7:12") == first
     # Any other step: escalated already.
     assert units._overrun(mission.pk, "7:15") is None
+
+
+def test_a_smoke_test_killed_before_its_result_is_not_run_twice(project: Project) -> None:
+    """The worker dies after the smoke command ran, before the journal has its result: the
+    replay answers what the sandbox's node kept, and the command's write lands once."""
+    project_settings.configure(
+        project, who=OWNER, smoke_command="echo ran >> smoke.log; cat smoke.log"
+    )
+    run = start(project, [{"text": "Done."}])
+    died: list[int] = []
+
+    def die_once(point: str, run_id: int, seq: int) -> None:
+        smoke = Step.objects.filter(run_id=run_id, name=resume.SMOKE).first()
+        if point == "after_effect_before_result" and smoke and seq == smoke.seq and not died:
+            died.append(seq)
+            raise crashpoints.Crash(point)
+
+    with crashpoints.handling(die_once):
+        for _ in range(5):
+            try:
+                claim = scheduler.claim_next_run(worker="resume-test", lease_seconds=30)
+                if claim is None:
+                    break
+                execution.execute(claim)
+            except crashpoints.Crash:
+                connection.close()
+                Run.objects.filter(pk=run.pk).update(lease_expires_at=None)
+    run.refresh_from_db()
+
+    assert died
+    assert run.status == RunStatus.DONE, run.error
+    (smoke,) = smokes(run)
+    assert isinstance(smoke.result, dict)
+    assert smoke.result["output"].startswith("ran\n")
+    assert (Path(run.workspace) / "smoke.log").read_text() == "ran\n"
