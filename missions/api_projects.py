@@ -12,13 +12,19 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from pydantic import ConfigDict
 
+from agentos.core import audit
 from agentos.core.schemas import Text
 from missions import environments as project_environments
-from missions import launch, project_pull, projects
+from missions import launch, project_pull, project_settings, projects
 from missions.api import project_or_404
 from missions.models import Project
 
 router = Router()
+
+
+INSTRUCTIONS = "The owner's instructions, in the system prompt of every run of the project"
+CRITERIA = "Criteria a mission that gives none is held to (as a mission's criteria)"
+SMOKE = "Run in the sandbox at each run's start and resume; else the worktree's init.sh"
 
 
 class CredentialIn(Schema):
@@ -46,6 +52,9 @@ class ProjectIn(Schema):
     mcp_servers: list[str] = Field(
         default_factory=list, description="MCP servers every mission of it may use (approved)"
     )
+    instructions: str = Field("", description=INSTRUCTIONS)
+    default_criteria: list[dict[str, Any]] = Field(default_factory=list, description=CRITERIA)
+    smoke_command: str = Field("", description=SMOKE)
 
 
 class ProjectOut(Schema):
@@ -55,6 +64,10 @@ class ProjectOut(Schema):
     repository: str
     clone_url: str
     mcp_servers: list[str]
+    instructions: str
+    instructions_from: str = Field(description="The file and commit imported; empty: typed")
+    default_criteria: list[dict[str, Any]]
+    smoke_command: str
     created_at: datetime
 
 
@@ -71,6 +84,13 @@ def list_projects(request: HttpRequest) -> list[Project]:
 )
 def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
     credential = payload.credential
+    # Checked before anything is made: a refused setting leaves no project (nor clone) behind.
+    settings = project_settings.validate(
+        has_repository=bool(payload.repository or payload.clone_url),
+        instructions=payload.instructions,
+        default_criteria=payload.default_criteria,
+        smoke_command=payload.smoke_command,
+    )
     project = projects.create_project(
         name=payload.name,
         description=payload.description,
@@ -79,7 +99,47 @@ def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
         credential=projects.Credential(**credential.dict()) if credential else None,
         mcp_servers=launch.mcp_server_names(payload.mcp_servers),
     )
+    project = project_settings.save(project, settings, who=audit.Actor.of(request))
     return Status(201, project)
+
+
+class ProjectPatch(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    instructions: str | None = Field(None, description=INSTRUCTIONS)
+    default_criteria: list[Any] | None = Field(None, description=CRITERIA + "; [] for none")
+    smoke_command: str | None = Field(None, description=SMOKE + "; empty for init.sh")
+
+
+@router.patch(
+    "/projects/{project_id}",
+    response=ProjectOut,
+    tags=["projects"],
+    summary="Change a project's instructions, default criteria or smoke command",
+)
+def patch_project(request: HttpRequest, project_id: int, payload: ProjectPatch) -> Project:
+    given = payload.model_dump(exclude_unset=True)
+    unset = project_settings.UNSET
+    return project_settings.configure(
+        project_or_404(project_id),
+        who=audit.Actor.of(request),
+        instructions=(given["instructions"] or "") if "instructions" in given else unset,
+        default_criteria=given.get("default_criteria", unset),
+        smoke_command=(given["smoke_command"] or "") if "smoke_command" in given else unset,
+    )
+
+
+@router.post(
+    "/projects/{project_id}/instructions/import",
+    response=ProjectOut,
+    tags=["projects"],
+    summary="Set a project's instructions to its AGENTS.md (else CLAUDE.md) at the default"
+    " branch head",
+)
+def import_instructions(request: HttpRequest, project_id: int) -> Project:
+    return project_settings.import_instructions(
+        project_or_404(project_id), who=audit.Actor.of(request)
+    )
 
 
 @router.post(

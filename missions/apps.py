@@ -30,12 +30,16 @@ class MissionsConfig(AppConfig):
         from missions.providers import registry as providers
         from missions.scope_names import projects as project_scopes
         from missions.tools import START_MISSION
+        from missions.units import UNIT_TOOLS
         from tools.registry import TOOLS
 
         PROGRAMS.add("agent", loop.agent)
         # Sub-agents: the `delegate` and `consult` tools, and the stop hook holding a child to its
         # envelope; a mission's run is held to its definition of done.
         for tool in (START_MISSION, delegation.DELEGATE, delegation.CONSULT, *LEDGER_TOOLS):
+            TOOLS.add(tool.name, tool)
+        # Units of long work, each ending in a verified checkpoint (`missions.units`).
+        for tool in UNIT_TOOLS:
             TOOLS.add(tool.name, tool)
         # Calling other agents over A2A, through the run's egress (`missions.a2a_call`).
         TOOLS.add(A2A_CALL.name, A2A_CALL)

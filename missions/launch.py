@@ -25,6 +25,7 @@ from missions.ledger import LEDGER_TOOL_NAMES
 from missions.models import Mission, Project, Role
 from missions.providers import registry as providers
 from missions.routing import configured_route, route_for
+from missions.units import UNIT_TOOL_NAMES
 from tools import levels
 from tools import registry as tool_registry
 from tools.builtin import CODING_TOOLS, MERGING_TOOLS
@@ -41,7 +42,9 @@ The project's state lives in its repository: PROGRESS.md (where the work stands)
 (what was decided and why), features.json (each feature and whether it passes) and init.sh (how to
 set up and smoke-test). Start by reading those that exist and the recent git log; keep your plan in
 todo.md and your findings in notes.md; before you finish, update PROGRESS.md (and DECISIONS.md for
-a decision) and commit it. Record what later missions should know with memory_write."""
+a decision) and commit it. Record what later missions should know with memory_write.
+Work of more than a few hours: cut it into units of 1 to 3 hours with unit_plan, each ending in
+checkpoint commands; finish a unit with unit_checkpoint before the next begins."""
 
 # What the instructions say of where commands run, by sandbox level (`tools.levels`).
 LEVEL_INSTRUCTIONS = {
@@ -69,6 +72,10 @@ def start_mission(
     route = route_for(mission, "executor")
     servers = [*mission.mcp_servers, *(mission.project.mcp_servers or [])]
     criteria = criteria or list(mission.criteria or [])
+    if not criteria and offline is None:
+        # A mission that gives none is held to its project's defaults (the offline missions
+        # play their own definition of done).
+        criteria = list(mission.project.default_criteria or [])
     level = levels.level_for(mission.risk_class)
     why = levels.unavailable(level)
     if why is not None:
@@ -108,11 +115,18 @@ def start_mission(
         "constraints": constraints,
         "instructions": "\n".join(
             text
-            for text in (CODING_INSTRUCTIONS if repository else "", LEVEL_INSTRUCTIONS.get(level))
+            for text in (
+                CODING_INSTRUCTIONS if repository else "",
+                LEVEL_INSTRUCTIONS.get(level),
+                project_instructions(mission.project),
+            )
             if text
         ),
         "repository": repository,
         "checkpoints": bool(repository),
+        # The resume routine: a smoke test, the progress file and the ledger at the start and
+        # at each resume, and the watch on the mission's units (`missions.engine.resume`).
+        "resume": bool(repository),
         # What is not the owner's or the system's reaches the model as data (engine `framing`).
         "data_framing": True,
         "max_turns": max_turns,
@@ -158,6 +172,8 @@ def _tools(*, repository: str, brief: Brief | None, level: int) -> list[str]:
             *(MERGING_TOOLS if repository else []),
             *MEMORY_TOOL_NAMES,
             *LEDGER_TOOL_NAMES,
+            # Long work cut into units, each ending in a verified checkpoint.
+            *(UNIT_TOOL_NAMES if repository and level >= 1 else []),
             # Work from outside may need a question answered: its sender answers (A2A).
             *(["ask_owner"] if brief is not None and not repository else []),
             "delegate",
@@ -170,6 +186,17 @@ def _tools(*, repository: str, brief: Brief | None, level: int) -> list[str]:
         ],
         level,
     )
+
+
+def project_instructions(project: Project) -> str:
+    """The owner's instructions for the project's runs, in their system prompt: only what the
+    owner saved (typed, or imported from AGENTS.md at the default branch head by their act),
+    never a file of a run's worktree (docs/design.md §19)."""
+    text = project.instructions.strip()
+    if not text:
+        return ""
+    source = f", imported from {project.instructions_from}" if project.instructions_from else ""
+    return f"The owner's instructions for this project{source}:\n{text}"
 
 
 def _add_skills(spec: dict[str, Any], repository: str) -> None:

@@ -64,6 +64,15 @@ class Project(models.Model):
     )
     environment_log = models.TextField(blank=True, editable=False)
     environment_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The resume routine (`missions.engine.resume`, `missions.project_settings`): the owner's
+    # instructions, in every run's system prompt from its launch — written by the owner, or
+    # imported by the owner's act from AGENTS.md at the default branch head (`instructions_from`
+    # names that commit), never read from a run's worktree; the criteria a mission that gives
+    # none is held to; the command run in the sandbox at each run's start and resume.
+    instructions = models.TextField(_("instructions"), blank=True)
+    instructions_from = models.CharField(max_length=200, blank=True, editable=False)
+    default_criteria = models.JSONField(_("default criteria"), default=list, blank=True)
+    smoke_command = models.TextField(_("smoke command"), blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -530,3 +539,42 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.webhook_id}/{self.delivery_id} ({self.status})"
+
+
+class Unit(models.Model):
+    """A unit of a long mission (`missions.units`): 1 to 3 hours of work the supervisor plans,
+    ending in a checkpoint whose criteria (`missions.verification`, command oracles) must pass
+    before the next unit begins. Units run in `position` order, one active at a time."""
+
+    class Status(models.TextChoices):
+        PLANNED = "planned", _("planned")
+        ACTIVE = "active", _("active")
+        PASSED = "passed", _("checkpoint passed")
+
+    mission = models.ForeignKey(Mission, on_delete=models.CASCADE, related_name="units")
+    key = models.CharField(max_length=64)
+    position = models.PositiveIntegerField()
+    title = models.CharField(max_length=300)
+    budget_seconds = models.PositiveIntegerField()
+    budget_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    criteria = models.JSONField(default=list)
+    status = models.CharField(max_length=10, choices=Status, default=Status.PLANNED)
+    started_at = models.DateTimeField(null=True, blank=True)
+    passed_at = models.DateTimeField(null=True, blank=True)
+    # The overrun's escalation, once per unit: the step that decided it (`run:seq`), so that a
+    # replay of that step decides it again and no other step does.
+    escalated_by = models.CharField(max_length=40, blank=True)
+
+    class Meta:
+        ordering = ["mission", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["mission", "key"], name="unit_key_once"),
+            models.UniqueConstraint(
+                fields=["mission"],
+                condition=models.Q(status="active"),
+                name="unit_one_active",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.title}"

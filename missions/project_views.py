@@ -23,6 +23,7 @@ from missions import environments as project_environments
 from missions import project_pull as pulls
 from missions.errors import MissionError
 from missions.models import Mission, Project
+from missions.project_settings_forms import SettingsForm, form_for
 from tools import retention
 from tools.models import CredentialKind, PermissionRule, RemoteCredential
 
@@ -152,12 +153,21 @@ def render_detail(
     return _detail(request, project, form, status=status, credential_form=credential_form)
 
 
+def render_settings(
+    request: HttpRequest, project: Project, settings_form: SettingsForm, *, status: int
+) -> HttpResponse:
+    """The project page with its long-work settings refused (`missions.project_settings_views`)."""
+    form = EnvironmentForm(initial={"setup": project.environment_setup})
+    return _detail(request, project, form, status=status, settings_form=settings_form)
+
+
 def _detail(
     request: HttpRequest,
     project: Project,
     form: EnvironmentForm,
     status: int = 200,
     credential_form: credential_views.CredentialForm | None = None,
+    settings_form: SettingsForm | None = None,
 ) -> HttpResponse:
     with_worktree = (
         Run.objects.filter(account__mission__project=project)
@@ -175,6 +185,7 @@ def _detail(
         "rules": PermissionRule.objects.filter(project=project).count(),
         "environment_form": form,
         "credential_form": credential_form or credential_views.CredentialForm(),
+        "settings_form": settings_form or form_for(project),
     }
     return render(request, "missions/project.html", context, status=status)
 

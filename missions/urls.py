@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path, re_path
 
 from missions import (
+    project_settings_views,
     project_views,
     run_views,
     schedule_views,
@@ -55,6 +56,16 @@ urlpatterns: list[URLPattern] = [
         name="project-refresh",
     ),
     path("projects/<int:project_id>/pull/", project_views.project_pull, name="project-pull"),
+    path(
+        "projects/<int:project_id>/settings/",
+        project_settings_views.project_settings_save,
+        name="project-settings",
+    ),
+    path(
+        "projects/<int:project_id>/instructions/import/",
+        project_settings_views.project_instructions_import,
+        name="project-instructions-import",
+    ),
     path(
         "projects/<int:project_id>/environment/",
         project_views.project_environment,

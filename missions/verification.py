@@ -274,6 +274,12 @@ def _refusal(missing: list[dict[str, Any]], *, framed: bool) -> str:
     return "\n".join(lines)
 
 
+def command_verdict(ctx: RunContext, criterion: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """A command criterion's verdict, one journaled `verdict` step: the stop hook's, and a unit
+    checkpoint's (`missions.units`); `attempt` tells apart the checks of one criterion."""
+    return _command_verdict(ctx, criterion, attempt)
+
+
 def _command_verdict(ctx: RunContext, criterion: dict[str, Any], attempt: int) -> dict[str, Any]:
     """Run the criterion's command in the run's sandbox and worktree: a journaled read."""
     ident, command = criterion["id"], criterion["oracle"]["command"]

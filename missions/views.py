@@ -106,6 +106,8 @@ def mission_detail(request: HttpRequest, mission_id: int) -> HttpResponse:
         **live,
         "screen": SCREENS_BY_SLUG["missions"],
         "artifacts": overview.artifacts(mission),
+        # Its units of long work (`missions.units`), in order.
+        "units": list(mission.units.all()),
         "route": mission.routes.get("executor") if isinstance(mission.routes, dict) else None,
         "sandbox_level": levels.level_for(mission.risk_class),
     }

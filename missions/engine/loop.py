@@ -29,7 +29,7 @@ from kernel.models import Effect, RunStatus, StepKind
 from kernel.programs import Outcome
 from memory import tasks as memory_tasks
 from missions import steering
-from missions.engine import deltas, fingerprint, framing, harness, model_call, stalls
+from missions.engine import deltas, fingerprint, framing, harness, model_call, resume, stalls
 from missions.engine.prompt import assemble
 from missions.engine.spec import (
     MAX_STOP_REFUSALS,
@@ -87,11 +87,17 @@ class Agent:
     # Why each action outside (`Risk.EXTERNAL`: a push...) did not happen, by tool, while its
     # last call did not: a run that set out to act and was refused does not end `done`.
     undone: dict[str, str] = field(default_factory=dict)
+    # This execution began with steps in the journal (a resume): the resume routine runs at the
+    # first turn boundary at the journal's end (`resume.before_turn`).
+    reclaimed: bool = False
+    # It planned units (`resume.after_tools`): each turn begins with the watch on their budget.
+    units: bool = False
 
 
 def _agent(ctx: RunContext) -> Outcome:
     spec = Spec.from_input(ctx.input)
     run = _start(ctx, spec)
+    resume.at_start(run)
     try:
         for number in range(1, spec.max_turns + 1):
             outcome = turn(run, number)
@@ -107,6 +113,7 @@ def _agent(ctx: RunContext) -> Outcome:
 def _start(ctx: RunContext, spec: Spec) -> Agent:
     """The run's prompt, provider, opening thread, worksite and window (its steps in this order:
     the prompt's fingerprint, the worksite's, the window's)."""
+    reclaimed = bool(ctx.records)  # before this execution's first step
     names = list(spec.tools)
     mcp = mcp_toolset.build(spec.mcp_tools)  # deferred, after the registry's: a stable order
     if mcp or any((tool_registry.TOOLS.get(name) or NO_TOOL).deferred for name in names):
@@ -143,6 +150,7 @@ def _start(ctx: RunContext, spec: Spec) -> Agent:
         by_name={tool.name: tool for tool in tools},
         worksite=worksite,
         watch=stalls.watch(ctx, tools=spec.tools) if spec.stalls else None,
+        reclaimed=reclaimed,
     )
 
 
@@ -154,9 +162,11 @@ def turn(run: Agent, number: int) -> Outcome | None:
     3. An answer without tool calls goes to the stop hook; a refusal ends the run blocked.
     4. Else the tool calls run, and the stall watch looks at the turn.
     """
+    compactions = run.window.compactions
     why = run.window.fit(number)
     if why is not None:
         return Outcome(RunStatus.BLOCKED, {"reason": why})
+    resume.before_turn(run, number, compacted=run.window.compactions > compactions)
     run.window.conversation.turn = number
     response = run.ctx.step(
         StepKind.MODEL_CALL,
@@ -223,6 +233,7 @@ def _act(run: Agent, response: dict[str, Any], number: int) -> None:
         framed=run.spec.data_framing,
     )
     harness.note_undone(run.undone, calls, results, run.by_name)
+    resume.after_tools(run, calls, results)
     run.window.add(run.provider.tool_results(results))
     if run.watch is None:
         return

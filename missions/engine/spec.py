@@ -102,6 +102,10 @@ class Spec:
     allowed_hosts: list[str] = field(default_factory=list)
     # Plan, then execute: the run's plan is fixed before it reads untrusted content.
     sensitive: bool = False
+    # The resume routine (`resume`): a smoke test, the progress file and the ledger at the
+    # run's start and at each resume; the watch on its mission's units. Off for runs started
+    # before it was recorded: its steps in the middle of their journal would not match.
+    resume: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:

@@ -53,6 +53,10 @@ def test_it_creates_lists_and_shows_projects(api: Api, tmp_path: Path) -> None:
         "repository": str(tmp_path),
         "clone_url": "",
         "mcp_servers": [],
+        "instructions": "",
+        "instructions_from": "",
+        "default_criteria": [],
+        "smoke_command": "",
         "created_at": body["created_at"],
     }
     assert [item["name"] for item in api.get("/projects").json()] == ["notes"]

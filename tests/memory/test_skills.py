@@ -190,7 +190,9 @@ def test_a_run_is_offered_the_repository_s_skills_and_loads_one_as_data(
     first = seen_at(run, 0)
     opening = [item["text"] for item in first["items"] if item.get("role") == "user"]
     assert opening[0] == "Tidy the shop."
-    heading, _, block = opening[-1].partition("\n")
+    # (then the resume routine's message: `missions.engine.resume`)
+    offered = next(text for text in opening if text.startswith("Skills you may load"))
+    heading, _, block = offered.partition("\n")
     assert heading == "Skills you may load with load_skill (name (source): description):"
     parsed = parse_block(block)
     assert (parsed["trust"], parsed["source"]) == ("tool", "skills index: snapshot at launch")

@@ -455,14 +455,15 @@ def test_a_kill_between_oracles_does_not_run_a_recorded_oracle_again(
         [command("first", "echo ran >> first.log"), command("second", "echo ran >> second.log")],
         [{"text": "Done."}],
     )
-    # Steps: 1 window, 2 workspace, 3 model, 4 oracle first, 5 oracle second, 6 summary. The
-    # first oracle's result is committed with the second's intent; the kill comes right after.
-    target = {"run": run.pk, "point": "after_intent_commit", "seq": 5}
+    # Steps: 1 window, 2 workspace, 3 resume routine, 4 model, 5 oracle first, 6 oracle second,
+    # 7 summary. The first oracle's result is committed with the second's intent; the kill comes
+    # right after.
+    target = {"run": run.pk, "point": "after_intent_commit", "seq": 6}
     env = crash_env(tmp_path, [target], AGENTOS_WORKSPACES_DIR=str(workspace.root()))
     killed = start_worker(env)
     assert killed.wait(timeout=90) == -9
-    assert res(Step.objects.get(run=run, seq=4))["passes"] is True
-    assert Step.objects.get(run=run, seq=5).result is None
+    assert res(Step.objects.get(run=run, seq=5))["passes"] is True
+    assert Step.objects.get(run=run, seq=6).result is None
     worker = start_worker(env)
     try:
         wait_for(

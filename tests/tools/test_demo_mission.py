@@ -202,11 +202,12 @@ def test_killed_after_the_commit_and_while_waiting_one_commit_one_push(
 ) -> None:
     run = demo.ensure_demo(demo_base)
     assert run is not None
-    # Steps, as the script plays them: 1 window, 2 workspace, 3 model, 4-6 reads, 7 model,
-    # 8 checkpoint, 9 shell, 10 model, 11 checkpoint, 12 edit, 13 model, 14 checkpoint, 15 shell,
-    # 16 model, 17 checkpoint, 18 commit, 19 model, 20 approval request, 21 the wait, 22 push,
-    # 23 model.
-    commit, wait, push = 18, 21, 22
+    # Steps, as the script plays them: 1 window, 2 workspace, 3 resume routine, 4 model, 5-7
+    # reads, 8 model, 9 checkpoint, 10 shell, 11 model, 12 checkpoint, 13 edit, 14 model,
+    # 15 checkpoint, 16 shell, 17 model, 18 checkpoint, 19 commit; killed, claimed again: 20 the
+    # resume routine, 21 model, 22 approval request, 23 the wait, 24 push, 25 the resume routine
+    # (claimed again after the kill), 26 model.
+    commit, wait, push = 19, 23, 24
     targets = [
         {"run": run.pk, "point": "after_effect_before_result", "seq": commit},
         {"run": run.pk, "point": "wait_recorded", "seq": wait},

@@ -145,9 +145,10 @@ def test_a_worker_killed_mid_way_resumes_to_the_same_report(
     demo_base: Path, tmp_path: Path
 ) -> None:
     run = start(calc(demo_base), "run-tests")
-    # Steps, as the script plays them: 1 workspace, 2 window, 3 model, 4 list_files, 5 model,
-    # 6 checkpoint, 7 shell, 8 model (the report).
-    shell, report = 7, 8
+    # Steps, as the script plays them: 1 workspace, 2 window, 3 resume routine, 4 model,
+    # 5 list_files, 6 model, 7 checkpoint, 8 shell; killed, claimed again: 9 the resume routine,
+    # 10 model (the report).
+    shell, report = 8, 10
     targets = [
         {"run": run.pk, "point": "after_effect_before_result", "seq": shell},
         {"run": run.pk, "point": "after_effect_before_result", "seq": report},
