@@ -322,7 +322,9 @@ def create_mission(
 
     `profile` (a `Profile`'s name, `missions.profiles`) fills what the mission leaves out and
     raises its level to the profile's; `profile_criteria=False` leaves its criteria templates
-    out."""
+    out. Criteria come from the mission, else its project's defaults, else the profile's."""
+    if criteria is None and offline is None and project.default_criteria:
+        criteria = list(project.default_criteria)
     with_profile = profiles.get(profile) if profile is not None else None
     if with_profile is not None:
         if offline is not None:

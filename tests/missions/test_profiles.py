@@ -114,6 +114,25 @@ def test_what_the_mission_names_wins_over_its_profile(
     assert {"git_commit", "git_push", "merge_work", "shell"} <= set(run.input["tools"])
 
 
+def test_the_projects_default_criteria_come_before_the_profiles(
+    repository: Project, seeded_catalog: None
+) -> None:
+    done = {"id": "tests", "description": "The tests pass.", "oracle": {"command": "true"}}
+    Project.objects.filter(pk=repository.pk).update(default_criteria=[done])
+    repository.refresh_from_db()
+
+    mission, run = create_mission(
+        project=repository,
+        goal="Fix the date parser.",
+        trigger="api",
+        script=SCRIPT,
+        profile="programming",
+    )
+
+    assert [c["id"] for c in mission.criteria] == ["tests"]
+    assert [c["id"] for c in run.input["criteria"]] == ["tests"]
+
+
 def test_a_profile_never_lowers_the_risk_class_level(project: Project) -> None:
     Profile.objects.filter(name="automation").update(sandbox_level=0, criteria=[])
 

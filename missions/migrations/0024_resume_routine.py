@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('missions', '0021_webhooks'),
+        ('missions', '0023_seed_profiles'),
     ]
 
     operations = [
