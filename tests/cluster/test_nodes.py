@@ -11,7 +11,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from pytest_django import DjangoDbBlocker
 
 from agentos.core import vault
 from cluster import (
@@ -44,68 +43,16 @@ from kernel.models import Event, Run
 from missions import environments as project_environments
 from missions.models import Mission
 from tests.cluster.egress_fixtures import Upstream
+from tests.cluster.node_fixtures import NAMES, cluster_nodes, hellos, hosts, key_row, on_nodes
 from tests.cluster.test_egress import make_run
 from tests.polling import wait_for
 from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_mission, outputs
 
-# The tools' fixtures of a mission on the demo repository, for the mission test below.
-__all__ = ["demo_base", "hostile", "hostile_mission"]
+# The tools' fixtures of a mission on the demo repository, for the mission test below, and the
+# test nodes'.
+__all__ = ["cluster_nodes", "demo_base", "hellos", "hostile", "hostile_mission", "hosts", "key_row"]
 
-NAMES = ["n1", "n2", "n3"]
 WHO = project_environments.Who(by="owner", username="owner", address=None)
-
-
-@pytest.fixture(scope="module")
-def hosts(
-    django_db_setup: None, django_db_blocker: DjangoDbBlocker
-) -> Iterator[testhosts.TestHosts]:
-    with django_db_blocker.unblock():
-        line = nodes.public_key_line()
-    started = testhosts.start(
-        names=NAMES, base=Path(settings.DATA_DIR) / "testnodes", public_key_line=line
-    )
-    try:
-        yield started
-    finally:
-        nodes.close_all()
-        started.stop()
-
-
-@pytest.fixture(scope="module")
-def key_row(hosts: testhosts.TestHosts, django_db_blocker: DjangoDbBlocker) -> ControlKey:
-    with django_db_blocker.unblock():
-        return ControlKey.objects.get(pk=1)
-
-
-@pytest.fixture(scope="module")
-def hellos() -> dict[str, dict[str, Any]]:
-    """Each node's last `hello` answer: a test reuses what an earlier one collected (placement
-    would otherwise ask every node again for each test's fresh rows)."""
-    return {}
-
-
-@pytest.fixture
-def cluster_nodes(
-    hosts: testhosts.TestHosts, key_row: ControlKey, hellos: dict[str, dict[str, Any]], db: None
-) -> Iterator[list[Node]]:
-    """The three nodes registered with their pinned host keys (in the test's transaction)."""
-    # A flush by another module's transactional test may have dropped the key the nodes trust.
-    ControlKey.objects.update_or_create(
-        pk=1, defaults={"ciphertext": key_row.ciphertext, "public_line": key_row.public_line}
-    )
-    registered = []
-    for host in hosts.nodes:
-        node = nodes.add_node(
-            name=host.name, address=host.node_ip, port=host.port, host_key=host.host_key
-        )
-        if host.name in hellos:
-            nodes.record_hello(node=node, answer=hellos[host.name])
-        registered.append(node)
-    yield registered
-    # Connections are per node name and outlive the test's transaction: each test starts afresh.
-    nodes.close_all()
-    for node in Node.objects.filter(name__in=NAMES, status=Node.Status.UP):
-        hellos[node.name] = node.telemetry
 
 
 def test_it_refuses_a_node_whose_host_key_is_not_the_pinned_one(
@@ -167,15 +114,6 @@ def profile(script: str, workdir: Path, wall_seconds: float = 30) -> dict[str, A
 
 def step_ref(epoch: int = 1) -> StepRef:
     return StepRef(f"step-{secrets.token_hex(5)}", secrets.token_hex(8), epoch)
-
-
-def on_nodes(hosts: testhosts.TestHosts, workdir: Path, name: str) -> list[Path]:
-    """`name` in each node's own copy of worktree `workdir` that holds it. The nodes share no
-    filesystem with the control plane; their roots are directories of this machine, so the test,
-    as someone on the node would, looks at the copy where the node keeps it."""
-    tree = shipping.tree_name(workdir)
-    copies = [host.state / "trees" / tree / "copy" / name for host in hosts.nodes]
-    return [path for path in copies if path.exists()]
 
 
 def shipped(node: Node, built: dict[str, Any]) -> dict[str, Any]:
