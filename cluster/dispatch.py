@@ -170,9 +170,20 @@ def execute(
     )
     timeout = float(profile.get("limits", {}).get("wall_seconds", 0)) + GRACE_SECONDS
     lost: list[str] = []
+    # The nodes that ran an earlier step of this run hold a copy of its worktree: only what
+    # changed since goes to them; any other is sent the whole tree, which placement weighs.
+    holders = placement.holders(step.step_id.rsplit("-", 1)[0])
     for _ in range(MAX_PLACEMENTS):
+        # Walked again each attempt: `before_retry` may have put the worktree back.
+        worktree = shipping.Worktree.of(profile)
+
+        def transfer(node: Any, worktree: shipping.Worktree | None = worktree) -> int:
+            if worktree is None or node.name == LOCAL or node.name in holders:
+                return 0
+            return worktree.size()
+
         try:
-            node = placement.choose(wanted, exclude=lost)
+            node = placement.choose(wanted, exclude=lost, transfer=transfer)
         except placement.NoNode as error:
             raise RpcError(UNAVAILABLE, str(error)) from None
         attempt = placement.place(step_id=step.step_id, key=step.key, node=node, epoch=step.fence)
@@ -187,7 +198,7 @@ def execute(
                 )
             call = functools.partial(nodes.call, node, timeout=timeout)
             # A remote node works on its own copy of the worktree (`cluster.shipping`).
-            shipped = shipping.ship(call, profile) if remote else None
+            shipped = shipping.ship(call, profile, worktree) if remote else None
             with (
                 _egress_on(endpoint, profile) as placed,
                 _cancel_on(stopping, endpoint, step.step_id),

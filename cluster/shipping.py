@@ -40,22 +40,47 @@ class Shipped:
     seconds: float
 
 
+class Worktree:
+    """A profile's worktree as placement weighs it and `ship` sends it: walked once, when first
+    needed (a step placed on the local node never walks it)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self._manifest: treesync.Manifest | None = None
+
+    @classmethod
+    def of(cls, profile: dict[str, Any]) -> Worktree | None:
+        workdir = profile.get("workdir")
+        return None if workdir is None else cls(Path(str(workdir)))
+
+    def manifest(self) -> treesync.Manifest:
+        if self._manifest is None:
+            try:
+                self._manifest = treesync.manifest(self.workdir)
+            except (OSError, treesync.TreeError) as error:
+                raise RpcError(
+                    UNAVAILABLE, f"the worktree {self.workdir} cannot be read: {error}"
+                ) from None
+        return self._manifest
+
+    def size(self) -> int:
+        return treesync.size(self.manifest())
+
+
 def tree_name(workdir: Path) -> str:
     """The node's name for a worktree: one copy per worktree path, whichever run step uses it."""
     return "w-" + hashlib.sha256(str(workdir).encode()).hexdigest()[:40]
 
 
-def ship(call: Call, profile: dict[str, Any]) -> Shipped | None:
+def ship(call: Call, profile: dict[str, Any], worktree: Worktree | None = None) -> Shipped | None:
     """Send the profile's worktree to a node (what it lacks of it); None without a workdir."""
-    if profile.get("workdir") is None:
+    worktree = worktree or Worktree.of(profile)
+    if worktree is None:
         return None
     began = time.monotonic()
-    workdir = Path(str(profile["workdir"]))
+    workdir = worktree.workdir
     name = tree_name(workdir)
-    try:
-        want = treesync.manifest(workdir)
-    except (OSError, treesync.TreeError) as error:
-        raise RpcError(UNAVAILABLE, f"the worktree {workdir} cannot be read: {error}") from None
+    want = worktree.manifest()
     where = {entry["s"]: rel for rel, entry in want.items() if entry["t"] == "f"}
     lacking = call("tree_missing", {"tree": name, "shas": sorted(where)})
     sent = 0

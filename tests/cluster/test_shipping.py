@@ -4,6 +4,7 @@ was shipped to it and its changes brought back."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -12,13 +13,14 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from cluster import nodes
+from cluster import nodes, placement
 from cluster.models import Node, Placement
 from cluster.proving import testhosts
 from cluster.runner import treesync
 from kernel.models import Run
 from tests.cluster.conftest import git
 from tests.cluster.node_fixtures import NAMES, cluster_nodes, hellos, hosts, key_row
+from tests.cluster.test_nodes import hello_answer
 from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_mission, outputs
 
 __all__ = ["cluster_nodes", "demo_base", "hellos", "hostile", "hostile_mission", "hosts", "key_row"]
@@ -132,3 +134,33 @@ def test_a_mission_on_three_nodes_sharing_no_filesystem_ends_with_the_commits_of
         assert not hosts.sees(name, Path(settings.DATA_DIR))
         assert hosts.sees(name, Path(nodes.DEFAULT_NODE_ROOT) / "state")
     assert Path(settings.DATA_DIR).exists()
+
+
+def test_it_weighs_the_worktree_a_node_lacks_against_its_load(db: None) -> None:
+    """Two idle nodes: the steps of a run stay on the one holding its worktree's copy while
+    sending the whole tree elsewhere weighs more than the load between them; a small tree or a
+    busy holder lets them go round (these nodes are never called: their telemetry is fresh)."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    for name, load1 in (("holder", 1.0), ("other", 0.2)):
+        node = nodes.add_node(name=name, address="192.0.2.1", host_key=testhosts.host_key_pair()[1])
+        nodes.record_hello(
+            node=node, answer=hello_answer(name, levels=[1], load1=load1, mem_available=4 << 30)
+        )
+    series = f"run-{secrets.token_hex(4)}-1"
+    placement.finish(
+        placement.place(step_id=f"{series}-1", key="k", node=Node.objects.get(name="holder")),
+        status=Placement.Status.DONE,
+    )
+    assert placement.holders(series) == {"holder"}
+
+    def weigh(tree_bytes: int) -> Callable[[Node], int]:
+        return lambda node: 0 if node.name in placement.holders(series) else tree_bytes
+
+    needs = placement.Needs(level=1)
+    assert placement.choose(needs, transfer=weigh(1 << 20)).name == "other"  # 1 MiB: load wins
+    assert placement.choose(needs, transfer=weigh(512 << 20)).name == "holder"
+    nodes.record_hello(
+        node=Node.objects.get(name="holder"),
+        answer=hello_answer("holder", levels=[1], load1=40, mem_available=4 << 30),
+    )
+    assert placement.choose(needs, transfer=weigh(512 << 20)).name == "other"
