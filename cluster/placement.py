@@ -35,10 +35,10 @@ RUNNING_SECONDS = 4 * 3600
 # Loads within this (per CPU) or 30 % of the least loaded node's count as equal: telemetry is a
 # snapshot, and a node's load moves by that much between two of them.
 LOAD_SLACK = 0.5
-# A worktree's bytes a node lacks weigh as much load as this many bytes per busy CPU: sending
-# 64 MiB over SSH costs about a second (docs/cluster.md, "Worktrees on nodes"), as long as a
-# step's CPU second.
-TRANSFER_BYTES_PER_LOAD = 64 << 20
+# The worktree bytes a node lacks weigh as one more busy CPU per this many: the runner's SSH
+# channel carried 4 MiB/s on a loaded two-core machine (docs/cluster.md, "Worktrees on nodes"),
+# so this is about four seconds of sending, a short step's worth of one CPU.
+TRANSFER_BYTES_PER_LOAD = 16 << 20
 
 
 @dataclass(frozen=True)
