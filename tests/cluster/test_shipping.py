@@ -158,9 +158,9 @@ def test_it_weighs_the_worktree_a_node_lacks_against_its_load(db: None) -> None:
 
     needs = placement.Needs(level=1)
     assert placement.choose(needs, transfer=weigh(1 << 20)).name == "other"  # 1 MiB: load wins
-    assert placement.choose(needs, transfer=weigh(512 << 20)).name == "holder"
+    assert placement.choose(needs, transfer=weigh(64 << 20)).name == "holder"
     nodes.record_hello(
         node=Node.objects.get(name="holder"),
         answer=hello_answer("holder", levels=[1], load1=40, mem_available=4 << 30),
     )
-    assert placement.choose(needs, transfer=weigh(512 << 20)).name == "other"
+    assert placement.choose(needs, transfer=weigh(64 << 20)).name == "other"
