@@ -136,8 +136,11 @@ def start(
     base: Path,
     public_key_line: str,
     python: str | None = None,
+    bare: bool = False,
 ) -> TestHosts:
-    """Start one SSH node per name, rooted at `base/<name>`, trusting `public_key_line`."""
+    """Start one SSH node per name, rooted at `base/<name>`, trusting `public_key_line`. A
+    `bare` node has no runner and trusts no key: set up as docs/cluster.md "Adding a second
+    machine" says (its root is `TestNode.root` on this machine)."""
     if os.geteuid() != 0:
         raise TestHostsError("the SSH test nodes need root (network namespaces, sshd)")
     if not Path(SSHD).exists() or not _ip_present():
@@ -164,7 +167,7 @@ def start(
             )
             hosts.nodes.append(node)
             _network(node, network.prefixlen)
-            _deploy(node, python=python, public_key_line=public_key_line)
+            _deploy(node, python=python, public_key_line=public_key_line, bare=bare)
             _start_sshd(node)
     except BaseException:
         hosts.stop()
@@ -187,13 +190,14 @@ def _network(node: TestNode, prefix: int) -> None:
     _run([*ns, "route", "add", "default", "via", node.host_ip])
 
 
-def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
+def _deploy(node: TestNode, *, python: str, public_key_line: str, bare: bool = False) -> None:
     # The runner's first install is a copy of the tree; later ones go through its `install`.
     if node.root.exists():
         shutil.rmtree(node.root)
     node.ssh_dir.mkdir(parents=True, mode=0o700)
-    node.state.mkdir(mode=0o711)  # the runner keeps it so: environments are under it
-    node.version = _first_install(node.root / "runner")
+    if not bare:
+        node.state.mkdir(mode=0o711)  # the runner keeps it so: environments are under it
+        node.version = _first_install(node.root / "runner")
     private, public = host_key_pair()
     key_file = node.ssh_dir / "ssh_host_ed25519_key"
     key_file.write_bytes(private.encode())
@@ -207,7 +211,7 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
         python=python,
         public_line=public_key_line,
     )
-    authorized.write_text(line + "\n")
+    authorized.write_text("" if bare else line + "\n")
     authorized.chmod(0o600)
     inside = NODE_ROOT / "ssh"  # the sshd's own view of its files
     (node.ssh_dir / "sshd_config").write_text(
