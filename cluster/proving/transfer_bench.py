@@ -25,11 +25,11 @@ from typing import Any
 
 from django.conf import settings
 
+from agentos.core import roots
 from cluster import dispatch, nodes, sandbox
 from cluster.dispatch import StepRef
 from cluster.models import Node
 from cluster.proving import testhosts
-from tools import workspace
 
 STEPS = 4  # on the remote node, per repetition: the first and the following ones
 COMMAND = "echo step >> log.txt && cat log.txt > /dev/null"
@@ -108,10 +108,10 @@ def _measure(shape: Shape, node: Node, repeats: int, say: Callable[[str], None])
                     }
                     (first if number == 0 else following).append(figures)
             finally:
-                workspace.remove(worktree)
+                shutil.rmtree(worktree, ignore_errors=True)
             say(f"{shape.name}: repetition {repeat + 1} of {repeats} done")
     finally:
-        workspace.remove(template)
+        shutil.rmtree(template, ignore_errors=True)
     return Figures(
         shape, tree_bytes, statistics.median(local_ms), _medians(first), _medians(following)
     )
@@ -138,8 +138,11 @@ def _step(
 def _template(shape: Shape) -> Path:
     """A git repository of `shape.files` files of random bytes (incompressible, as the worst
     case), in directories of 50, committed: the tree and its objects both travel."""
-    path = workspace.root() / "bench-transfer" / f"{shape.name}-{secrets.token_hex(3)}"
-    path.mkdir(parents=True)
+    # Where worktrees live: a directory the sandbox uids can traverse.
+    folder = roots.workspaces_dir() / "bench-transfer"
+    folder.mkdir(mode=0o711, parents=True, exist_ok=True)
+    path = folder / f"{shape.name}-{secrets.token_hex(3)}"
+    path.mkdir()
     for index in range(shape.files):
         folder = path / "src" / f"d{index // 50}"
         folder.mkdir(parents=True, exist_ok=True)

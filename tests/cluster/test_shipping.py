@@ -5,6 +5,7 @@ was shipped to it and its changes brought back."""
 from __future__ import annotations
 
 import secrets
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -13,10 +14,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from cluster import nodes, placement
+from cluster import dispatch, nodes, placement, sandbox
+from cluster.dispatch import StepRef
 from cluster.models import Node, Placement
 from cluster.proving import testhosts
 from cluster.runner import treesync
+from cluster.sandbox import Limits
 from kernel.models import Run
 from tests.cluster.conftest import git
 from tests.cluster.node_fixtures import NAMES, cluster_nodes, hellos, hosts, key_row
@@ -164,3 +167,35 @@ def test_it_weighs_the_worktree_a_node_lacks_against_its_load(db: None) -> None:
         answer=hello_answer("holder", levels=[1], load1=40, mem_available=4 << 30),
     )
     assert placement.choose(needs, transfer=weigh(64 << 20)).name == "other"
+
+
+def test_a_replay_brings_back_the_changes_the_node_kept_with_its_result(
+    hosts: testhosts.TestHosts, cluster_nodes: list[Node], workdir: Path
+) -> None:
+    """A worker killed after the node answered and before its changes reached the worktree: the
+    replay finds the node's result (`recorded`) and applies what it kept (`settle`), the same
+    however often."""
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    (workdir / "gone.txt").write_text("x")
+    script = "echo once >> log.txt; rm gone.txt; mkdir -p d && echo in > d/f"
+    built = sandbox.profile(
+        1, ["/bin/sh", "-c", script], workdir, Limits(wall_seconds=30), sandbox._ready()
+    )
+    ref = StepRef(f"step-{secrets.token_hex(5)}", secrets.token_hex(8), 1)
+    answer = dispatch.execute(built, step=ref, needs=dispatch.Needs(1, 256 << 20, 0))
+    assert answer["exit_code"] == 0
+    assert (workdir / "log.txt").read_text() == "once\n"
+
+    # The worktree as before the step, as if the apply never happened.
+    (workdir / "log.txt").unlink()
+    shutil.rmtree(workdir / "d")
+    (workdir / "gone.txt").write_text("x")
+    found = dispatch.recorded(ref)
+    assert found is not None
+    assert (found["replayed"], found["tree"]["remove"]) == (True, ["gone.txt"])
+    for _ in range(2):
+        dispatch.settle(ref, found, workdir=workdir)
+        assert (workdir / "log.txt").read_text() == "once\n"
+        assert (workdir / "d" / "f").read_text() == "in\n"
+        assert not (workdir / "gone.txt").exists()
+    assert (workdir / "log.txt").stat().st_uid == workdir.stat().st_uid != 0
