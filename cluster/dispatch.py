@@ -159,7 +159,7 @@ def execute(
         return handler.execute(parse_profile(profile), profile, stopping=stopping)
     # The registry's models: imported here, as `cluster.sandbox` (and so this module) also serves
     # programs that run without Django's apps.
-    from cluster import nodes, placement
+    from cluster import placement
     from cluster.models import Placement
 
     longest = Placement._meta.get_field("key").max_length or 0
@@ -168,7 +168,6 @@ def execute(
     wanted = placement.Needs(
         level=needs.level, memory_bytes=needs.memory_bytes, disk_bytes=needs.disk_bytes
     )
-    timeout = float(profile.get("limits", {}).get("wall_seconds", 0)) + GRACE_SECONDS
     lost: list[str] = []
     # The nodes that ran an earlier step of this run hold a copy of its worktree: only what
     # changed since goes to them; any other is sent the whole tree, which placement weighs.
@@ -176,59 +175,15 @@ def execute(
     for _ in range(MAX_PLACEMENTS):
         # Walked again each attempt: `before_retry` may have put the worktree back.
         worktree = shipping.Worktree.of(profile)
-
-        def transfer(node: Any, worktree: shipping.Worktree | None = worktree) -> int:
-            if worktree is None or node.name == LOCAL or node.name in holders:
-                return 0
-            return worktree.size()
-
         try:
-            node = placement.choose(wanted, exclude=lost, transfer=transfer)
+            node = placement.choose(
+                wanted, exclude=lost, transfer=shipping.weigh(worktree, {LOCAL, *holders})
+            )
         except placement.NoNode as error:
             raise RpcError(UNAVAILABLE, str(error)) from None
         attempt = placement.place(step_id=step.step_id, key=step.key, node=node, epoch=step.fence)
         try:
-            endpoint = nodes.endpoint(node)
-            remote = isinstance(endpoint, transport.SshEndpoint)
-            if environment is not None:
-                ensure_environment(
-                    functools.partial(nodes.call, node, timeout=SETUP_TIMEOUT),
-                    environment,
-                    remote=remote,
-                )
-            call = functools.partial(nodes.call, node, timeout=timeout)
-            # A remote node works on its own copy of the worktree (`cluster.shipping`).
-            shipped = shipping.ship(call, profile, worktree) if remote else None
-            with (
-                _egress_on(endpoint, profile) as placed,
-                _cancel_on(stopping, endpoint, step.step_id),
-            ):
-                params = {
-                    "step_id": step.step_id,
-                    "key": step.key,
-                    "fence": attempt.fence,
-                    "profile": placed,
-                }
-                if shipped is not None:
-                    params["tree"] = shipped.tree
-                result: dict[str, Any] = nodes.call(node, "run", params, timeout=timeout)
-            if shipped is not None:
-                # Applied here before the result reaches the journal: a crash after this and
-                # before the journal answers the replay from the node's result (`settle`).
-                back = shipping.bring_back(
-                    call,
-                    step.key,
-                    result,
-                    workdir=shipped.workdir,
-                    owner=shipped.owner,
-                    git_writable=shipped.git_writable,
-                )
-                result["transfer"] = {
-                    "sent_bytes": shipped.sent_bytes,
-                    "tree_bytes": shipped.total_bytes,
-                    "sent_seconds": shipped.seconds,
-                    **back,
-                }
+            result = _run_on(node, attempt.fence, step, profile, worktree, stopping, environment)
         except transport.TransportError as error:
             placement.finish(attempt, status=Placement.Status.LOST, error=error.reason)
             lost.append(node.name)
@@ -256,6 +211,57 @@ def execute(
         f"step {step.step_id} was placed {MAX_PLACEMENTS} times and each node was lost "
         f"({', '.join(lost)})",
     )
+
+
+def _run_on(
+    node: Any,
+    fence: int,
+    step: StepRef,
+    profile: dict[str, Any],
+    worktree: shipping.Worktree | None,
+    stopping: threading.Event | None,
+    environment: Setup | None,
+) -> dict[str, Any]:
+    """One attempt's `run` on `node` under `fence`: its environment built there first if it
+    lacks it; on a remote node, the worktree shipped before and its changes applied after."""
+    from cluster import nodes  # the registry's models: here, as in `execute`
+
+    timeout = float(profile.get("limits", {}).get("wall_seconds", 0)) + GRACE_SECONDS
+    endpoint = nodes.endpoint(node)
+    remote = isinstance(endpoint, transport.SshEndpoint)
+    if environment is not None:
+        ensure_environment(
+            functools.partial(nodes.call, node, timeout=SETUP_TIMEOUT), environment, remote=remote
+        )
+    call = functools.partial(nodes.call, node, timeout=timeout)
+    # A remote node works on its own copy of the worktree (`cluster.shipping`).
+    shipped = shipping.ship(call, profile, worktree) if remote else None
+    with (
+        _egress_on(endpoint, profile) as placed,
+        _cancel_on(stopping, endpoint, step.step_id),
+    ):
+        params = {"step_id": step.step_id, "key": step.key, "fence": fence, "profile": placed}
+        if shipped is not None:
+            params["tree"] = shipped.tree
+        result: dict[str, Any] = nodes.call(node, "run", params, timeout=timeout)
+    if shipped is not None:
+        # Applied here, before the result reaches the journal: a crash after this and before
+        # the journal answers the replay from the node's result (`settle`), applied again.
+        back = shipping.bring_back(
+            call,
+            step.key,
+            result,
+            workdir=shipped.workdir,
+            owner=shipped.owner,
+            git_writable=shipped.git_writable,
+        )
+        result["transfer"] = {
+            "sent_bytes": shipped.sent_bytes,
+            "tree_bytes": shipped.total_bytes,
+            "sent_seconds": shipped.seconds,
+            **back,
+        }
+    return result
 
 
 @contextlib.contextmanager

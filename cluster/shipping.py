@@ -67,6 +67,18 @@ class Worktree:
         return treesync.size(self.manifest())
 
 
+def weigh(worktree: Worktree | None, holders: set[str]) -> Callable[[Any], int]:
+    """For placement: the worktree bytes a node lacks, none for the `holders` (the local node
+    and those that answered a step of the run: they keep a copy), the whole tree for others."""
+
+    def lacking(node: Any) -> int:
+        if worktree is None or node.name in holders:
+            return 0
+        return worktree.size()
+
+    return lacking
+
+
 def tree_name(workdir: Path) -> str:
     """The node's name for a worktree: one copy per worktree path, whichever run step uses it."""
     return "w-" + hashlib.sha256(str(workdir).encode()).hexdigest()[:40]
