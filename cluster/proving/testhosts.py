@@ -10,7 +10,8 @@ sshd files). The control plane's data dir and worktrees are not there (`TestHost
 path from inside): a step passes only if its worktree was shipped to the node
 (`cluster.shipping`). The runner runs on the system's `/usr/bin/python3`.
 
-Needs root, `ip` (iproute2) and `/usr/sbin/sshd` (openssh-server). Everything is torn down by
+Needs root, `ip` (iproute2), `/usr/sbin/sshd` (openssh-server) and util-linux's `unshare`,
+`pivot_root` and `nsenter`. Everything is torn down by
 `stop()` (sshd killed, namespaces and veths deleted), and namespaces left by a dead process of an
 earlier run are deleted by the next `start()`.
 """

@@ -36,7 +36,8 @@ from cluster.runner.protocol import invalid
 
 # Contents per `store` request and per `fetch` answer (base64 in a JSON line: a third more).
 CHUNK_BYTES = 8 << 20
-MAX_ENTRIES = 500_000
+# A manifest of this many entries is about 30 MB of JSON: within a request line and an answer.
+MAX_ENTRIES = 200_000
 MAX_PATH = 4096
 SHA = re.compile(r"^[0-9a-f]{64}$")
 TREE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
