@@ -254,21 +254,29 @@ def _directory(parent: int, name: str, mode: int, owner: tuple[int, int] | None)
 
 
 def _file(parent: int, name: str, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
+    """Write `name` whole: an unnamed file (`O_TMPFILE`) written, then linked under a temporary
+    name and renamed over the entry, so that a process killed meanwhile leaves no half file and,
+    but for that instant between link and rename, no stray one in the tree."""
     temp = f".agentos-tree-{secrets.token_hex(6)}"
-    fd = os.open(
-        temp,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o600,
-        dir_fd=parent,
-    )
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=parent)
+        named = False
+    except OSError:  # a filesystem without O_TMPFILE: a named file from the start
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600, dir_fd=parent)
+        named = True
     try:
         with os.fdopen(os.dup(fd), "wb") as file:
             file.write(data)
         if owner is not None:
             os.fchown(fd, *owner)
         os.fchmod(fd, mode & 0o777)
+        if not named:
+            os.link(f"/proc/self/fd/{fd}", temp, dst_dir_fd=parent, follow_symlinks=True)
+            named = True
     except BaseException:
-        os.unlink(temp, dir_fd=parent)
+        if named:
+            os.unlink(temp, dir_fd=parent)
         raise
     finally:
         os.close(fd)
