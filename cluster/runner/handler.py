@@ -187,8 +187,8 @@ class Handler:
         what the command changed kept beside the result (before the result file names it)."""
         if not isinstance(tree, dict):
             raise invalid("tree must be an object")
-        name = tree.get("name")
-        home = treesync.tree_dir(self.state, name)
+        home = treesync.tree_dir(self.state, tree.get("name"))  # the name checked first
+        name = home.name
         with files.locked(self.state / "locks" / f"tree-{name}.lock"):
             copy, before = treesync.checkout(
                 self.state, name, tree.get("manifest"), (profile.uid, profile.gid)
@@ -246,9 +246,10 @@ class Handler:
         tree = params.get("tree")
         if isinstance(tree, dict):
             # The project's checkout, shipped from a control plane that shares no filesystem.
-            with files.locked(self.state / "locks" / f"tree-{tree.get('name')}.lock"):
+            tree_name = treesync.tree_dir(self.state, tree.get("name")).name  # checked here
+            with files.locked(self.state / "locks" / f"tree-{tree_name}.lock"):
                 copy, _ = treesync.checkout(
-                    self.state, tree.get("name"), tree.get("manifest"), (profile.uid, profile.gid)
+                    self.state, tree_name, tree.get("manifest"), (profile.uid, profile.gid)
                 )
                 raw = {**params["profile"], "workdir": str(copy)}
                 try:

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from cluster import sandbox
 from cluster.runner import treesync
+from cluster.runner.handler import Handler
 from cluster.runner.protocol import RpcError
+from cluster.sandbox import Limits
 
 OWNER = (os.getuid(), os.getgid())
 
@@ -123,3 +126,21 @@ def test_it_keeps_a_steps_changes_and_hands_them_out_in_bounded_chunks(
     assert len(first) == 1  # a second one would pass the chunk
     rest = treesync.fetch(kept, [sha for sha in shas if sha not in first])
     assert sorted([*first, *rest]) == shas
+
+
+@pytest.mark.parametrize("method", ["run", "build_environment", "tree_missing", "tree_store"])
+def test_the_runner_refuses_a_tree_name_that_leaves_its_state(tmp_path: Path, method: str) -> None:
+    state = tmp_path / "state"
+    handler = Handler(state, "n")
+    built = sandbox.profile(1, ["/bin/true"], None, Limits(wall_seconds=10), sandbox._ready())
+    tree = {"name": "../../escape", "manifest": {}}
+    params = {
+        "run": {"step_id": "s-1", "key": "k-1", "fence": 1, "profile": built, "tree": tree},
+        "build_environment": {"name": "e", "version": "1", "profile": built, "tree": tree},
+        "tree_missing": {"tree": tree["name"], "shas": []},
+        "tree_store": {"tree": tree["name"], "blobs": {}},
+    }[method]
+    with pytest.raises(RpcError, match=r"tree\.name must match"):
+        handler.call(method, params)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["state"]
+    assert not list(state.glob("locks/tree-*"))
