@@ -94,12 +94,16 @@ def ship(call: Call, profile: dict[str, Any], worktree: Worktree | None = None) 
     name = tree_name(workdir)
     want = worktree.manifest()
     where = {entry["s"]: rel for rel, entry in want.items() if entry["t"] == "f"}
+    sizes = {entry["s"]: int(entry["n"]) for entry in want.values() if entry["t"] == "f"}
     lacking = call("tree_missing", {"tree": name, "shas": sorted(where)})
     sent = 0
     batch: dict[str, str] = {}
     held = 0
     for sha in lacking:
         try:
+            if sizes[sha] > treesync.CHUNK_BYTES:
+                sent += _send_parts(call, name, workdir, where[sha], sha, sizes[sha])
+                continue
             data = treesync.read(workdir, where[sha], sha)
         except (OSError, KeyError, treesync.TreeError) as error:
             raise RpcError(UNAVAILABLE, f"the worktree changed while sent: {error}") from None
@@ -142,8 +146,11 @@ def bring_back(
         # The sandbox mounted .git read-only there as here: a change under it is not the step's.
         put = {rel: entry for rel, entry in put.items() if not _in_git(rel)}
         remove = [rel for rel in remove if not _in_git(rel)]
-    pending = sorted({str(e["s"]) for e in put.values() if e.get("t") == "f"})
     contents: dict[str, bytes] = {}
+    for sha in {str(e["s"]) for e in put.values() if e.get("t") == "f"}:
+        if _size_of(put, sha) > treesync.CHUNK_BYTES:
+            contents[sha] = _fetch_parts(call, key, sha)
+    pending = sorted({str(e["s"]) for e in put.values() if e.get("t") == "f"} - set(contents))
     while pending:
         got = call("tree_fetch", {"key": key, "shas": pending})
         if not isinstance(got, dict) or not got:
@@ -162,6 +169,35 @@ def bring_back(
         "back_bytes": sum(len(data) for data in contents.values()),
         "back_seconds": time.monotonic() - began,
     }
+
+
+def _size_of(put: treesync.Manifest, sha: str) -> int:
+    return max(int(e.get("n", 0)) for e in put.values() if e.get("s") == sha)
+
+
+def _send_parts(call: Call, name: str, workdir: Path, rel: str, sha: str, size: int) -> int:
+    """A content larger than a chunk, a chunk a call (the node checks the whole's hash)."""
+    for offset in range(0, size, treesync.CHUNK_BYTES):
+        data = treesync.read_part(workdir, rel, offset, treesync.CHUNK_BYTES)
+        if not data:
+            raise treesync.TreeError(f"{rel} shrank while it was being sent")
+        part = {"sha": sha, "offset": offset, "size": size, "data": base64.b64encode(data).decode()}
+        call("tree_store", {"tree": name, "part": part})
+    return size
+
+
+def _fetch_parts(call: Call, key: str, sha: str) -> bytes:
+    """A changed content larger than a chunk, a chunk an answer, checked whole."""
+    data = bytearray()
+    while True:
+        got = call("tree_fetch", {"key": key, "sha": sha, "offset": len(data)})
+        chunk = base64.b64decode(str(got.get("data")), validate=True)
+        data += chunk
+        if not chunk or len(data) >= int(got.get("size", 0)):
+            break
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise RpcError(UNAVAILABLE, f"the node sent content that is not {sha[:64]!r}")
+    return bytes(data)
 
 
 def _in_git(rel: str) -> bool:

@@ -101,7 +101,9 @@ class Handler:
             "build_environment": lambda p: self.build_environment(p, stopping=stopping),
             "environments": self.environments,
             "tree_missing": lambda p: treesync.missing(self.state, p.get("tree"), p.get("shas")),
-            "tree_store": lambda p: treesync.store(self.state, p.get("tree"), p.get("blobs")),
+            "tree_store": lambda p: treesync.store(
+                self.state, p.get("tree"), p.get("blobs"), p.get("part")
+            ),
             "tree_fetch": self.tree_fetch,
         }
         handler = handlers.get(method)
@@ -201,9 +203,11 @@ class Handler:
             result["tree"] = {"name": home.name, **treesync.keep(copy, before, kept)}
         return result
 
-    def tree_fetch(self, params: dict[str, Any]) -> dict[str, str]:
+    def tree_fetch(self, params: dict[str, Any]) -> dict[str, Any]:
         """Contents a step's result names (`tree.put`), at most a chunk an answer."""
         kept = self._result_path(text(params.get("key"), "key")).with_suffix(".tree")
+        if "sha" in params:  # a content larger than a chunk, a part at a time
+            return treesync.fetch_part(kept, params["sha"], params.get("offset"))
         return treesync.fetch(kept, params.get("shas"))
 
     def result(self, params: dict[str, Any]) -> dict[str, Any] | None:

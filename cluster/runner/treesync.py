@@ -149,6 +149,21 @@ def read(top: Path, rel: str, sha: str) -> bytes:
     return data
 
 
+def read_part(top: Path, rel: str, offset: int, length: int) -> bytes:
+    """`length` bytes of regular file `rel` from `offset` (a file larger than a chunk is sent in
+    parts; the receiver checks the whole against its hash)."""
+    with _parent(top, rel) as (parent, name):
+        if parent < 0:
+            raise TreeError(f"{rel} is no longer there")
+        fd = os.open(name, READ, dir_fd=parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TreeError(f"{rel} is no longer a regular file")
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+
+
 def digest(tree: Manifest) -> str:
     return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()
 
@@ -325,12 +340,15 @@ def missing(state: Path, name: Any, shas: Any) -> list[str]:
         raise invalid("shas must be a list of sha256 hex digests")
     home = tree_dir(state, name)
     have = {entry["s"] for entry in _copy_manifest(home).values() if entry["t"] == "f"}
-    have |= {path.name for path in (home / "incoming").iterdir()}
+    have |= {path.name for path in (home / "incoming").iterdir() if SHA.match(path.name)}
     return [sha for sha in dict.fromkeys(shas) if sha not in have]
 
 
-def store(state: Path, name: Any, blobs: Any) -> int:
-    """Keep received contents (checked against their hashes) for the next `checkout`."""
+def store(state: Path, name: Any, blobs: Any, part: Any = None) -> int:
+    """Keep received contents (checked against their hashes) for the next `checkout`: whole
+    (`blobs`), or one `part` of a content larger than a chunk."""
+    if part is not None:
+        return _store_part(tree_dir(state, name), part)
     if not isinstance(blobs, dict):
         raise invalid("blobs must be an object of sha256: base64 content")
     home = tree_dir(state, name)
@@ -342,6 +360,33 @@ def store(state: Path, name: Any, blobs: Any) -> int:
         (home / "incoming" / sha).write_bytes(data)
         total += len(data)
     return total
+
+
+def _store_part(home: Path, part: Any) -> int:
+    """`{sha, offset, size, data}`: appended to `incoming/<sha>.part` in order; the last part
+    checks the whole content against its hash and makes it a received content."""
+    if not isinstance(part, dict) or not SHA.match(str(part.get("sha"))):
+        raise invalid("part must be {sha, offset, size, data}")
+    sha, offset, size = str(part["sha"]), part.get("offset"), part.get("size")
+    if type(offset) is not int or type(size) is not int or not 0 <= offset < size:
+        raise invalid("part.offset and part.size must be integers, 0 <= offset < size")
+    data = base64.b64decode(str(part.get("data")), validate=True)
+    pending = home / "incoming" / f"{sha}.part"
+    held = pending.stat().st_size if offset and pending.exists() else 0
+    if held != offset or offset + len(data) > size or not data:
+        raise invalid(f"part of {sha} at {offset}: {held} bytes of it were received")
+    with pending.open("ab" if offset else "wb") as file:
+        file.write(data)
+    if offset + len(data) == size:
+        digest = hashlib.sha256()
+        with pending.open("rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != sha:
+            pending.unlink()
+            raise invalid(f"content {sha} does not match its sha256 once all its parts came")
+        pending.rename(home / "incoming" / sha)
+    return len(data)
 
 
 def checkout(state: Path, name: Any, want: Any, owner: tuple[int, int]) -> tuple[Path, Manifest]:
@@ -400,6 +445,8 @@ def fetch(into: Path, shas: Any) -> dict[str, str]:
     total = 0
     for sha in shas:
         try:
+            if (into / sha).stat().st_size > CHUNK_BYTES:
+                raise invalid(f"content {sha} is larger than a chunk: fetch it by parts")
             data = (into / sha).read_bytes()
         except FileNotFoundError:
             raise invalid(f"content {sha} is not kept with this result") from None
@@ -408,6 +455,20 @@ def fetch(into: Path, shas: Any) -> dict[str, str]:
         found[sha] = base64.b64encode(data).decode()
         total += len(data)
     return found
+
+
+def fetch_part(into: Path, sha: Any, offset: Any) -> dict[str, Any]:
+    """`CHUNK_BYTES` of a kept content from `offset`, base64, and its size."""
+    if not isinstance(sha, str) or not SHA.match(sha) or type(offset) is not int or offset < 0:
+        raise invalid("sha must be a sha256 hex digest and offset a non-negative integer")
+    try:
+        with (into / sha).open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            file.seek(offset)
+            data = file.read(CHUNK_BYTES)
+    except FileNotFoundError:
+        raise invalid(f"content {sha} is not kept with this result") from None
+    return {"data": base64.b64encode(data).decode(), "size": size}
 
 
 def _copy_manifest(home: Path) -> Manifest:

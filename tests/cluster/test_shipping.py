@@ -199,3 +199,28 @@ def test_a_replay_brings_back_the_changes_the_node_kept_with_its_result(
         assert (workdir / "d" / "f").read_text() == "in\n"
         assert not (workdir / "gone.txt").exists()
     assert (workdir / "log.txt").stat().st_uid == workdir.stat().st_uid != 0
+
+
+def test_a_file_larger_than_a_chunk_travels_in_parts_both_ways(
+    hosts: testhosts.TestHosts,
+    cluster_nodes: list[Node],
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The control plane's chunk made 64 KiB: a 300 KiB file goes out in parts and its changed
+    copy comes back in parts, each checked whole against its hash."""
+    monkeypatch.setattr(treesync, "CHUNK_BYTES", 64 << 10)
+    nodes.set_enabled(node=nodes.local_node(), enabled=False)
+    big = secrets.token_bytes(300 << 10)
+    (workdir / "big.bin").write_bytes(big)
+    script = "cat big.bin big.bin > twice.bin && echo tail >> big.bin"
+    built = sandbox.profile(
+        1, ["/bin/sh", "-c", script], workdir, Limits(wall_seconds=30), sandbox._ready()
+    )
+    ref = StepRef(f"step-{secrets.token_hex(5)}", secrets.token_hex(8), 1)
+    answer = dispatch.execute(built, step=ref, needs=dispatch.Needs(1, 256 << 20, 0))
+    assert answer["exit_code"] == 0
+    assert answer["transfer"]["sent_bytes"] == len(big)
+    assert answer["transfer"]["back_bytes"] == 3 * len(big) + len(b"tail\n")
+    assert (workdir / "twice.bin").read_bytes() == big + big
+    assert (workdir / "big.bin").read_bytes() == big + b"tail\n"

@@ -144,3 +144,34 @@ def test_the_runner_refuses_a_tree_name_that_leaves_its_state(tmp_path: Path, me
         handler.call(method, params)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["state"]
     assert not list(state.glob("locks/tree-*"))
+
+
+def test_it_moves_a_content_larger_than_a_chunk_in_parts_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(treesync, "CHUNK_BYTES", 4)
+    state = tmp_path / "state"
+    state.mkdir()
+    data = b"0123456789"
+    sha = hashlib.sha256(data).hexdigest()
+
+    def part(offset: int, piece: bytes) -> dict[str, object]:
+        encoded = base64.b64encode(piece).decode()
+        return {"sha": sha, "offset": offset, "size": len(data), "data": encoded}
+
+    treesync.store(state, "w-1", None, part(0, data[:4]))
+    with pytest.raises(RpcError, match="4 bytes of it were received"):
+        treesync.store(state, "w-1", None, part(8, data[8:]))
+    treesync.store(state, "w-1", None, part(4, data[4:8]))
+    assert treesync.missing(state, "w-1", [sha]) == [sha]  # not whole yet
+    treesync.store(state, "w-1", None, part(8, data[8:]))
+    assert treesync.missing(state, "w-1", [sha]) == []
+    with pytest.raises(RpcError, match="does not match its sha256 once all its parts came"):
+        treesync.store(state, "w-1", None, {**part(0, b"9876543210"), "size": 10})
+
+    kept = state / "trees" / "w-1" / "incoming"
+    with pytest.raises(RpcError, match="larger than a chunk: fetch it by parts"):
+        treesync.fetch(kept, [sha])
+    pieces = [treesync.fetch_part(kept, sha, offset) for offset in (0, 4, 8)]
+    assert b"".join(base64.b64decode(str(p["data"])) for p in pieces) == data
+    assert {p["size"] for p in pieces} == {10}
