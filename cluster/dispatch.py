@@ -38,7 +38,7 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
-from cluster import transport
+from cluster import shipping, transport
 from cluster.runner.handler import Handler
 from cluster.runner.protocol import INVALID_PARAMS, UNAVAILABLE, RpcError, parse_profile
 
@@ -84,7 +84,9 @@ class Setup:
     )
 
 
-def ensure_environment(call: Callable[[str, dict[str, Any]], Any], setup: Setup) -> None:
+def ensure_environment(
+    call: Callable[[str, dict[str, Any]], Any], setup: Setup, *, remote: bool = False
+) -> None:
     """Build `setup` through `call` (a node's runner) unless that node has it already: the
     checkout is made (and removed) only for a build. The runner takes a lock per version and
     answers a complete one at once, so two callers racing build it once."""
@@ -96,10 +98,13 @@ def ensure_environment(call: Callable[[str, dict[str, Any]], Any], setup: Setup)
     ):
         return
     with setup.checkout() as workdir:
-        call(
-            "build_environment",
-            {"name": setup.name, "version": setup.version, "profile": setup.profile(workdir)},
-        )
+        profile = setup.profile(workdir)
+        params = {"name": setup.name, "version": setup.version, "profile": profile}
+        # A remote node builds in its own copy of the checkout.
+        shipped = shipping.ship(call, profile) if remote else None
+        if shipped is not None:
+            params["tree"] = shipped.tree
+        call("build_environment", params)
 
 
 def execute_build(setup: Setup, *, stopping: threading.Event | None = None) -> None:
@@ -154,7 +159,7 @@ def execute(
         return handler.execute(parse_profile(profile), profile, stopping=stopping)
     # The registry's models: imported here, as `cluster.sandbox` (and so this module) also serves
     # programs that run without Django's apps.
-    from cluster import nodes, placement
+    from cluster import placement
     from cluster.models import Placement
 
     longest = Placement._meta.get_field("key").max_length or 0
@@ -163,31 +168,22 @@ def execute(
     wanted = placement.Needs(
         level=needs.level, memory_bytes=needs.memory_bytes, disk_bytes=needs.disk_bytes
     )
-    timeout = float(profile.get("limits", {}).get("wall_seconds", 0)) + GRACE_SECONDS
     lost: list[str] = []
+    # The nodes that ran an earlier step of this run hold a copy of its worktree: only what
+    # changed since goes to them; any other is sent the whole tree, which placement weighs.
+    holders = placement.holders(step.step_id.rsplit("-", 1)[0])
     for _ in range(MAX_PLACEMENTS):
+        # Walked again each attempt: `before_retry` may have put the worktree back.
+        worktree = shipping.Worktree.of(profile)
         try:
-            node = placement.choose(wanted, exclude=lost)
+            node = placement.choose(
+                wanted, exclude=lost, transfer=shipping.weigh(worktree, {LOCAL, *holders})
+            )
         except placement.NoNode as error:
             raise RpcError(UNAVAILABLE, str(error)) from None
         attempt = placement.place(step_id=step.step_id, key=step.key, node=node, epoch=step.fence)
         try:
-            if environment is not None:
-                ensure_environment(
-                    functools.partial(nodes.call, node, timeout=SETUP_TIMEOUT), environment
-                )
-            endpoint = nodes.endpoint(node)
-            with (
-                _egress_on(endpoint, profile) as placed,
-                _cancel_on(stopping, endpoint, step.step_id),
-            ):
-                params = {
-                    "step_id": step.step_id,
-                    "key": step.key,
-                    "fence": attempt.fence,
-                    "profile": placed,
-                }
-                result: dict[str, Any] = nodes.call(node, "run", params, timeout=timeout)
+            result = _run_on(node, attempt.fence, step, profile, worktree, stopping, environment)
         except transport.TransportError as error:
             placement.finish(attempt, status=Placement.Status.LOST, error=error.reason)
             lost.append(node.name)
@@ -199,6 +195,9 @@ def execute(
         except transport.RunnerError as error:
             placement.finish(attempt, status=Placement.Status.REFUSED, error=error.message)
             raise RpcError(error.code, error.message) from None
+        except RpcError as error:  # the worktree could not be sent or its changes applied
+            placement.finish(attempt, status=Placement.Status.REFUSED, error=error.message)
+            raise
         placement.finish(
             attempt,
             status=Placement.Status.DONE,
@@ -212,6 +211,57 @@ def execute(
         f"step {step.step_id} was placed {MAX_PLACEMENTS} times and each node was lost "
         f"({', '.join(lost)})",
     )
+
+
+def _run_on(
+    node: Any,
+    fence: int,
+    step: StepRef,
+    profile: dict[str, Any],
+    worktree: shipping.Worktree | None,
+    stopping: threading.Event | None,
+    environment: Setup | None,
+) -> dict[str, Any]:
+    """One attempt's `run` on `node` under `fence`: its environment built there first if it
+    lacks it; on a remote node, the worktree shipped before and its changes applied after."""
+    from cluster import nodes  # the registry's models: here, as in `execute`
+
+    timeout = float(profile.get("limits", {}).get("wall_seconds", 0)) + GRACE_SECONDS
+    endpoint = nodes.endpoint(node)
+    remote = isinstance(endpoint, transport.SshEndpoint)
+    if environment is not None:
+        ensure_environment(
+            functools.partial(nodes.call, node, timeout=SETUP_TIMEOUT), environment, remote=remote
+        )
+    call = functools.partial(nodes.call, node, timeout=timeout)
+    # A remote node works on its own copy of the worktree (`cluster.shipping`).
+    shipped = shipping.ship(call, profile, worktree) if remote else None
+    with (
+        _egress_on(endpoint, profile) as placed,
+        _cancel_on(stopping, endpoint, step.step_id),
+    ):
+        params = {"step_id": step.step_id, "key": step.key, "fence": fence, "profile": placed}
+        if shipped is not None:
+            params["tree"] = shipped.tree
+        result: dict[str, Any] = nodes.call(node, "run", params, timeout=timeout)
+    if shipped is not None:
+        # Applied here, before the result reaches the journal: a crash after this and before
+        # the journal answers the replay from the node's result (`settle`), applied again.
+        back = shipping.bring_back(
+            call,
+            step.key,
+            result,
+            workdir=shipped.workdir,
+            owner=shipped.owner,
+            git_writable=shipped.git_writable,
+        )
+        result["transfer"] = {
+            "sent_bytes": shipped.sent_bytes,
+            "tree_bytes": shipped.total_bytes,
+            "sent_seconds": shipped.seconds,
+            **back,
+        }
+    return result
 
 
 @contextlib.contextmanager
@@ -325,3 +375,31 @@ def recorded(step: StepRef) -> dict[str, Any] | None:
         return None
     local: dict[str, Any] | None = local_node().call("result", {"key": step.key})
     return local
+
+
+def settle(
+    step: StepRef, result: dict[str, Any], *, workdir: Path, git_writable: bool = False
+) -> None:
+    """A result `recorded` found, of an attempt that ran on a node's own copy of the worktree:
+    apply what it changed to `workdir` (again, if a crash came after the first time: applying
+    is absolute). Raises `RpcError` when that node cannot be reached now."""
+    if not isinstance(result.get("tree"), dict):
+        return
+    from cluster import nodes  # the registry's models: here, as in `execute`
+    from cluster.models import Node
+
+    node = Node.objects.filter(name=str(result.get("node"))).first()
+    if node is None:
+        raise RpcError(UNAVAILABLE, f"the node {result.get('node')!r} is not registered")
+    call = functools.partial(nodes.call, node, timeout=GRACE_SECONDS)
+    try:
+        shipping.bring_back(
+            call,
+            step.key,
+            result,
+            workdir=workdir,
+            owner=(workdir.stat().st_uid, workdir.stat().st_gid),
+            git_writable=git_writable,
+        )
+    except transport.TransportError as error:
+        raise RpcError(UNAVAILABLE, f"the step's changes are on {node.name}: {error}") from None

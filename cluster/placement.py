@@ -14,7 +14,7 @@ and the runners refuse the older one.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -35,6 +35,10 @@ RUNNING_SECONDS = 4 * 3600
 # Loads within this (per CPU) or 30 % of the least loaded node's count as equal: telemetry is a
 # snapshot, and a node's load moves by that much between two of them.
 LOAD_SLACK = 0.5
+# The worktree bytes a node lacks weigh as one more busy CPU per this many: the runner's SSH
+# channel carried 4 MiB/s on a loaded two-core machine (docs/cluster.md, "Worktrees on nodes"),
+# so this is about four seconds of sending, a short step's worth of one CPU.
+TRANSFER_BYTES_PER_LOAD = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,11 @@ class NoNode(Exception):
     """No node can run the step now; the message says why each one was passed over."""
 
 
-def choose(needs: Needs, *, exclude: Collection[str] = ()) -> Node:
-    """The node for a step with these needs (see the module docstring)."""
+def choose(
+    needs: Needs, *, exclude: Collection[str] = (), transfer: Callable[[Node], int] | None = None
+) -> Node:
+    """The node for a step with these needs (see the module docstring). `transfer(node)`: the
+    bytes of the step's worktree that node lacks, weighed as load (`TRANSFER_BYTES_PER_LOAD`)."""
     nodes.local_node()
     now = timezone.now()
     fresh_after = now - datetime.timedelta(seconds=FRESH_SECONDS)
@@ -101,7 +108,11 @@ def choose(needs: Needs, *, exclude: Collection[str] = ()) -> Node:
         cpus = max(float(values.get("cpus") or 1), 1.0)
         return (activity.get(node.pk, (0, None))[0] + float(values.get("load1") or 0.0)) / cpus
 
-    loads = {node.pk: load(node) for node in candidates}
+    def cost(node: Node) -> float:
+        sent = transfer(node) if transfer is not None else 0
+        return load(node) + sent / TRANSFER_BYTES_PER_LOAD
+
+    loads = {node.pk: cost(node) for node in candidates}
     least = min(loads.values())
     # Nodes about as loaded as the least loaded one are equally good: the one given a step
     # longest ago wins, so the steps of a mission go round them.
@@ -171,6 +182,13 @@ def finish(
         finished_at=timezone.now(),
     )
     placement.refresh_from_db()
+
+
+def holders(series: str) -> set[str]:
+    """The nodes that answered a step whose id starts with `series` + "-" (the steps of one
+    run, `tools.shell.step_ref`): they keep a copy of its worktree."""
+    done = Placement.objects.filter(step_id__startswith=f"{series}-", status=Placement.Status.DONE)
+    return set(done.values_list("node__name", flat=True).distinct())
 
 
 def attempts(step_id: str) -> list[Placement]:

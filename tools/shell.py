@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cluster import dispatch, egress, sandbox
 from cluster.dispatch import StepRef
+from cluster.runner.protocol import RpcError
 from cluster.sandbox import Limits, SandboxUnavailable, for_level
 from kernel.models import Effect, Run
 from kernel.steps import StepCall
@@ -43,6 +44,9 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
     earlier = guard.begin()
     try:
         if stored is not None:
+            # Run on a node's own copy of the worktree: what it changed is brought back here,
+            # after the protected paths' snapshot (restored from it after, as for a fresh run).
+            dispatch.settle(step, stored, workdir=top)
             result = sandbox.result(stored)
         else:
             result = for_level(max(env.sandbox_level, 1)).run(
@@ -59,6 +63,9 @@ def run_command(env: ToolEnv, command: str, *, timeout: float = DEFAULT_TIMEOUT)
     except SandboxUnavailable as error:
         guard.end()
         raise ToolError(f"No sandbox on this node: {error}") from None
+    except RpcError as error:
+        guard.end()
+        raise ToolError(f"The command's changes could not be brought back: {error}") from None
     # Also after a timeout or a cancellation: the command may have written before it was killed.
     changed = guard.end()
     lines = [str(result.summary())]

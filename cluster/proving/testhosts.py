@@ -3,11 +3,15 @@ joined to the host by a veth pair on a private /30, running its own OpenSSH `ssh
 own host key, root logins by forced command only) whose one authorized key starts the runner
 deployed under the node's root.
 
-A network namespace isolates the network only: the nodes share this machine's filesystem, so a
-worktree under the data dir is at the same path on every node. A cluster of real machines needs
-the data dir's worktrees on storage every node mounts at the same path (not provided here).
+Each node also has a mount namespace of its own whose root is a fresh tmpfs holding only what a
+bare machine has: this machine's `/usr`, `/etc` and library directories read-only, `/dev`, a
+`/proc`, `/sys`, an empty `/tmp`, and its own root at `/var/lib/agentos-node` (runner, state,
+sshd files). The control plane's data dir and worktrees are not there (`TestHosts.sees` checks a
+path from inside): a step passes only if its worktree was shipped to the node
+(`cluster.shipping`). The runner runs on the system's `/usr/bin/python3`.
 
-Needs root, `ip` (iproute2) and `/usr/sbin/sshd` (openssh-server). Everything is torn down by
+Needs root, `ip` (iproute2), `/usr/sbin/sshd` (openssh-server) and util-linux's `unshare`,
+`pivot_root` and `nsenter`. Everything is torn down by
 `stop()` (sshd killed, namespaces and veths deleted), and namespaces left by a dead process of an
 earlier run are deleted by the next `start()`.
 """
@@ -22,7 +26,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +37,9 @@ from cluster import deploy, nodes
 from cluster.runner import deploy as runner_deploy
 
 SSHD = "/usr/sbin/sshd"
+# Where a node's own root is inside its mount namespace: a real node's default.
+NODE_ROOT = Path(nodes.DEFAULT_NODE_ROOT)
+NODE_PYTHON = "/usr/bin/python3"
 PREFIX = "agn"
 # 10.213.0.0/16 holds 16384 /30 networks; each set of nodes takes consecutive ones from an
 # offset derived from its pid, skipping networks already on an interface.
@@ -87,6 +93,28 @@ class TestHosts:
             node.sshd.wait()
             node.sshd = None
 
+    def sees(self, name: str, path: Path) -> bool:
+        """Whether `path` exists in node `name`'s own filesystem (its mount namespace)."""
+        node = self.node(name)
+        if node.sshd is None:
+            raise TestHostsError(f"test node {name} is not running")
+        done = subprocess.run(  # noqa: S603 (fixed programs, our own arguments)
+            [  # noqa: S607 (nsenter from PATH, as `ip`)
+                "nsenter",
+                f"--target={node.sshd.pid}",
+                "--mount",
+                "--",
+                "/usr/bin/test",
+                "-e",
+                str(path),
+            ],
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode not in (0, 1):
+            raise TestHostsError(f"nsenter into {name}: {done.stderr.decode(errors='replace')}")
+        return done.returncode == 0
+
     def restart(self, name: str) -> None:
         node = self.node(name)
         if node.sshd is None:
@@ -109,8 +137,11 @@ def start(
     base: Path,
     public_key_line: str,
     python: str | None = None,
+    bare: bool = False,
 ) -> TestHosts:
-    """Start one SSH node per name, rooted at `base/<name>`, trusting `public_key_line`."""
+    """Start one SSH node per name, rooted at `base/<name>`, trusting `public_key_line`. A
+    `bare` node has no runner and trusts no key: set up as docs/cluster.md "Adding a second
+    machine" says (its root is `TestNode.root` on this machine)."""
     if os.geteuid() != 0:
         raise TestHostsError("the SSH test nodes need root (network namespaces, sshd)")
     if not Path(SSHD).exists() or not _ip_present():
@@ -119,7 +150,7 @@ def start(
         )
     _reap_leftovers()
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
-    python = python or _system_python()
+    python = python or NODE_PYTHON
     hosts = TestHosts()
     try:
         networks = _free_networks(len(names))
@@ -137,7 +168,7 @@ def start(
             )
             hosts.nodes.append(node)
             _network(node, network.prefixlen)
-            _deploy(node, python=python, public_key_line=public_key_line)
+            _deploy(node, python=python, public_key_line=public_key_line, bare=bare)
             _start_sshd(node)
     except BaseException:
         hosts.stop()
@@ -160,13 +191,14 @@ def _network(node: TestNode, prefix: int) -> None:
     _run([*ns, "route", "add", "default", "via", node.host_ip])
 
 
-def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
+def _deploy(node: TestNode, *, python: str, public_key_line: str, bare: bool = False) -> None:
     # The runner's first install is a copy of the tree; later ones go through its `install`.
     if node.root.exists():
         shutil.rmtree(node.root)
     node.ssh_dir.mkdir(parents=True, mode=0o700)
-    node.state.mkdir(mode=0o711)  # the runner keeps it so: environments are under it
-    node.version = _first_install(node.root / "runner")
+    if not bare:
+        node.state.mkdir(mode=0o711)  # the runner keeps it so: environments are under it
+        node.version = _first_install(node.root / "runner")
     private, public = host_key_pair()
     key_file = node.ssh_dir / "ssh_host_ed25519_key"
     key_file.write_bytes(private.encode())
@@ -176,20 +208,21 @@ def _deploy(node: TestNode, *, python: str, public_key_line: str) -> None:
     line = nodes.authorized_keys_line(
         name=node.name,
         from_address=node.host_ip,
-        root=str(node.root),
+        root=str(NODE_ROOT),
         python=python,
         public_line=public_key_line,
     )
-    authorized.write_text(line + "\n")
+    authorized.write_text("" if bare else line + "\n")
     authorized.chmod(0o600)
+    inside = NODE_ROOT / "ssh"  # the sshd's own view of its files
     (node.ssh_dir / "sshd_config").write_text(
         "\n".join(
             [
                 f"ListenAddress {node.node_ip}",
                 f"Port {node.port}",
-                f"HostKey {key_file}",
-                f"PidFile {node.ssh_dir / 'sshd.pid'}",
-                f"AuthorizedKeysFile {authorized}",
+                f"HostKey {inside / key_file.name}",
+                f"PidFile {inside / 'sshd.pid'}",
+                f"AuthorizedKeysFile {inside / authorized.name}",
                 "PermitRootLogin forced-commands-only",
                 # The node's files are ours (0600 key list, 0700 directory) but may sit below a
                 # directory anyone may write (a checkout under /tmp), which strict modes refuse.
@@ -238,13 +271,61 @@ def host_key_pair() -> tuple[str, str]:
     return pem.decode(), public.decode()
 
 
+# Run in the node's network namespace by `unshare --mount`: builds the node's own root on a
+# tmpfs (see the module docstring), pivots into it and becomes its sshd. $1 is the new root's
+# mount point, $2 the node's own directory on this machine.
+ROOT_SCRIPT = f"""\
+set -e
+mount -t tmpfs -o mode=0755 agentos-node "$1"
+cd "$1"
+for name in usr etc; do
+  mkdir "$name" && mount --rbind "/$name" "$name" && mount -o remount,bind,ro "$name"
+done
+for name in bin sbin lib lib32 lib64 libx32; do
+  if [ -L "/$name" ]; then ln -s "$(readlink "/$name")" "$name"
+  elif [ -d "/$name" ]; then
+    mkdir "$name" && mount --rbind "/$name" "$name" && mount -o remount,bind,ro "$name"
+  fi
+done
+mkdir -p dev proc sys tmp run/sshd root var/tmp .{NODE_ROOT}
+mount --rbind /dev dev
+mount -t proc proc proc
+mount --rbind /sys sys
+mount -t tmpfs -o mode=1777 tmp tmp
+chmod 1777 var/tmp
+mount --bind "$2" .{NODE_ROOT}
+mkdir .old
+pivot_root . .old
+cd /
+umount -l /.old
+rmdir /.old
+exec {SSHD} -D -e -f {NODE_ROOT}/ssh/sshd_config
+"""
+
+
 def _start_sshd(node: TestNode) -> None:
-    config = node.ssh_dir / "sshd_config"
+    fsroot = node.root / "fsroot"  # the mount point of its root; empty on this machine
+    fsroot.mkdir(mode=0o755, exist_ok=True)
     log = (node.ssh_dir / "sshd.log").open("ab")
     with log:
         node.sshd = subprocess.Popen(  # noqa: S603 (fixed programs, our own arguments)
             # ip from PATH, like every `ip` command here (iproute2 is in /usr/sbin or /sbin).
-            ["ip", "netns", "exec", node.netns, SSHD, "-D", "-e", "-f", str(config)],  # noqa: S607
+            [  # noqa: S607
+                "ip",
+                "netns",
+                "exec",
+                node.netns,
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "/bin/sh",
+                "-c",
+                ROOT_SCRIPT,
+                "sh",
+                str(fsroot),
+                str(node.root),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -268,15 +349,6 @@ def _start_sshd(node: TestNode) -> None:
 
 def _ip_present() -> bool:
     return shutil.which("ip", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is not None
-
-
-def _system_python() -> str:
-    """The project's Python without its virtualenv: a node runs the runner with a bare
-    interpreter (standard library only)."""
-    for candidate in (Path(sys.base_prefix) / "bin" / "python3", Path("/usr/bin/python3")):
-        if candidate.exists():
-            return str(candidate)
-    raise TestHostsError("no python3 for the test nodes' runner")
 
 
 def _free_networks(count: int) -> list[ipaddress.IPv4Network]:

@@ -12,11 +12,14 @@ State directory (`--state`):
 - `environments/<name>/<version>/` (frozen, read-only) and `<version>.json` (its digest, written
   last: an environment without it is incomplete and built again).
 - `locks/`: flock files between the node's runner processes.
+- `trees/<name>/copy`: the node's copy of a worktree the control plane ships (`treesync`), and
+  `results/<sha256(key)>.tree/`: the contents a step changed in it, kept with its result.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import itertools
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.runner import bwrap, cgroups, deploy, files
+from cluster.runner import bwrap, cgroups, deploy, files, treesync
 from cluster.runner.protocol import NAME as NAME_PATTERN
 from cluster.runner.protocol import (
     PROTOCOL,
@@ -97,6 +100,11 @@ class Handler:
             "install": self.install,
             "build_environment": lambda p: self.build_environment(p, stopping=stopping),
             "environments": self.environments,
+            "tree_missing": lambda p: treesync.missing(self.state, p.get("tree"), p.get("shas")),
+            "tree_store": lambda p: treesync.store(
+                self.state, p.get("tree"), p.get("blobs"), p.get("part")
+            ),
+            "tree_fetch": self.tree_fetch,
         }
         handler = handlers.get(method)
         if handler is None:
@@ -155,13 +163,52 @@ class Handler:
             if stored is not None:
                 return {**stored, "replayed": True}
             self._accept(step, fence)
-            result = self.execute(
-                profile, params["profile"], ident=step, key=key, stopping=stopping
-            )
+            tree = params.get("tree")
+            if tree is None:
+                result = self.execute(
+                    profile, params["profile"], ident=step, key=key, stopping=stopping
+                )
+            else:
+                result = self._run_shipped(tree, profile, params["profile"], step, key, stopping)
             files.write_json(self._result_path(key), result)
             if os.environ.get(DIE_AFTER_RESULT_ENV):
                 os.kill(os.getpid(), signal.SIGKILL)
         return result
+
+    def _run_shipped(
+        self,
+        tree: Any,
+        profile: Profile,
+        raw: dict[str, Any],
+        step: str,
+        key: str,
+        stopping: threading.Event | None,
+    ) -> dict[str, Any]:
+        """A step on the node's copy of its worktree (docs/cluster.md, "Worktrees on nodes"):
+        the copy made equal to the shipped manifest, the profile's workdir rewritten to it, and
+        what the command changed kept beside the result (before the result file names it)."""
+        if not isinstance(tree, dict):
+            raise invalid("tree must be an object")
+        home = treesync.tree_dir(self.state, tree.get("name"))  # the name checked first
+        name = home.name
+        with files.locked(self.state / "locks" / f"tree-{name}.lock"):
+            copy, before = treesync.checkout(
+                self.state, name, tree.get("manifest"), (profile.uid, profile.gid)
+            )
+            placed = dataclasses.replace(profile, workdir=copy)
+            result = self.execute(
+                placed, {**raw, "workdir": str(copy)}, ident=step, key=key, stopping=stopping
+            )
+            kept = self._result_path(key).with_suffix(".tree")
+            result["tree"] = {"name": home.name, **treesync.keep(copy, before, kept)}
+        return result
+
+    def tree_fetch(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Contents a step's result names (`tree.put`), at most a chunk an answer."""
+        kept = self._result_path(text(params.get("key"), "key")).with_suffix(".tree")
+        if "sha" in params:  # a content larger than a chunk, a part at a time
+            return treesync.fetch_part(kept, params["sha"], params.get("offset"))
+        return treesync.fetch(kept, params.get("shas"))
 
     def result(self, params: dict[str, Any]) -> dict[str, Any] | None:
         stored = self.stored(text(params.get("key"), "key"))
@@ -200,6 +247,21 @@ class Handler:
         profile = parse_profile(params.get("profile"))
         if profile.level != 1:
             raise unavailable(f"environments are built at level 1, not {profile.level}")
+        tree = params.get("tree")
+        if isinstance(tree, dict):
+            # The project's checkout, shipped from a control plane that shares no filesystem.
+            tree_name = treesync.tree_dir(self.state, tree.get("name")).name  # checked here
+            with files.locked(self.state / "locks" / f"tree-{tree_name}.lock"):
+                copy, _ = treesync.checkout(
+                    self.state, tree_name, tree.get("manifest"), (profile.uid, profile.gid)
+                )
+                raw = {**params["profile"], "workdir": str(copy)}
+                try:
+                    return self.build_environment(
+                        {"name": name, "version": version, "profile": raw}, stopping=stopping
+                    )
+                finally:
+                    _remove_tree(copy.parent)
         base = self.state / "environments" / name
         base.mkdir(mode=0o711, exist_ok=True)
         meta = base / f"{version}.json"

@@ -3,6 +3,7 @@ shared by the whole module; the control plane reaches them with its vault-kept k
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import secrets
@@ -10,7 +11,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from pytest_django import DjangoDbBlocker
 
 from agentos.core import vault
 from cluster import (
@@ -30,6 +30,7 @@ from cluster import (
     nodes,
     placement,
     sandbox,
+    shipping,
     tasks,
     transport,
 )
@@ -42,68 +43,16 @@ from kernel.models import Event, Run
 from missions import environments as project_environments
 from missions.models import Mission
 from tests.cluster.egress_fixtures import Upstream
+from tests.cluster.node_fixtures import NAMES, cluster_nodes, hellos, hosts, key_row, on_nodes
 from tests.cluster.test_egress import make_run
 from tests.polling import wait_for
 from tests.tools.conftest import FINISH, calls, demo_base, hostile, hostile_mission, outputs
 
-# The tools' fixtures of a mission on the demo repository, for the mission test below.
-__all__ = ["demo_base", "hostile", "hostile_mission"]
+# The tools' fixtures of a mission on the demo repository, for the mission test below, and the
+# test nodes'.
+__all__ = ["cluster_nodes", "demo_base", "hellos", "hostile", "hostile_mission", "hosts", "key_row"]
 
-NAMES = ["n1", "n2", "n3"]
 WHO = project_environments.Who(by="owner", username="owner", address=None)
-
-
-@pytest.fixture(scope="module")
-def hosts(
-    django_db_setup: None, django_db_blocker: DjangoDbBlocker
-) -> Iterator[testhosts.TestHosts]:
-    with django_db_blocker.unblock():
-        line = nodes.public_key_line()
-    started = testhosts.start(
-        names=NAMES, base=Path(settings.DATA_DIR) / "testnodes", public_key_line=line
-    )
-    try:
-        yield started
-    finally:
-        nodes.close_all()
-        started.stop()
-
-
-@pytest.fixture(scope="module")
-def key_row(hosts: testhosts.TestHosts, django_db_blocker: DjangoDbBlocker) -> ControlKey:
-    with django_db_blocker.unblock():
-        return ControlKey.objects.get(pk=1)
-
-
-@pytest.fixture(scope="module")
-def hellos() -> dict[str, dict[str, Any]]:
-    """Each node's last `hello` answer: a test reuses what an earlier one collected (placement
-    would otherwise ask every node again for each test's fresh rows)."""
-    return {}
-
-
-@pytest.fixture
-def cluster_nodes(
-    hosts: testhosts.TestHosts, key_row: ControlKey, hellos: dict[str, dict[str, Any]], db: None
-) -> Iterator[list[Node]]:
-    """The three nodes registered with their pinned host keys (in the test's transaction)."""
-    # A flush by another module's transactional test may have dropped the key the nodes trust.
-    ControlKey.objects.update_or_create(
-        pk=1, defaults={"ciphertext": key_row.ciphertext, "public_line": key_row.public_line}
-    )
-    registered = []
-    for host in hosts.nodes:
-        node = nodes.add_node(
-            name=host.name, address=host.node_ip, port=host.port, host_key=host.host_key
-        )
-        if host.name in hellos:
-            nodes.record_hello(node=node, answer=hellos[host.name])
-        registered.append(node)
-    yield registered
-    # Connections are per node name and outlive the test's transaction: each test starts afresh.
-    nodes.close_all()
-    for node in Node.objects.filter(name__in=NAMES, status=Node.Status.UP):
-        hellos[node.name] = node.telemetry
 
 
 def test_it_refuses_a_node_whose_host_key_is_not_the_pinned_one(
@@ -167,6 +116,13 @@ def step_ref(epoch: int = 1) -> StepRef:
     return StepRef(f"step-{secrets.token_hex(5)}", secrets.token_hex(8), epoch)
 
 
+def shipped(node: Node, built: dict[str, Any]) -> dict[str, Any]:
+    """The `tree` parameter of a call naming `built`'s workdir, its worktree sent to `node`."""
+    sent = shipping.ship(functools.partial(nodes.call, node, timeout=60), built)
+    assert sent is not None
+    return sent.tree
+
+
 def test_it_collects_each_nodes_telemetry_over_ssh(
     hosts: testhosts.TestHosts, cluster_nodes: list[Node]
 ) -> None:
@@ -192,13 +148,13 @@ def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
     nodes.set_enabled(node=nodes.local_node(), enabled=False)
     ref = step_ref()
     # Only the first attempt waits (to be killed); the second completes at once.
-    script = (
-        "echo start >> starts; [ $(wc -l < starts) -gt 1 ] || sleep 30; echo done >> completions"
-    )
+    # Each attempt starts from the control plane's worktree (the lost one wrote only its node's
+    # copy), so the second one sleeps too, long enough for the first to be killed meanwhile.
+    script = "echo start >> starts; sleep 4; echo done >> completions"
     killed: list[str] = []
 
     def kill_when_started() -> None:
-        wait_for(lambda: (workdir / "starts").exists(), timeout=30, message="the step to start")
+        wait_for(lambda: on_nodes(hosts, workdir, "starts"), timeout=30, message="a start")
         (running,) = [
             h for h in hosts.nodes if (h.state / "active" / f"{ref.step_id}.json").exists()
         ]
@@ -223,14 +179,20 @@ def test_it_finishes_a_step_once_on_another_node_when_its_node_dies_mid_step(
         )
         assert answer["node"] == second.node.name != killed[0]
         assert answer["exit_code"] == 0
-        assert (workdir / "starts").read_text() == "start\nstart\n"
+        # The killed attempt started on its node's copy; nothing of it reached the worktree.
+        copies = {
+            path.parents[4].name: path.read_text() for path in on_nodes(hosts, workdir, "starts")
+        }
+        assert copies == {killed[0]: "start\n", second.node.name: "start\n"}
+        assert (workdir / "starts").read_text() == "start\n"
         assert (workdir / "completions").read_text() == "done\n"
         lost = Node.objects.get(name=killed[0])
         assert lost.status == Node.Status.LOST
         assert "closed before the runner answered" in lost.lost_reason
 
         # A replay of the step asks for its stored result where it was last placed.
-        assert dispatch.recorded(ref) == {**answer, "replayed": True}
+        answered = {key: value for key, value in answer.items() if key != "transfer"}
+        assert dispatch.recorded(ref) == {**answered, "replayed": True}
 
         # The dead node comes back: it is told the step's newer fence, so a late request of the
         # lost attempt is refused there as on the node that ran the step.
@@ -264,28 +226,25 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
     built before the swap is kept as it was."""
     n1 = cluster_nodes[0]
     old = hosts.node("n1").version
+    setup = profile(
+        "mkdir /env/bin && printf '#!/bin/sh\\necho from-env\\n' > /env/bin/hi"
+        " && chmod 755 /env/bin/hi",
+        workdir,
+    )
     built = nodes.call(
         n1,
         "build_environment",
-        {
-            "name": "tools",
-            "version": "1",
-            "profile": profile(
-                "mkdir /env/bin && printf '#!/bin/sh\\necho from-env\\n' > /env/bin/hi"
-                " && chmod 755 /env/bin/hi",
-                workdir,
-            ),
-        },
+        {"name": "tools", "version": "1", "profile": setup, "tree": shipped(n1, setup)},
         timeout=90,
     )
     endpoint = nodes.endpoint(n1)  # the thread below uses no database
+    waits = profile("touch started; while [ ! -e go ]; do sleep 0.05; done; echo ended", workdir)
     running = {
         "step_id": f"step-{secrets.token_hex(5)}",
         "key": secrets.token_hex(8),
         "fence": 1,
-        "profile": profile(
-            "touch started; while [ ! -e go ]; do sleep 0.05; done; echo ended", workdir
-        ),
+        "profile": waits,
+        "tree": shipped(n1, waits),
     }
     answers: list[dict[str, Any]] = []
     thread = threading.Thread(
@@ -293,7 +252,7 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
     )
     thread.start()
     try:
-        wait_for(lambda: (workdir / "started").exists(), timeout=30, message="the step to start")
+        wait_for(lambda: on_nodes(hosts, workdir, "started"), timeout=30, message="a start")
         # A tree of its own, so that the version is new whatever the checkout holds.
         tree = {
             **deploy.runner_tree(),
@@ -301,7 +260,8 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
         }
         swapped = deploy.deploy_all(tree=tree)
     finally:
-        (workdir / "go").touch()
+        for started in on_nodes(hosts, workdir, "started"):
+            started.with_name("go").touch()
         thread.join(60)
 
     new = deploy.version_of(tree)
@@ -320,6 +280,7 @@ def test_it_swaps_the_runner_on_every_node_while_a_step_runs(
             "key": secrets.token_hex(8),
             "fence": 1,
             "profile": with_env,
+            "tree": shipped(n1, with_env),
         },
         timeout=60,
     )
@@ -484,9 +445,10 @@ def test_a_runner_swapped_while_a_mission_runs_keeps_the_projects_environment(
 
             def swap_once_started() -> bool:
                 run = Run.objects.filter(account=mission).exclude(workspace="").first()
-                if run and (Path(run.workspace) / "started").exists():
+                started = on_nodes(hosts, Path(run.workspace), "started") if run else []
+                if started:
                     swapped.update(deploy.deploy_all(tree=tree))
-                    (Path(run.workspace) / "go").touch()
+                    started[0].with_name("go").touch()
                 return bool(swapped)
 
             wait_for(
@@ -700,7 +662,7 @@ def test_it_sends_a_stop_to_the_node_running_the_step(
     stopping = threading.Event()
 
     def stop_when_started() -> None:
-        wait_for(lambda: (workdir / "started").exists(), timeout=30, message="the step to start")
+        wait_for(lambda: on_nodes(hosts, workdir, "started"), timeout=30, message="a start")
         stopping.set()
 
     stopper = threading.Thread(target=stop_when_started)

@@ -1,7 +1,7 @@
 """`manage.py testnodes` (`make nodes`): three SSH nodes on this machine, registered as
-testnode1..3, until Ctrl-C. Each is a network namespace with its own sshd and runner (see
-`cluster.proving.testhosts`); steps are then placed on them like on real machines. They are disabled
-when the command stops. Needs root."""
+testnode1..3, until Ctrl-C. Each is a network namespace with its own sshd and runner, and a
+filesystem root of its own (see `cluster.proving.testhosts`); steps are then placed on them like
+on real machines. They are disabled when the command stops. Needs root."""
 
 from __future__ import annotations
 
