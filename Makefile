@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # PYTHON=/path/to/python3.12 overrides the search below.
 PYTHON ?= $(shell scripts/find-python312)
 
-.PHONY: help run test lint fmt typecheck check chaos nodes bench bench-memory backup-drill eval lock clean-data system-deps
+.PHONY: help run test lint fmt typecheck check chaos nodes bench bench-cluster bench-memory backup-drill eval lock clean-data system-deps
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
@@ -86,6 +86,9 @@ MEMORY_BENCH_DIR ?= .data/bench-memory
 
 bench-memory: $(VENV)/.installed-dev ## Memory search: hit@10, MRR vs a grep, p95 at 100,000 notes (.data/bench-memory)
 	AGENTOS_DATA_DIR=$(MEMORY_BENCH_DIR) $(BIN)/python manage.py memory_eval tests/data/memory_dev_large.json --pad-to 100000
+
+bench-cluster: system-deps $(VENV)/.installed-dev ## Worktree transfer per step to a node sharing nothing, next to a local level-1 step (root; .data/bench)
+	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_transfer
 
 backup-drill: $(VENV)/.installed-dev ## Backup, verify and restore timed at 1,000 runs and 10,000 notes (.data/backup-drill; AGENTOS_BACKUP_PASSPHRASE)
 	AGENTOS_DATA_DIR=.data/backup-drill $(BIN)/python manage.py backup_drill

@@ -18,6 +18,8 @@ SERIAL = (
     "tests/browser/",
     "tests/chaos/",
     "tests/cluster/test_nodes.py",
+    "tests/cluster/test_second_machine.py",
+    "tests/cluster/test_shipping.py",
     "tests/cluster/test_vm.py",
     "tests/cluster/test_vm_exfiltration.py",
     "tests/missions/test_stop_streaming.py",
