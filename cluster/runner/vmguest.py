@@ -28,6 +28,7 @@ import shutil
 import signal
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
 PORT = "/run/agentos/port-ctl"
@@ -58,10 +59,9 @@ def read_exactly(port: int, size: int) -> bytes:
 
 
 def oom_kills() -> int:
-    with open("/proc/vmstat") as vmstat:  # noqa: PTH123 (the guest's python, kept minimal)
-        for line in vmstat:
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        if line.startswith("oom_kill "):
+            return int(line.split()[1])
     return 0
 
 
@@ -69,13 +69,13 @@ def kill_uid(uid: int) -> None:
     """SIGKILL every process whose real uid is `uid`, until none is left."""
     for _ in range(KILL_ROUNDS):
         found = False
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
                 continue
             with contextlib.suppress(OSError):
-                if os.stat(f"/proc/{name}").st_uid == uid:
+                if entry.stat().st_uid == uid:
                     found = True
-                    os.kill(int(name), signal.SIGKILL)
+                    os.kill(int(entry.name), signal.SIGKILL)
         if not found:
             return
         time.sleep(0.01)
@@ -83,13 +83,12 @@ def kill_uid(uid: int) -> None:
 
 def empty_scratch() -> None:
     for top in SCRATCH:
-        for name in os.listdir(top):
-            path = os.path.join(top, name)  # noqa: PTH118
-            if os.path.isdir(path) and not os.path.islink(path):  # noqa: PTH112, PTH114
-                shutil.rmtree(path, ignore_errors=True)
+        for entry in Path(top).iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
             else:
                 with contextlib.suppress(OSError):
-                    os.unlink(path)  # noqa: PTH108
+                    entry.unlink()
 
 
 def child(request: dict[str, Any], stdin: int, out: int, err: int) -> None:
@@ -146,8 +145,8 @@ class Server:
         self.selector.register(self.port, selectors.EVENT_READ, "ctl")
 
     def serve(self) -> None:
-        with open("/proc/sys/kernel/random/boot_id") as boot:  # noqa: PTH123
-            frame(self.port, b"R", json.dumps({"boot_id": boot.read().strip()}).encode())
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        frame(self.port, b"R", json.dumps({"boot_id": boot_id}).encode())
         while True:
             request = self.request()
             if request.get("op") == "run":

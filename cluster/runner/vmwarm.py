@@ -100,9 +100,7 @@ class WarmVm:
         """Start QEMU and wait for the guest's ready frame; `VmUnavailable` if it never comes."""
         workdir = profile.workdir
         git = vmlaunch.git_mode(workdir, profile.writable) if workdir is not None else "none"
-        archive = vmlaunch.run_archive(
-            profile, git, environment=env_dir is not None, server=SERVER
-        )
+        archive = vmlaunch.run_archive(profile, git, environment=env_dir is not None, server=SERVER)
         initrd = os.memfd_create("agentos-vm-initrd")
         kernel = os.open(node.image.kernel, os.O_RDONLY | os.O_CLOEXEC)
         console_read, console_write = os.pipe2(os.O_CLOEXEC)
@@ -244,7 +242,7 @@ class WarmVm:
             raise VmLost(self.lost) from None
         finished = time.monotonic()
         code, oom, seconds = report.get("code"), report.get("oom"), report.get("seconds")
-        if type(code) is not int or type(oom) is not int or type(seconds) not in (int, float):
+        if type(code) is not int or type(oom) is not int or not isinstance(seconds, int | float):
             self.lost = "the guest's exit report is malformed"
             self.close()
             raise VmLost(self.lost)
