@@ -108,21 +108,32 @@ def execute(
     digest = _digest(profile.warm)
     signature = vmwarm.signature(profile, env_dir)
     with files.locked(state / "locks" / f"warm-{digest}.lock"):
-        entry = _entry(state, digest)
-        if entry is not None and entry.get("signature") != signature:
-            _kill(entry, state, digest)
-            entry = None
         booted = 0.0
-        if entry is None:
-            entry, booted = _spawn(raw, state, digest, env_dir, stopping, boot_seconds)
+        answer: dict[str, Any] = {}
+        for _attempt in range(2):
+            entry = _entry(state, digest)
+            if entry is not None and entry.get("signature") != signature:
+                _kill(entry, state, digest)
+                entry = None
             if entry is None:
-                return _cancelled(profile, booted)
-        if started is not None:
-            started(int(entry["pid"]))  # a cancel from another runner process kills it
-        began = time.monotonic()
-        answer = _ask(state, digest, entry, {"profile": raw}, stopping)
-        if answer is None:
-            return _cancelled(profile, booted + time.monotonic() - began)
+                entry, seconds = _spawn(raw, state, digest, env_dir, stopping, boot_seconds)
+                booted += seconds
+                if entry is None:
+                    return _cancelled(profile, booted)
+            if started is not None:
+                started(int(entry["pid"]))  # a cancel from another runner process kills it
+            began = time.monotonic()
+            got = _ask(state, digest, entry, {"profile": raw}, stopping)
+            if got is None:
+                return _cancelled(profile, booted + time.monotonic() - began)
+            answer = got
+            if "lost" in answer or "gone" in answer:
+                _kill(entry, state, digest)  # it may still be ending: forget it now
+            if "gone" not in answer:
+                break
+            # The VM had died while idle: nothing ran; boot a fresh one, once.
+    if "gone" in answer:
+        raise unavailable(f"level 2: the warm virtual machine is gone ({answer['gone']})")
     if "lost" in answer:
         raise unavailable(
             f"level 2: the virtual machine was lost mid-command ({answer['lost']}); the run's"
@@ -256,8 +267,11 @@ def _ask(
     directory = os.open(_directory(state), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-            # Through the directory's descriptor: a socket's path may not exceed 107 bytes.
-            client.connect(f"/proc/self/fd/{directory}/{digest}.sock")
+            try:
+                # Through the directory's descriptor: a socket's path may not exceed 107 bytes.
+                client.connect(f"/proc/self/fd/{directory}/{digest}.sock")
+            except OSError as error:
+                return {"gone": f"its supervisor does not answer ({error})"}
             client.sendall(json.dumps(request).encode() + b"\n")
             received = bytearray()
             with selectors.DefaultSelector() as waiting:
@@ -364,6 +378,9 @@ class _Supervisor:
             return
         except RpcError as error:
             _send(connection, {"error": error.message})
+            return
+        if not self.vm.alive():
+            _send(connection, {"gone": self.vm.lost or "the virtual machine ended"})
             return
         if vmwarm.signature(profile, self.env_dir) != self.signature:
             _send(connection, {"error": "this warm VM was booted for other settings"})
