@@ -486,18 +486,11 @@ def _run_warm(
     ok, why = _vm_available()
     if not ok:
         raise unavailable(why if why.startswith("level 2") else f"level 2 unavailable: {why}")
-    from cluster.runner import vm, vmpool  # found by `_vm_available` above
+    from cluster.runner import vmpool  # found by `_vm_available` above
 
-    profile, env_dir = vm.checked(profile, state)
     try:
-        result: dict[str, Any] = vmpool.execute(
-            raw,
-            profile,
-            state=state,
-            env_dir=env_dir,
-            stopping=stop,
-            started=lambda pid: started(pid, []),
-            boot_seconds=vm.BOOT_SECONDS[vm.prepare().accelerator],
+        result: dict[str, Any] = vmpool.run_profile(
+            raw, state=state, stopping=stop, started=lambda pid: started(pid, [])
         )
     except vmpool.WarmUnavailable:
         return _run_vm(raw, state, stop)

@@ -89,6 +89,40 @@ def _kill(entry: dict[str, Any], state: Path | None = None, digest: str = "") ->
 # --- What the runner calls ------------------------------------------------------------------------
 
 
+def run_profile(
+    raw: dict[str, Any],
+    *,
+    state: Path,
+    stopping: threading.Event | None = None,
+    started: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Run a level-2 profile that names its warm VM (`warm`) in that VM, booted first if need
+    be; the protocol's sandbox result, with `guest_seconds` (the command's own time) and
+    `boot_id` (the guest's: equal for two commands of one VM). What the runner's handler calls,
+    and any code of the node that runs commands in a run's VM. `state` is the runner's state
+    directory. Raises `RpcError` (-32602 a bad profile, -32011 a VM that cannot boot or was lost
+    mid-command) and `WarmUnavailable` (no supervisor could start: run it one-shot)."""
+    from cluster.runner import vm
+    from cluster.runner.vmrun import VmUnavailable
+
+    profile, env_dir = vm.checked(parse_profile(raw), state)
+    if profile.warm is None:
+        raise invalid("profile.warm: a warm VM's key is required here")
+    try:
+        node = vm.prepare()
+    except VmUnavailable as error:
+        raise unavailable(f"level 2 unavailable: {error}") from error
+    return execute(
+        raw,
+        profile,
+        state=state,
+        env_dir=env_dir,
+        stopping=stopping or threading.Event(),
+        started=started,
+        boot_seconds=vm.BOOT_SECONDS[node.accelerator],
+    )
+
+
 def execute(
     raw: dict[str, Any],
     profile: Profile,

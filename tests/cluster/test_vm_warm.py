@@ -205,12 +205,23 @@ def test_it_destroys_the_vm_at_the_run_s_end(db: None, warm_vm: Warm) -> None:
     assert warm.release(warm_vm.run_id) == []
 
 
-def test_the_kill_switch_destroys_the_warm_vm(db: None, warm_vm: Warm) -> None:
-    warm_vm.boot_id()
-    assert warm_vm.vms()
+def test_the_kill_switch_destroys_the_warm_vm_mid_command(db: None, warm_vm: Warm) -> None:
+    (warm_vm.workdir / "started").unlink(missing_ok=True)
+    answers: list[dict[str, Any]] = []
+    command = threading.Thread(
+        target=lambda: answers.append(warm_vm.run(["sh", "-c", "touch started; sleep 300"]))
+    )
+    command.start()
+    wait_for(lambda: (warm_vm.workdir / "started").exists(), timeout=120, message="the command")
+    began = time.monotonic()
 
-    killswitch.engage(actor=audit.Actor())
+    stopped = killswitch.engage(actor=audit.Actor())  # through the node's runner, not ours
+    command.join(30)
 
+    assert stopped.sandboxes == {"local": [warm_vm.steps[-1]]}
+    assert answers, "the command never answered"
+    assert answers[0]["killed"] == "cancelled", answers[0]
+    assert time.monotonic() - began < 10
     assert warm_vm.vms() == []
     wait_for(lambda: not warm_vm.qemu(), timeout=10, message="QEMU to end at the kill switch")
 
