@@ -1,8 +1,9 @@
 """Warm level-2 VMs against real QEMU: a run's commands share one VM, kept by a supervisor
 process, through the control plane's own node (its runner's state directory). A boot costs about
-ten seconds under TCG, so the module boots five times and its tests run in file order: the first
+ten seconds under TCG, so the module boots six times and its tests run in file order: the first
 VM serves the reuse, worktree, wall-clock and output tests and is destroyed by the cancel test;
-the run's end, the kill switch, a killed QEMU and idleness each end one more."""
+the run's end, the kill switch, a killed QEMU and idleness each end one more, and the last
+test boots a one-shot VM."""
 
 from __future__ import annotations
 
@@ -253,3 +254,17 @@ def test_a_vm_killed_mid_command_is_a_lost_attempt_and_the_next_boots_afresh(
     assert warm_vm.boot_id() != booted
     wait_for(lambda: not warm_vm.vms(), timeout=30, message="the idle VM to end itself")
     wait_for(lambda: not warm_vm.qemu(), timeout=10, message="QEMU to end with it")
+
+
+def test_it_runs_the_command_one_shot_when_no_supervisor_starts(
+    warm_vm: Warm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(vmpool, "ROOT", tmp_path)  # `python -m cluster.runner.vmpool` fails there
+
+    result = warm_vm.run(["sh", "-c", "echo one-shot"])
+
+    assert (result["exit_code"], result["output"]) == (0, "one-shot\n"), result
+    assert result["boot_seconds"] > 1
+    assert "guest_seconds" not in result  # the one-shot VM's result
+    assert warm_vm.vms() == []
+    wait_for(lambda: not warm_vm.qemu(), timeout=10, message="the one-shot VM to end")
