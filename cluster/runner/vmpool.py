@@ -260,33 +260,43 @@ def _spawn(
         process.wait()
     except OSError as error:
         raise WarmUnavailable(f"cannot start a warm VM's supervisor: {error}") from error
-    line = b""
-    deadline = began + boot_seconds + READY_EXTRA_SECONDS
-    with process.stdout, selectors.DefaultSelector() as waiting:
-        waiting.register(process.stdout, selectors.EVENT_READ)
-        while not line.endswith(b"\n") and time.monotonic() < deadline:
-            if stopping.is_set():
-                break
-            if waiting.select(POLL_SECONDS):
-                chunk = os.read(process.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    break
-                line += chunk
-    answer: Any = None
-    with contextlib.suppress(ValueError):
-        answer = json.loads(line)
+    said = _hear(process.stdout, began + boot_seconds + READY_EXTRA_SECONDS, stopping)
+    answer = said[-1] if said else None
     entry = _entry(state, digest)
     if not isinstance(answer, dict) or "ready" not in answer:
-        if entry is not None:
-            _kill(entry, state, digest)
+        # Stopped, failed or silent while it booted: it must not boot on for nobody.
+        for found in (entry, said[0] if said else None):
+            if isinstance(found, dict) and "pid" in found:
+                _kill(found, state, digest)
         if stopping.is_set():
             return None, time.monotonic() - began
         if isinstance(answer, dict) and "error" in answer:
             raise unavailable(f"level 2: {answer['error']}")
-        raise WarmUnavailable(f"the warm VM's supervisor said {line[-2000:]!r}")
+        raise WarmUnavailable(f"the warm VM's supervisor said {said!r}"[:2000])
     if entry is None:
         raise WarmUnavailable("the warm VM's supervisor ended once ready")
     return entry, time.monotonic() - began
+
+
+def _hear(stdout: Any, deadline: float, stopping: threading.Event) -> list[Any]:
+    """The supervisor's lines (JSON each): its pid first, then ready or why not; until its
+    stdout closes, the deadline or a stop."""
+    received = b""
+    with stdout, selectors.DefaultSelector() as waiting:
+        waiting.register(stdout, selectors.EVENT_READ)
+        while received.count(b"\n") < 2 and time.monotonic() < deadline:
+            if stopping.is_set():
+                break
+            if waiting.select(POLL_SECONDS):
+                chunk = os.read(stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                received += chunk
+    said = []
+    for line in received.splitlines():
+        with contextlib.suppress(ValueError):
+            said.append(json.loads(line))
+    return said
 
 
 def _ask(
@@ -476,6 +486,9 @@ def main(argv: list[str]) -> None:
         os._exit(0)  # the runner reaps this first process at once; we live on detached
     os.setsid()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+    # Who we are, first: a runner stopped while we boot kills us.
+    os.write(1, json.dumps({"pid": os.getpid(), "start": files.start_time(os.getpid())}).encode())
+    os.write(1, b"\n")
     try:
         _Supervisor(state, digest, request).run()
     except VmUnavailable as error:
