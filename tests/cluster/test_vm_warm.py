@@ -1,14 +1,14 @@
 """Warm level-2 VMs against real QEMU: a run's commands share one VM, kept by a supervisor
 process, through the control plane's own node (its runner's state directory). A boot costs about
-ten seconds under TCG, so the module boots six times (and stops one boot midway) and its tests
-run in file order: the first VM serves the reuse, worktree, wall-clock and output tests and is
-destroyed by the cancel test; the run's end, the kill switch, a killed QEMU and idleness each end
-one more, and the last test boots a one-shot VM."""
+ten seconds under TCG, so the module's tests share the run's VM where they can: each boots one
+when it finds none, and those that need a fresh one release the run's VM first (pytest-django
+runs the database's tests first, so the file's order is not theirs)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import secrets
 import signal
 import sys
 import tempfile
@@ -64,7 +64,7 @@ class Warm:
     def run(
         self, argv: list[str], *, stopping: threading.Event | None = None, **limits: Any
     ) -> dict[str, Any]:
-        step = f"warm-{os.getpid()}-{len(self.steps)}"
+        step = f"warm-{secrets.token_hex(6)}"  # also the result's key: never answered twice
         self.steps.append(step)
         params = {"step_id": step, "key": step, "fence": 1, "profile": self.profile(argv, **limits)}
         answer: dict[str, Any] = self.handler.call("run", params, stopping=stopping)
@@ -74,6 +74,9 @@ class Warm:
         result = self.run(BOOT_ID)
         assert result["exit_code"] == 0, result
         return str(result["output"].strip())
+
+    def release(self) -> None:
+        vmpool.release(self.state, warm.key(self.run_id))
 
     def vms(self) -> list[dict[str, Any]]:
         return [entry for entry in vmpool.vms(self.state) if entry["key"] == warm.key(self.run_id)]
@@ -110,6 +113,7 @@ def warm_vm(sandbox_base: Path) -> Iterator[Warm]:
 
 def test_it_runs_the_next_command_of_the_run_in_the_same_vm(warm_vm: Warm) -> None:
     assert warm_vm.profile(["true"])["warm"] == f"run-{warm_vm.run_id}"
+    warm_vm.release()
     first = warm_vm.run(BOOT_ID)
     began = time.monotonic()
     second = warm_vm.run(BOOT_ID)
@@ -157,8 +161,8 @@ def test_it_gives_each_command_its_own_wall_clock_and_a_clean_guest(warm_vm: War
 def test_it_caps_the_output_and_keeps_stderr_and_stdin_apart(warm_vm: Warm) -> None:
     flood = warm_vm.run(["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x"], output_bytes=1000)
     params = {
-        "step_id": "warm-stdin",
-        "key": f"warm-stdin-{os.getpid()}",
+        "step_id": (step := f"warm-stdin-{secrets.token_hex(6)}"),
+        "key": step,
         "fence": 1,
         "profile": {
             **warm_vm.profile(["sh", "-c", "cat; echo to-err >&2; exit 3"]),
@@ -196,7 +200,8 @@ def test_it_destroys_the_vm_when_a_command_is_cancelled(warm_vm: Warm) -> None:
 
 
 def test_a_command_stopped_while_its_vm_boots_leaves_no_vm_booting(warm_vm: Warm) -> None:
-    assert warm_vm.vms() == []
+    warm_vm.release()
+    wait_for(lambda: not warm_vm.qemu(), timeout=10, message="the run's VM to end")
     stopping = threading.Event()
     answers: list[dict[str, Any]] = []
     command = threading.Thread(
@@ -277,6 +282,7 @@ def test_a_vm_killed_mid_command_is_a_lost_attempt_and_the_next_boots_afresh(
 def test_it_runs_the_command_one_shot_when_no_supervisor_starts(
     warm_vm: Warm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    warm_vm.release()
     monkeypatch.setattr(vmpool, "ROOT", tmp_path)  # `python -m cluster.runner.vmpool` fails there
 
     result = warm_vm.run(["sh", "-c", "echo one-shot"])
