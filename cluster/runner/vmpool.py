@@ -35,11 +35,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cluster.runner import files
-from cluster.runner.protocol import Profile, RpcError, invalid, parse_profile, unavailable
+from cluster.runner.protocol import (
+    NAME,
+    Profile,
+    RpcError,
+    invalid,
+    parse_profile,
+    unavailable,
+)
 
 IDLE_ENV = "AGENTOS_VM_WARM_IDLE_SECONDS"
 IDLE_SECONDS = 300.0
@@ -47,6 +55,7 @@ READY_EXTRA_SECONDS = 180.0  # on top of a boot: the node's first image build an
 MAX_LINE = 256 << 20  # a command's profile (its stdin at most 64 MiB, base64) or its result
 POLL_SECONDS = 0.1
 LATE_STOP_SECONDS = 0.5  # a few of the handler's cancel polls
+VM_FIELDS = ("key", "pid", "boot_id", "booted_at")  # what `vms` tells of each
 ROOT = Path(__file__).resolve().parents[2]  # where `cluster.runner` is importable from
 
 
@@ -180,6 +189,36 @@ def execute(
     return result
 
 
+@dataclass(frozen=True)
+class WarmVmHandle:
+    """A run's warm VM on this node, by its key: `exec` runs a level-2 profile in it (booting it
+    first if there is none), `release` destroys it. Any thread or process of the node may hold
+    one; the VM itself lives in its supervisor."""
+
+    state: Path
+    key: str
+
+    def exec(
+        self, profile: dict[str, Any], *, stopping: threading.Event | None = None
+    ) -> dict[str, Any]:
+        return run_profile({**profile, "warm": self.key}, state=self.state, stopping=stopping)
+
+    def booted(self) -> dict[str, Any] | None:
+        """The live VM's key, supervisor pid, boot id and boot time, or None."""
+        entry = _entry(self.state, _digest(self.key))
+        return None if entry is None else {k: entry.get(k) for k in VM_FIELDS}
+
+    def release(self) -> bool:
+        return release(self.state, self.key)
+
+
+def warm_vm(state: Path, key: str) -> WarmVmHandle:
+    """The warm VM of `key` (a run's: `run-<id>`) under the runner state directory `state`."""
+    if not NAME.match(key):
+        raise invalid(f"warm: {key!r} is not a key ([A-Za-z0-9][A-Za-z0-9_.-]{{0,63}})")
+    return WarmVmHandle(state, key)
+
+
 def release(state: Path, key: str) -> bool:
     """Destroy `key`'s warm VM (its run ended); whether there was one."""
     entry = _entry(state, _digest(key))
@@ -206,7 +245,7 @@ def vms(state: Path) -> list[dict[str, Any]]:
     for path in sorted(_directory(state).glob("*.json")):
         entry = _entry(state, path.stem)
         if entry is not None:
-            found.append({k: entry.get(k) for k in ("key", "pid", "boot_id", "booted_at")})
+            found.append({k: entry.get(k) for k in VM_FIELDS})
     return found
 
 

@@ -76,7 +76,7 @@ class Warm:
         return str(result["output"].strip())
 
     def release(self) -> None:
-        vmpool.release(self.state, warm.key(self.run_id))
+        vmpool.warm_vm(self.state, warm.key(self.run_id)).release()
 
     def vms(self) -> list[dict[str, Any]]:
         return [entry for entry in vmpool.vms(self.state) if entry["key"] == warm.key(self.run_id)]
@@ -159,22 +159,25 @@ def test_it_gives_each_command_its_own_wall_clock_and_a_clean_guest(warm_vm: War
 
 
 def test_it_caps_the_output_and_keeps_stderr_and_stdin_apart(warm_vm: Warm) -> None:
+    booted = warm_vm.boot_id()
     flood = warm_vm.run(["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x"], output_bytes=1000)
-    params = {
-        "step_id": (step := f"warm-stdin-{secrets.token_hex(6)}"),
-        "key": step,
-        "fence": 1,
-        "profile": {
+    # Straight through the node's interface to a run's VM (what other node code uses).
+    handle = vmpool.warm_vm(warm_vm.state, warm.key(warm_vm.run_id))
+    apart = handle.exec(
+        {
             **warm_vm.profile(["sh", "-c", "cat; echo to-err >&2; exit 3"]),
             "stdin": "aW5wdXQK",  # "input\n"
             "stderr_apart": True,
-        },
-    }
-    apart = warm_vm.handler.call("run", params)
+        }
+    )
 
     assert flood["output"] == "x" * 1000
     assert flood["truncated_bytes"] == 299_000
     assert (apart["output"], apart["errors"], apart["exit_code"]) == ("input\n", "to-err\n", 3)
+    assert apart["boot_id"] == booted
+    booted_vm = handle.booted()
+    assert booted_vm is not None
+    assert booted_vm["boot_id"] == booted
 
 
 def test_it_destroys_the_vm_when_a_command_is_cancelled(warm_vm: Warm) -> None:
