@@ -150,7 +150,10 @@ def execute(
     assert profile.warm is not None  # noqa: S101 (the handler's condition)
     digest = _digest(profile.warm)
     signature = vmwarm.signature(profile, env_dir)
-    with files.locked(state / "locks" / f"warm-{digest}.lock"):
+    lock = _wait_lock(state / "locks" / f"warm-{digest}.lock", stopping)
+    if lock is None:
+        return _cancelled(profile, 0.0)  # stopped while another command of the run ran
+    try:
         booted = 0.0
         answer: dict[str, Any] = {}
         for _attempt in range(2):
@@ -175,6 +178,8 @@ def execute(
             if "gone" not in answer:
                 break
             # The VM had died while idle: nothing ran; boot a fresh one, once.
+    finally:
+        os.close(lock)  # the flock goes with it
     if "gone" in answer:
         raise unavailable(f"level 2: the warm virtual machine is gone ({answer['gone']})")
     if "lost" in answer:
@@ -493,6 +498,21 @@ def _watch_close(reader: Any, stopping: threading.Event) -> None:
 def _send(connection: socket.socket, answer: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
         connection.sendall(json.dumps(answer).encode() + b"\n")
+
+
+def _wait_lock(path: Path, stopping: threading.Event) -> int | None:
+    """The key's lock (its descriptor: closing it unlocks), waited for while another command of
+    the run holds it; None once stopped meanwhile."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if stopping.wait(POLL_SECONDS):
+                os.close(fd)
+                return None
+            continue
+        return fd
 
 
 def _try_lock(path: Path) -> bool:

@@ -191,10 +191,16 @@ def test_it_destroys_the_vm_when_a_command_is_cancelled(warm_vm: Warm) -> None:
     )
     command.start()
     wait_for(lambda: (warm_vm.workdir / "started").exists(), timeout=120, message="the command")
+    # Another command of the run waits for the VM; stopped meanwhile, it ends at once.
+    queued_stop = threading.Event()
+    queued_stop.set()
+    queued = warm_vm.run(["true"], stopping=queued_stop)
     began = time.monotonic()
     stopping.set()
     command.join(30)
 
+    assert queued["killed"] == "cancelled", queued
+    assert command.is_alive() is False
     assert answers, "the cancelled command never answered"
     assert answers[0]["killed"] == "cancelled", answers[0]
     assert time.monotonic() - began < 5
