@@ -54,6 +54,7 @@ IDLE_SECONDS = 300.0
 READY_EXTRA_SECONDS = 180.0  # on top of a boot: the node's first image build and probe
 MAX_LINE = 256 << 20  # a command's profile (its stdin at most 64 MiB, base64) or its result
 POLL_SECONDS = 0.1
+PID_SECONDS = 10.0  # how long a stopped runner waits for a starting supervisor's pid
 LATE_STOP_SECONDS = 0.5  # a few of the handler's cancel polls
 VM_FIELDS = ("key", "pid", "boot_id", "booted_at")  # what `vms` tells of each
 ROOT = Path(__file__).resolve().parents[2]  # where `cluster.runner` is importable from
@@ -76,11 +77,15 @@ def _directory(state: Path) -> Path:
 def _entry(state: Path, digest: str) -> dict[str, Any] | None:
     """The live supervisor of `digest`, or None (a stale file is removed)."""
     path = _directory(state) / f"{digest}.json"
+    value: Any = {}
     with contextlib.suppress(ValueError):
         value = files.read_json(path)
-        if isinstance(value, dict) and files.alive(value.get("pid"), value.get("start")):
-            return value
+    if value is None:
+        return None  # none (a supervisor that is starting binds its socket first: leave it)
+    if isinstance(value, dict) and files.alive(value.get("pid"), value.get("start")):
+        return value
     path.unlink(missing_ok=True)
+    path.with_suffix(".sock").unlink(missing_ok=True)  # a killed supervisor's
     return None
 
 
@@ -161,6 +166,8 @@ def execute(
             if entry is not None and entry.get("signature") != signature:
                 _kill(entry, state, digest)
                 entry = None
+            if entry is None and stopping.is_set():
+                return _cancelled(profile, booted)
             if entry is None:
                 entry, seconds = _spawn(raw, state, digest, env_dir, stopping, boot_seconds)
                 booted += seconds
@@ -329,8 +336,10 @@ def _hear(stdout: Any, deadline: float, stopping: threading.Event) -> list[Any]:
     with stdout, selectors.DefaultSelector() as waiting:
         waiting.register(stdout, selectors.EVENT_READ)
         while received.count(b"\n") < 2 and time.monotonic() < deadline:
+            if stopping.is_set() and b"\n" in received:
+                break  # stopped, and its pid known: the caller kills it
             if stopping.is_set():
-                break
+                deadline = min(deadline, time.monotonic() + PID_SECONDS)
             if waiting.select(POLL_SECONDS):
                 chunk = os.read(stdout.fileno(), 1 << 16)
                 if not chunk:
