@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cluster import dispatch, environments
+from cluster import dispatch, environments, warm
 from cluster.dispatch import StepRef as StepRef
 from cluster.environments import Environment as Environment
 
@@ -374,6 +374,8 @@ def profile(
         "stderr_apart": stderr_apart,
         "egress_socket": str(egress.socket) if egress else None,
         "environment": None,
+        # A run's level-2 commands share one warm VM per node (`cluster.warm`).
+        "warm": warm.key(run_id) if level == 2 and run_id is not None and not build else None,
     }
 
 

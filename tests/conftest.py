@@ -21,6 +21,7 @@ SERIAL = (
     "tests/cluster/test_second_machine.py",
     "tests/cluster/test_shipping.py",
     "tests/cluster/test_vm.py",
+    "tests/cluster/test_vm_warm.py",
     "tests/cluster/test_vm_exfiltration.py",
     "tests/missions/test_stop_streaming.py",
     "tests/missions/test_web_browser.py",

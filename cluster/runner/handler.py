@@ -105,6 +105,7 @@ class Handler:
                 self.state, p.get("tree"), p.get("blobs"), p.get("part")
             ),
             "tree_fetch": self.tree_fetch,
+            "release": self.release,
         }
         handler = handlers.get(method)
         if handler is None:
@@ -221,7 +222,12 @@ class Handler:
         stopped = [
             entry["step_id"] for entry in self._entries() if self._kill(entry["step_id"], "stopped")
         ]
-        return {"stopped": sorted(stopped)}
+        return {"stopped": sorted(stopped), "warm_vms": _warm_call("stop_all", self.state)}
+
+    def release(self, params: dict[str, Any]) -> dict[str, bool]:
+        """Destroy a run's warm level-2 VM (the run ended)."""
+        key = _name(params.get("warm"), "warm")
+        return {"released": bool(_warm_call("release", self.state, key))}
 
     def sandboxes(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         return [
@@ -385,6 +391,8 @@ class Handler:
                     if not marker.exists():
                         raise
                     result = bwrap.cancelled_at_start(None, began, profile.limits)
+            elif profile.level == 2 and profile.warm is not None:
+                result = _run_warm(raw, profile, self.state, live.stop, env_dir, started)
             elif profile.level == 2:
                 result = _run_vm(raw, self.state, live.stop)
             else:
@@ -524,6 +532,40 @@ def _run_vm(profile: dict[str, Any], state: Path, stop: threading.Event) -> dict
     for key, default in (("errors", ""), ("reason", ""), ("out_of_memory", 0)):
         result.setdefault(key, default)
     return result
+
+
+def _run_warm(
+    raw: dict[str, Any],
+    profile: Profile,
+    state: Path,
+    stop: threading.Event,
+    env_dir: Path | None,
+    started: Any,
+) -> dict[str, Any]:
+    """Level 2 in the run's warm VM (`cluster/runner/vmpool.py`); one-shot when the warm path
+    cannot start at all. The supervisor's process group stands for the sandbox in `active/`: a
+    cancel from any runner process kills it, and the VM with it."""
+    ok, why = _vm_available()
+    if not ok:
+        raise unavailable(why if why.startswith("level 2") else f"level 2 unavailable: {why}")
+    from cluster.runner import vmpool  # found by `_vm_available` above
+
+    try:
+        result: dict[str, Any] = vmpool.run_profile(
+            raw, state=state, stopping=stop, started=lambda pid: started(pid, [])
+        )
+    except vmpool.WarmUnavailable:
+        return _run_vm(raw, state, stop)
+    return result
+
+
+def _warm_call(what: str, state: Path, *args: str) -> Any:
+    """`vmpool.stop_all` or `vmpool.release`, on a runner with level 2 (else nothing to do)."""
+    if importlib.util.find_spec("cluster.runner.vmpool") is None:
+        return []
+    from cluster.runner import vmpool
+
+    return getattr(vmpool, what)(state, *args)
 
 
 # --- Environments ------------------------------------------------------------------------------

@@ -79,6 +79,9 @@ class Profile:
     stderr_apart: bool
     egress_socket: Path | None
     environment: tuple[str, str] | None  # (name, version)
+    # Level 2: the key of the warm VM this command runs in (its run's), booted by the first
+    # command of that key and kept for the next (`cluster.runner.vmpool`); None: a VM of its own.
+    warm: str | None = None
 
 
 REQUIRED_LIMITS = (
@@ -155,7 +158,16 @@ def parse_profile(value: Any, field: str = "profile") -> Profile:
         stderr_apart=stderr_apart,
         egress_socket=Path(egress) if egress is not None else None,
         environment=_environment(raw.get("environment"), f"{field}.environment"),
+        warm=_warm(raw.get("warm"), f"{field}.warm"),
     )
+
+
+def _warm(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME.match(value):
+        raise invalid(f"{field} must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}} or be null")
+    return value
 
 
 def _object(value: Any, field: str) -> dict[str, Any]:

@@ -195,6 +195,20 @@ def run_vm(
     a profile names is found (shown read-only at /env); the VM itself keeps nothing there."""
     if not isinstance(profile, Profile):
         profile = parse_profile(profile)
+    profile, env_dir = checked(profile, state_dir)
+    try:
+        node = prepare(kernel_dir)
+    except VmUnavailable as error:
+        raise unavailable(f"level 2 unavailable: {error}") from error
+    try:
+        return boot(node, profile, stopping, BOOT_SECONDS[node.accelerator], env_dir)
+    except VmUnavailable as error:
+        raise unavailable(f"level 2: {error}") from error
+
+
+def checked(profile: Profile, state_dir: Path | None) -> tuple[Profile, Path | None]:
+    """The profile with its workdir resolved, and its frozen environment's directory; refused
+    (-32602) when a VM of it must not run here. A warm VM's commands are checked the same."""
     if profile.level != 2:
         raise ValueError(f"run_vm runs level 2 profiles, not level {profile.level}")
     if os.geteuid() == 0 and (profile.uid == 0 or profile.gid == 0):
@@ -214,11 +228,4 @@ def run_vm(
         if built is None or not (built / f"{version}.json").is_file():
             raise invalid(f"profile.environment: {name}@{version} is not built on this node")
         env_dir = built / version
-    try:
-        node = prepare(kernel_dir)
-    except VmUnavailable as error:
-        raise unavailable(f"level 2 unavailable: {error}") from error
-    try:
-        return boot(node, profile, stopping, BOOT_SECONDS[node.accelerator], env_dir)
-    except VmUnavailable as error:
-        raise unavailable(f"level 2: {error}") from error
+    return profile, env_dir

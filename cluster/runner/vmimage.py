@@ -88,6 +88,8 @@ done
 echo 0 > /proc/sys/user/max_user_namespaces
 [ -e /proc/sys/kernel/yama/ptrace_scope ] && echo 2 > /proc/sys/kernel/yama/ptrace_scope
 mount -o remount,ro / 2>/dev/null
+# A warm VM: the command server (`vmguest`) becomes pid 1 and runs command after command.
+[ "$WARM" = 1 ] && exec /usr/bin/python3 -I -S /run/agentos/server.py
 STATUS=/run/agentos/port-status
 OOM_BEFORE=$(awk '/^oom_kill /{print $2}' /proc/vmstat)
 echo "start $(cut -d' ' -f1 /proc/uptime)" > $STATUS

@@ -68,10 +68,13 @@ def git_mode(workdir: Path, writable: bool) -> str:
     raise invalid(f"profile.workdir: {workdir}/.git is neither a directory nor a file")
 
 
-def run_archive(profile: Profile, git: str, *, environment: bool = False) -> bytes:
+def run_archive(
+    profile: Profile, git: str, *, environment: bool = False, server: bytes | None = None
+) -> bytes:
     """What the guest's init reads: its settings, the command as a shell script (every word
     quoted by us), stdin, and /etc (accounts, hosts, git config, the host's world-readable CA
-    certificates and alternatives)."""
+    certificates and alternatives). With `server` (a warm VM, `vmwarm`) the init runs that
+    command server instead of the command."""
     limits = profile.limits
     settings = {
         "TMP_BYTES": limits.tmp_bytes,
@@ -80,6 +83,7 @@ def run_archive(profile: Profile, git: str, *, environment: bool = False) -> byt
         "NET": int(profile.egress_socket is not None),
         "STDERR_APART": int(profile.stderr_apart),
         "ENV": int(environment),
+        "WARM": int(server is not None),
     }
     path = f"{bwrap.ENV}/bin:{GUEST_PATH}" if environment else GUEST_PATH
     env = {"PATH": path, "HOME": bwrap.SANDBOX_TMP, "LANG": "C.UTF-8", **profile.env}
@@ -123,6 +127,8 @@ def run_archive(profile: Profile, git: str, *, environment: bool = False) -> byt
     )
     archive.file("run/agentos/command", (" ".join(map(shlex.quote, words)) + "\n").encode(), 0o600)
     archive.file("run/agentos/stdin", profile.stdin, 0o600)
+    if server is not None:
+        archive.file("run/agentos/server.py", server, 0o600)
     for path, content in bwrap._account_files(profile.uid, profile.gid, profile.user).items():
         archive.file(path.lstrip("/"), content)
     for top in ETC_COPIED:

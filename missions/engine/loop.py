@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cluster import warm
 from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import StepFailed, Suspend
 from kernel.models import Effect, RunStatus, StepKind
@@ -108,6 +109,9 @@ def _agent(ctx: RunContext) -> Outcome:
         # Its MCP servers stop with it (or with this execution: a resumed run starts them again).
         if spec.mcp_tools:
             mcp_sessions.POOL.close_run(ctx.run_id)
+        # And its warm level-2 VMs (an execution that resumes boots a fresh one).
+        if spec.sandbox_level >= 2:
+            warm.release(ctx.run_id)
 
 
 def _start(ctx: RunContext, spec: Spec) -> Agent:

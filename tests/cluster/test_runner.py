@@ -217,7 +217,7 @@ def test_it_stops_a_sandbox_of_another_runner_process(
     answer = owner.receive()["result"]
 
     assert [entry["step_id"] for entry in listed] == [request["step_id"]]
-    assert stopped == {"stopped": [request["step_id"]]}
+    assert stopped == {"stopped": [request["step_id"]], "warm_vms": []}
     assert answer["killed"] == "cancelled"
     assert answer["exit_code"] is None
     assert time.monotonic() - began < 5

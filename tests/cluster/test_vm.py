@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from cluster import sandbox
-from cluster.runner import vm
+from cluster import dispatch, sandbox, warm
+from cluster.runner import vm, vmpool
 from cluster.runner.protocol import RpcError
 from cluster.sandbox import Limits
 from tests.cluster.conftest import git, make_repo
+from tests.polling import wait_for
 
 pytestmark = [
     pytest.mark.skipif(
@@ -337,10 +338,14 @@ def timed_out(sandbox_base: Path, run_id: int) -> dict[str, Any]:
     finally:
         done.set()
         watcher.join()
+    seconds = time.monotonic() - started
+    # The run's commands share a warm VM (test_vm_warm): its end is the run's.
+    vmpool.release(dispatch.local_node().state, warm.key(timeout_run))
+    wait_for(lambda: not _processes_of(uid), timeout=10, message="the run's VM to end")
     return {
         "result": result,
         "dot_git": (workdir / ".git").read_text(),
-        "seconds": time.monotonic() - started,
+        "seconds": seconds,
         "seen": seen,
         "left": [_describe(pid) for pid in _processes_of(uid)],
         "uid": uid,

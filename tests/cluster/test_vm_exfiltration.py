@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from cluster import sandbox
+from cluster import sandbox, warm
 from cluster.sandbox import Limits
 from kernel.models import Event
 from tests.cluster.egress_fixtures import Upstream
@@ -47,14 +47,17 @@ def test_it_lets_nothing_out_of_the_vm_but_the_allow_list_the_bridge_and_the_tok
     planted: list[str],  # noqa: F811 (the fixture imported above)
 ) -> None:
     run, probe, attached = attempt.run, attempt.probe, attempt.attached
-    result = sandbox.for_level(2).run(
-        ["/bin/sh", "-s"],
-        workdir=attempt.workdir,
-        limits=Limits(wall_seconds=120),
-        stdin=probe_script(probe).encode(),
-        run_id=run.pk,
-        egress=attached,
-    )
+    try:
+        result = sandbox.for_level(2).run(
+            ["/bin/sh", "-s"],
+            workdir=attempt.workdir,
+            limits=Limits(wall_seconds=120),
+            stdin=probe_script(probe).encode(),
+            run_id=run.pk,
+            egress=attached,
+        )
+    finally:
+        warm.release(run.pk)  # the run's warm VM ends with the test
 
     check(result.output, probe, planted, attached.token)
     assert provider.received[-1].headers["x-api-key"] == planted[0]  # added outside the VM
