@@ -18,7 +18,7 @@ from playwright.sync_api import (
 )
 
 from tests.factories import Owner, make_owner
-from tests.live import Stack, running_stack
+from tests.live import KeptStack, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "screenshots"
@@ -50,9 +50,11 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
-    """One Chromium per module, so its event loop is gone before other modules use the ORM.
+    """One Chromium for the browser tests, gone (with its event loop) before other packages'
+    tests use the ORM; each test gets a context of its own (`page`), cookies and service
+    workers included.
 
     Playwright's sync API keeps an event loop running in this thread; Django then refuses
     synchronous ORM calls (tests' own, and the flush after each test), though none of them run
@@ -97,10 +99,20 @@ def live_owner(transactional_db: None) -> Owner:
         return make_owner()
 
 
+@pytest.fixture(scope="package")
+def kept_stack(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KeptStack]:
+    """The stack the browser tests share (`KeptStack`): a test that needs one of its own (another
+    environment, the demo) starts it with `running_stack`, which stops this one first."""
+    kept = KeptStack(lambda: tmp_path_factory.mktemp("browser-stack"))
+    yield kept
+    kept.close()
+
+
 @pytest.fixture
-def stack(live_owner: Owner, tmp_path: Path) -> Iterator[Stack]:
-    with running_stack(tmp_path) as running:
-        yield running
+def stack(live_owner: Owner, kept_stack: KeptStack) -> Stack:
+    return kept_stack.get()
 
 
 def screenshot(page: Page, name: str) -> None:
