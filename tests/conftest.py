@@ -84,9 +84,11 @@ def _superuser(connection: BaseDatabaseWrapper) -> bool:
 
 def _flush_again_after_a_deadlock() -> None:
     """A live stack kept for a whole module (`tests.live.running_stack`) may be inside a
-    transaction when a test's teardown truncates every table: PostgreSQL then breaks the deadlock
-    by failing the TRUNCATE, whose retry finds the stack's transaction gone."""
+    transaction when a test's teardown locks every table: PostgreSQL then breaks the deadlock
+    by failing the flush, whose retry finds the stack's transaction gone. The flush command
+    reports it as a CommandError, caused by the database's error."""
     import psycopg
+    from django.core.management.base import CommandError
     from django.db import OperationalError
     from django.test import TransactionTestCase
 
@@ -97,11 +99,18 @@ def _flush_again_after_a_deadlock() -> None:
             try:
                 teardown(case)
                 return
-            except OperationalError as error:
-                if attempt == 4 or not isinstance(error.__cause__, psycopg.errors.DeadlockDetected):
+            except (CommandError, OperationalError) as error:
+                if attempt == 4 or not _caused_by(error, psycopg.errors.DeadlockDetected):
                     raise
 
     TransactionTestCase._fixture_teardown = flush_until_done  # type: ignore[attr-defined]
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, kind):
+        cause = cause.__cause__
+    return cause is not None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
