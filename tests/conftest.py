@@ -19,7 +19,6 @@ from tests.factories import Owner, make_owner, verified_client
 # time, so that no other test's load stretches their deadlines; the others run on every core
 # (pytest-xdist, each worker with its own database and data dir).
 SERIAL = (
-    "tests/agentos/test_serve.py",
     "tests/browser/",
     "tests/chaos/",
     "tests/cluster/test_nodes.py",
