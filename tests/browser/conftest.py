@@ -20,7 +20,8 @@ from playwright.sync_api import (
 from tests.factories import Owner, make_owner
 from tests.live import KeptStack, Stack
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 ARTIFACTS = ROOT / ".artifacts" / "screenshots"
 # axe-core, pinned in package-lock.json and installed by `make test` (npm ci).
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
@@ -48,6 +49,18 @@ def chromium_path() -> str:
     if path is None:
         pytest.fail("Chromium is not installed: `apt-get install chromium` (.ci/run does it).")
     return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The browser tests on the kept stack first, in their order, then the others (a stack of
+    their own, or none): the kept stack starts once, not again after each of the others."""
+    here = [index for index, item in enumerate(items) if item.path.is_relative_to(HERE)]
+    ordered = sorted(
+        (items[index] for index in here),
+        key=lambda item: "stack" not in getattr(item, "fixturenames", ()),
+    )
+    for index, item in zip(here, ordered, strict=True):
+        items[index] = item
 
 
 @pytest.fixture(scope="package")
