@@ -11,8 +11,8 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ class Stack:
     process: subprocess.Popen[str]
     output: list[str] = field(default_factory=list)
     ready: threading.Event = field(default_factory=threading.Event)
+    data_dir: Path | None = None  # its AGENTOS_DATA_DIR, when `running_stack` started it
 
     def pump(self) -> None:
         assert self.process.stdout is not None
@@ -73,13 +74,21 @@ class Stack:
 
 
 @contextmanager
-def running_stack(data_dir: Path, *, workers: int = 1, demo: bool = False) -> Iterator[Stack]:
+def running_stack(
+    data_dir: Path,
+    *,
+    workers: int = 1,
+    demo: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Stack]:
     """Start `manage.py serve` on a free port; stop it with Ctrl-C (SIGINT) on exit.
 
-    Without `demo`, the first start creates no demo mission.
+    Without `demo`, the first start creates no demo mission. A stack kept across tests
+    (`KeptStack`) is stopped first: two stacks on one database would claim each other's runs.
 
     The caller's data must be committed (transactional tests): the stack runs in other processes.
     """
+    KeptStack.stop_current()
     port = free_port()
     env = {
         **os.environ,
@@ -87,6 +96,7 @@ def running_stack(data_dir: Path, *, workers: int = 1, demo: bool = False) -> It
         "DATABASE_URL": database.build_url(connection.settings_dict),
         "AGENTOS_DATA_DIR": str(data_dir),
         "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
     }
     process = subprocess.Popen(
         [
@@ -105,7 +115,7 @@ def running_stack(data_dir: Path, *, workers: int = 1, demo: bool = False) -> It
         stderr=subprocess.STDOUT,
         text=True,
     )
-    stack = Stack(url=f"http://127.0.0.1:{port}", process=process)
+    stack = Stack(url=f"http://127.0.0.1:{port}", process=process, data_dir=data_dir)
     threading.Thread(target=stack.pump, daemon=True).start()
     try:
         if not stack.ready.wait(timeout=90) or process.poll() is not None:
@@ -120,6 +130,53 @@ def running_stack(data_dir: Path, *, workers: int = 1, demo: bool = False) -> It
                 process.kill()
                 process.wait()
                 raise RuntimeError(f"the stack did not stop on SIGINT:\n{stack.log()}") from None
+
+
+class KeptStack:
+    """One stack kept from test to test (the browser tests'), instead of one started (~8 s) and
+    stopped (~3 s) for each: each test's rows are its own, flushed after it, and the stack keeps
+    none of them. Started on first use, from a test whose owner is committed (`serve` would
+    otherwise create one); stopped by `close()`, or as soon as a test starts a stack of its own
+    (`running_stack`), whose environment or data directory this one does not have."""
+
+    # At most one per process: the one `running_stack` stops.
+    _current: KeptStack | None = None
+    # Its workers beat every 2 s, not every 15: after the flush that ends a test has deleted
+    # their beats, health says "up" again within 2 s (`Stack.wait_for_workers`).
+    ENV = {"AGENTOS_WORKER_BEAT": "2"}
+
+    def __init__(self, data_dirs: Callable[[], Path]) -> None:
+        self._data_dirs = data_dirs
+        self._running: ExitStack | None = None
+        self._stack: Stack | None = None
+
+    def get(self) -> Stack:
+        """The running stack, started if need be, its workers beating on this test's database."""
+        if self._stack is not None and self._stack.process.poll() is not None:
+            said = self._stack.log()
+            self.close()
+            pytest.fail(f"the stack kept across tests died:\n{said}")
+        if self._stack is None:
+            running = ExitStack()
+            self._stack = running.enter_context(
+                running_stack(self._data_dirs(), extra_env=self.ENV)
+            )
+            self._running = running
+            KeptStack._current = self
+        self._stack.wait_for_workers()
+        return self._stack
+
+    def close(self) -> None:
+        running, self._running, self._stack = self._running, None, None
+        if KeptStack._current is self:
+            KeptStack._current = None
+        if running is not None:
+            running.close()
+
+    @classmethod
+    def stop_current(cls) -> None:
+        if cls._current is not None:
+            cls._current.close()
 
 
 def crash_env(tmp_path: Path, targets: list[dict[str, Any]], **extra: str) -> dict[str, str]:

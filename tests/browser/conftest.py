@@ -18,9 +18,10 @@ from playwright.sync_api import (
 )
 
 from tests.factories import Owner, make_owner
-from tests.live import Stack, running_stack
+from tests.live import KeptStack, Stack
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 ARTIFACTS = ROOT / ".artifacts" / "screenshots"
 # axe-core, pinned in package-lock.json and installed by `make test` (npm ci).
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
@@ -50,9 +51,23 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The browser tests on the kept stack first, in their order, then the others (a stack of
+    their own, or none): the kept stack starts once, not again after each of the others."""
+    here = [index for index, item in enumerate(items) if item.path.is_relative_to(HERE)]
+    ordered = sorted(
+        (items[index] for index in here),
+        key=lambda item: "stack" not in getattr(item, "fixturenames", ()),
+    )
+    for index, item in zip(here, ordered, strict=True):
+        items[index] = item
+
+
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
-    """One Chromium per module, so its event loop is gone before other modules use the ORM.
+    """One Chromium for the browser tests, gone (with its event loop) before other packages'
+    tests use the ORM; each test gets a context of its own (`page`), cookies and service
+    workers included.
 
     Playwright's sync API keeps an event loop running in this thread; Django then refuses
     synchronous ORM calls (tests' own, and the flush after each test), though none of them run
@@ -97,10 +112,28 @@ def live_owner(transactional_db: None) -> Owner:
         return make_owner()
 
 
+@pytest.fixture(scope="package")
+def kept_stack(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KeptStack]:
+    """The stack the browser tests share (`KeptStack`): a test that needs one of its own (another
+    environment, the demo) starts it with `running_stack`, which stops this one first."""
+    kept = KeptStack(lambda: tmp_path_factory.mktemp("browser-stack"))
+    yield kept
+    kept.close()
+
+
+@pytest.fixture(autouse=True)
+def _only_my_stack(request: pytest.FixtureRequest, kept_stack: KeptStack) -> None:
+    """A test without `stack` may start its own and its runs before it (the crash plan's run):
+    the kept stack's workers, idle on the same database, must not claim them first."""
+    if "stack" not in request.fixturenames:
+        kept_stack.close()
+
+
 @pytest.fixture
-def stack(live_owner: Owner, tmp_path: Path) -> Iterator[Stack]:
-    with running_stack(tmp_path) as running:
-        yield running
+def stack(live_owner: Owner, kept_stack: KeptStack) -> Stack:
+    return kept_stack.get()
 
 
 def screenshot(page: Page, name: str) -> None:

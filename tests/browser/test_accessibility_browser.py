@@ -4,8 +4,6 @@ something on it (a mission waiting for an approval and another for an answer, no
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from django.urls import reverse
 from playwright.sync_api import Page, expect
@@ -56,10 +54,11 @@ def console_screens(approval: Approval, question: Question, note: str) -> dict[s
 
 
 def test_no_screen_has_a_serious_or_critical_accessibility_violation(
-    page: Page, stack: Stack, live_owner: Owner, settings: Settings, tmp_path: Path
+    page: Page, stack: Stack, live_owner: Owner, settings: Settings
 ) -> None:
     assert stack.wait_for_workers()["workers"]["state"] == "up", stack.log()
-    settings.MEMORY_DIR = tmp_path / "memory"  # the stack's: its data directory is tmp_path
+    assert stack.data_dir is not None
+    settings.MEMORY_DIR = stack.data_dir / "memory"  # the stack's
     kept, ended = store.write(
         "global",
         [
