@@ -252,13 +252,13 @@ class Server:
             kill_uid(int(current["uid"]))
             self.service = None
             self.reap(-1, None)
+        home = Path(SERVICE_HOME)
+        if home.is_dir() and not home.is_symlink():  # its files, whether it ended or was ended
+            shutil.rmtree(home, ignore_errors=True)
         if wanted is None:
             return
         kill_uid(int(request["uid"]))  # what a dead service left
         self.reap(-1, None)
-        home = Path(SERVICE_HOME)
-        if home.is_dir() and not home.is_symlink():
-            shutil.rmtree(home, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             home.unlink()
         home.mkdir(mode=0o700)  # root's until chowned: no command runs meanwhile
