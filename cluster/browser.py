@@ -21,7 +21,7 @@ socket closes under the browser.
 What comes back is the guest's: bounded, parsed as JSON data (nothing in it is run or followed),
 and the caller treats the page as the Web's (`missions.web_browser`).
 
-`RUN_IN_SANDBOX` is what runs the command; a VM kept warm for the run can take its place.
+`RUN_IN_SANDBOX` is what runs the command.
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ class RenderedPage:
     fresh: bool = True  # Chromium was started for this page
 
 
-# (profile, step, stopping) -> the runner's `run` answer. Today a fresh VM on a level-2 node
-# that placement picks (the local one without a step); with a step, a node that already answered
-# its key answers again instead of rendering twice.
+# (profile, step, stopping) -> the runner's `run` answer: the run's browser VM (the profile's
+# `warm`) on a level-2 node that placement picks (the local one without a step); with a step, a
+# node that already answered its key answers again instead of rendering twice.
 Runner = Callable[[dict[str, Any], dispatch.StepRef | None, threading.Event | None], dict[str, Any]]
 
 
@@ -120,17 +120,33 @@ def render(
         )
     except SandboxUnavailable as error:
         raise BrowserError(f"the Web cannot be reached now: {error}") from None
+    built = page_profile(
+        url, seconds, run_id=run_id, key=warm.browser_key(run_id), attached=attached
+    )
+    try:
+        answer = RUN_IN_SANDBOX(built, step, stopping)
+    except RpcError as error:
+        raise BrowserError(f"no virtual machine for the browser: {error.message}") from None
+    return page(url, answer)
+
+
+def page_profile(
+    url: str, seconds: float, *, run_id: int | None, key: str, attached: egress.Attachment | None
+) -> dict[str, Any]:
+    """The level-2 profile of one page: the driver's `--page` command, in the warm VM `key`
+    whose service is the driver itself, Chromium kept between pages."""
     driver = ["python3", "-I", "-c", Path(guest.__file__).read_text()]
     argv = [*driver, "--page", url, f"{seconds:g}", str(MAX_CHARS)]
     built = sandbox.profile(
         2, argv, None, LIMITS, None, run_id=run_id, stderr_apart=True, egress=attached
     )
-    built["warm"] = warm.browser_key(run_id)
+    built["warm"] = key
     built["service"] = {"argv": [*driver, "--serve"], "cpu_seconds": SERVICE_CPU_SECONDS}
-    try:
-        answer = RUN_IN_SANDBOX(built, step, stopping)
-    except RpcError as error:
-        raise BrowserError(f"no virtual machine for the browser: {error.message}") from None
+    return built
+
+
+def page(url: str, answer: dict[str, Any]) -> RenderedPage:
+    """The runner's answer to a page's profile, read as data (`BrowserError` if no page)."""
     return _page(url, sandbox.result(answer), str(answer.get("boot_id") or ""))
 
 
