@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cluster import browser, nodes, warm
+from cluster import browser, dispatch, egress, nodes, warm
 from cluster.runner import vm, vmpool
 from kernel import exposure, runs
 from kernel.models import Event, Run, RunStatus, Step
@@ -244,6 +244,21 @@ def test_a_run_s_second_page_is_read_by_the_chromium_its_first_page_started(site
     keys = [entry["key"] for entry in vmpool.vms(state)]
     assert warm.browser_key(run.pk) in keys
     assert warm.key(run.pk) not in keys
+
+    # Chromium killed between two pages (as a page that crashed it would leave it): the next
+    # render starts a fresh one, in the same VM.
+    attached = egress.attach(run_id=run.pk, root_id=run.pk, scopes=["egress"], seconds=60)
+    killer = browser.page_profile(
+        url, 1, run_id=run.pk, key=warm.browser_key(run.pk), attached=attached
+    )
+    killer["argv"] = ["kill", "-9", str(first.browser_pid)]
+    killed = dispatch.execute(killer, step=None, needs=dispatch.Needs(2, 1 << 30, 64 << 20))
+    assert killed["exit_code"] == 0, killed
+    third = browser.render(url, run_id=run.pk)
+    assert FACT in third.html
+    assert third.fresh
+    assert third.boot_id == first.boot_id
+    assert third.browser_pid != first.browser_pid
 
     # The run's end releases it.
     assert warm.release(run.pk) == ["local"]
