@@ -259,10 +259,13 @@ class Server:
             return
         kill_uid(int(request["uid"]))  # what a dead service left
         self.reap(-1, None)
-        with contextlib.suppress(FileNotFoundError):
-            home.unlink()
-        home.mkdir(mode=0o700)  # root's until chowned: no command runs meanwhile
-        os.chown(home, int(request["uid"]), int(request["gid"]))
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                home.unlink()
+            home.mkdir(mode=0o700)  # root's until chowned: no command runs meanwhile
+            os.chown(home, int(request["uid"]), int(request["gid"]))
+        except OSError:
+            return  # no service, no home: the command goes without (the browser renders alone)
         env = {**wanted["env"], "HOME": SERVICE_HOME, "TMPDIR": SERVICE_HOME}
         limits = {**request["limits"], "cpu_seconds": int(wanted["cpu_seconds"])}
         service = {**request, "argv": wanted["argv"], "env": env, "limits": limits}
