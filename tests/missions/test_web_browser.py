@@ -189,6 +189,9 @@ def test_a_script_built_page_is_read_through_the_vm_s_browser_and_the_reader(sit
         assert "authorization" not in headers
     assert exposure.of_tree(run.pk).flags[exposure.UNTRUSTED]["by"].startswith("web_fetch")
     assert web.WEB_FETCH.input_schema["properties"]["render"] == {"type": "boolean"}
+    # The run's end released its browser VM (the run itself is at level 1).
+    live = [entry["key"] for entry in vmpool.vms(nodes.local_state())]
+    assert warm.browser_key(run.pk) not in live
 
 
 @pytest.mark.usefixtures("service")
