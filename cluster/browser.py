@@ -88,7 +88,7 @@ class RenderedPage:
 Runner = Callable[[dict[str, Any], dispatch.StepRef | None, threading.Event | None], dict[str, Any]]
 
 
-def _fresh_vm(
+def on_a_node(
     profile: dict[str, Any], step: dispatch.StepRef | None, stopping: threading.Event | None
 ) -> dict[str, Any]:
     limits = profile["limits"]
@@ -96,7 +96,7 @@ def _fresh_vm(
     return dispatch.execute(profile, step=step, needs=needs, stopping=stopping)
 
 
-RUN_IN_SANDBOX: Runner = _fresh_vm
+RUN_IN_SANDBOX: Runner = on_a_node
 
 
 def render(

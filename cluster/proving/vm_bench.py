@@ -128,7 +128,7 @@ def _renders(key: str) -> str:
         for _ in range(2):
             built = browser.page_profile(PAGE, browser.SECONDS, run_id=None, key=key, attached=None)
             began = time.monotonic()
-            pages.append(browser.page(PAGE, browser._fresh_vm(built, None, None)))
+            pages.append(browser.page(PAGE, browser.on_a_node(built, None, None)))
             took.append(time.monotonic() - began)
     finally:
         vmpool.release(dispatch.local_node().state, key)
