@@ -7,6 +7,10 @@ A warm command's overhead is its latency at the caller minus its own run time in
 overhead of at most TARGET_SECONDS for every command. Level 1's whole latency is printed next to
 it (a sandbox of its own per command: bubblewrap's start is its overhead).
 
+Then the browser's (`cluster.browser`): a page its script writes, rendered cold (the VM's boot,
+Chromium's start, the page) and again warm (the same VM, the same Chromium), in a browser VM of
+the benchmark's own key.
+
 Nothing of a run is used: the VM's key is the benchmark's own, its identity the sandbox user's,
 its worktree an empty directory; the VM is released at the end.
 """
@@ -23,13 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster import dispatch, sandbox
+from cluster import browser, dispatch, sandbox
 from cluster.runner import vmpool
 from cluster.sandbox import Limits
 
 TARGET_SECONDS = 0.5
 COMMANDS = 10
 ARGVS = (["true"], ["python3", "-c", "pass"])
+# No network needed: the page and its script are in the URL.
+PAGE = "data:text/html,<title>b</title><script>document.title = 'rendered'</script>"
 LIMITS = Limits(wall_seconds=120, memory_bytes=512 << 20)
 
 
@@ -107,10 +113,32 @@ def run(*, commands: int = COMMANDS, say: Callable[[str], object] = print) -> Re
                         measured.guest.append(float(answer["guest_seconds"]))
                 say(measured.line())
                 series.append(measured)
+        say(_renders(f"{key}-browser"))
         return Report(cold, series)
     finally:
         vmpool.release(dispatch.local_node().state, key)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def _renders(key: str) -> str:
+    """A cold render and a warm one in the browser VM `key`, released after."""
+    took = []
+    pages = []
+    try:
+        for _ in range(2):
+            built = browser.page_profile(PAGE, browser.SECONDS, run_id=None, key=key, attached=None)
+            began = time.monotonic()
+            pages.append(browser.page(PAGE, browser.on_a_node(built, None, None)))
+            took.append(time.monotonic() - began)
+    finally:
+        vmpool.release(dispatch.local_node().state, key)
+    cold, warm = pages
+    if warm.title != "rendered" or warm.fresh or warm.browser_pid != cold.browser_pid:
+        raise RuntimeError(f"the warm render did not reuse the cold one's Chromium: {warm}")
+    return (
+        f"browser   cold render {took[0]:.1f} s (Chromium's start and the page {cold.seconds:.1f}"
+        f" s of it); warm render {took[1]:.1f} s (the page {warm.seconds:.1f} s), same Chromium"
+    )
 
 
 def _once(level: int, argv: list[str], workdir: Path, key: str) -> dict[str, Any]:

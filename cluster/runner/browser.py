@@ -19,6 +19,14 @@ the token is given to the proxy's own challenge (`Fetch.authRequired` whose sour
 proxy, 407), never to a site's; loopback goes through the proxy too (Chromium bypasses it for
 loopback by default). Requests of other schemes than http(s), data and blob are failed.
 
+Kept running (a VM kept warm for the run's browser): `--serve` is the guest's service
+(`cluster.runner.vmguest`), Chromium started at its first page and kept for the next, each page
+asked for on a unix socket in the service's home by `--page URL SECONDS MAX_CHARS`, the command of
+each render, which passes the answer on as its output. Each page brings its command's proxy URL:
+the token of that render answers the proxy's challenge, so the browser outlives any token. A
+Chromium that ended or broke is dropped and the next page starts a fresh one; without a service
+(a one-shot VM) `--page` renders alone, as the plain form does.
+
 No Chromium sandbox: the guest has no user namespaces; the VM is the boundary. `--single-process`
 because under TCG every process Chromium starts costs seconds of translated start-up (measured:
 26 s for a first page in one process, 48 s with its usual several).
@@ -31,6 +39,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -98,6 +107,10 @@ SCHEMES = ("http", "https", "data", "blob")
 QUIET_SECONDS = 0.5
 SETTLE_SECONDS = 10.0
 PROXY_NAMES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+SERVICE_HOME = "/tmp/.service"  # noqa: S108 (vmguest.SERVICE_HOME: made by the guest's root)
+SOCKET = SERVICE_HOME + "/browser.sock"
+MAX_REQUEST = 1 << 16
+CONNECT_SECONDS = 20.0  # the service's own start: a python3 under TCG
 
 
 class Failed(Exception):
@@ -168,7 +181,7 @@ def render(url: str, seconds: float, max_chars: int) -> dict[str, Any]:
         os.waitpid(pid, 0)
 
 
-def start(proxy: urllib.parse.SplitResult, deadline: float) -> tuple[int, Pipe]:
+def start(proxy: urllib.parse.SplitResult, deadline: float, kept: bool = False) -> tuple[int, Pipe]:
     """Chromium, started on the pipes: its process id and its end of the protocol. A browser
     kept for several pages (a VM kept warm for its run) reads each with `read`: measured under
     TCG, a page after the first took 4 to 5 s against 26 s for Chromium's start."""
@@ -195,7 +208,8 @@ def start(proxy: urllib.parse.SplitResult, deadline: float) -> tuple[int, Pipe]:
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
         ],
-        setsid=True,
+        # Kept: in the service's session (a command's end spares it), its own process group.
+        **({"setpgroup": 0} if kept else {"setsid": True}),
     )
     os.close(to_browser)
     os.close(from_browser)
@@ -261,6 +275,8 @@ class Page:
 
     def handle(self, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params") or {}
+        if message.get("sessionId", self.session) != self.session:
+            return  # a tab of an earlier page, closing
         if message.get("id") == self.navigation:
             result = message.get("result") or {}
             failed = (message.get("error") or {}).get("message") or result.get("errorText")
@@ -323,7 +339,109 @@ class Page:
         }
 
 
+class Kept:
+    """The service's Chromium between pages."""
+
+    def __init__(self, proxy: urllib.parse.SplitResult, deadline: float) -> None:
+        self.via = (proxy.hostname, proxy.port)
+        self.pid, self.pipe = start(proxy, deadline, kept=True)
+
+    def ended(self) -> bool:
+        try:
+            return os.waitpid(self.pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:
+            return True
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.pipe.send("Browser.close")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        for fd in (self.pipe.out_fd, self.pipe.in_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def serve() -> int:
+    """The service: one page at a time, for as long as the VM keeps it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(SOCKET)
+    listener.listen(1)
+    browser: Kept | None = None
+    while True:
+        connection, _ = listener.accept()
+        with connection:
+            try:
+                connection.settimeout(CONNECT_SECONDS)
+                request = json.loads(connection.makefile("rb").readline(MAX_REQUEST))
+                answer, browser = serve_page(request, browser)
+                connection.settimeout(None)
+                data = json.dumps(answer, ensure_ascii=False).encode("utf-8", "replace")
+                connection.sendall(data)
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # the command went away (stopped), or asked nonsense
+
+
+def serve_page(request: dict[str, Any], browser: Kept | None) -> tuple[dict[str, Any], Kept | None]:
+    """The page of `request` in the kept Chromium (started first if there is none, or if it
+    ended); the answer, and the browser to keep (None after a failure)."""
+    started = time.monotonic()
+    proxy = urllib.parse.urlsplit(str(request.get("proxy") or ""))
+    deadline = started + float(request["seconds"])
+    if browser is not None and (browser.ended() or browser.via != (proxy.hostname, proxy.port)):
+        browser.stop()
+        browser = None
+    fresh = browser is None
+    try:
+        if browser is None:
+            browser = Kept(proxy, deadline)
+        browser.pipe.deadline = deadline
+        browser.pipe.events.clear()
+        found = read(browser.pipe, proxy, str(request["url"]), int(request["max_chars"]))
+    except (Failed, OSError, ValueError, KeyError) as error:
+        if browser is not None:
+            browser.stop()
+        return {"error": f"the browser failed: {error}"}, None
+    took = round(time.monotonic() - started, 3)
+    return found | {"seconds": took, "browser_pid": browser.pid, "fresh": fresh}, browser
+
+
+def page(url: str, seconds: float, max_chars: int) -> bytes:
+    """A render's command: the page from the service, or rendered here when there is none."""
+    if not os.path.isdir(SERVICE_HOME):  # noqa: PTH112 (the driver's few imports)
+        found = render(url, seconds, max_chars)
+        return json.dumps(found, ensure_ascii=False).encode("utf-8", "replace")
+    request = {"url": url, "seconds": seconds, "max_chars": max_chars}
+    request["proxy"] = os.environ.get("http_proxy", "")
+    until = time.monotonic() + CONNECT_SECONDS
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        while True:
+            try:
+                connection.connect(SOCKET)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > until:
+                    raise Failed("the browser service did not start") from None
+                time.sleep(0.05)
+        connection.sendall(json.dumps(request).encode() + b"\n")
+        answer = connection.makefile("rb").read(4 * max_chars + 100_000)
+    if not answer:
+        raise Failed("the browser service ended without an answer")
+    return answer
+
+
 def main(argv: list[str]) -> int:
+    if argv[1:] == ["--serve"]:
+        return serve()
+    if argv[1] == "--page":
+        try:
+            sys.stdout.buffer.write(page(argv[2], float(argv[3]), int(argv[4])))
+        except (Failed, OSError, ValueError, KeyError) as error:
+            print(json.dumps({"error": f"the browser failed: {error}"}))
+            return 1
+        return 0
     url, seconds, max_chars = argv[1], float(argv[2]), int(argv[3])
     try:
         found = render(url, seconds, max_chars)

@@ -64,6 +64,16 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Service:
+    """A process a warm VM keeps running between its commands (a run's browser): started as the
+    command's uid with its drops before the first command that names it, spared by the kill at
+    each command's end (not by a stop's), gone with the VM (`cluster.runner.vmguest`)."""
+
+    argv: list[str]
+    cpu_seconds: int  # over its whole life, not a command's
+
+
+@dataclass(frozen=True)
 class Profile:
     level: int
     argv: list[str]
@@ -82,6 +92,8 @@ class Profile:
     # Level 2: the key of the warm VM this command runs in (its run's), booted by the first
     # command of that key and kept for the next (`cluster.runner.vmpool`); None: a VM of its own.
     warm: str | None = None
+    # Level 2, warm only: the service this command talks to (ignored by a one-shot VM).
+    service: Service | None = None
 
 
 REQUIRED_LIMITS = (
@@ -159,7 +171,25 @@ def parse_profile(value: Any, field: str = "profile") -> Profile:
         egress_socket=Path(egress) if egress is not None else None,
         environment=_environment(raw.get("environment"), f"{field}.environment"),
         warm=_warm(raw.get("warm"), f"{field}.warm"),
+        service=_service(raw.get("service"), f"{field}.service"),
     )
+
+
+def _service(value: Any, field: str) -> Service | None:
+    if value is None:
+        return None
+    raw = _object(value, field)
+    argv = raw.get("argv")
+    if (
+        not isinstance(argv, list)
+        or not argv
+        or not all(isinstance(arg, str) and "\0" not in arg for arg in argv)
+    ):
+        raise invalid(f"{field}.argv must be a non-empty list of strings without NUL")
+    if sum(len(arg.encode()) for arg in argv) > MAX_ARGV_BYTES:
+        raise invalid(f"{field}.argv is longer than {MAX_ARGV_BYTES} bytes")
+    cpu_seconds = _integer(raw.get("cpu_seconds"), f"{field}.cpu_seconds", 1, 86_400)
+    return Service(argv=list(argv), cpu_seconds=cpu_seconds)
 
 
 def _warm(value: Any, field: str) -> str | None:

@@ -11,6 +11,14 @@ kill, every process of that uid is killed (what it left running in the backgroun
 one-shot init's `kill -9 -1` does), its output drained, /tmp and /dev/shm emptied, then the exit
 frame sent: nothing of one command survives into the next but the worktree.
 
+The one exception the host asks for: a command that names a service (`{"service": {"argv",
+"env", "cpu_seconds"}}`, a run's browser) has it started first, unless it already runs: forked
+as the command's uid with the same drops and rlimits (its own CPU budget, for its whole life), in
+a session of its own, its output discarded, its home SERVICE_HOME (spared when /tmp is emptied).
+The kill at a command's end spares that session (a command cannot join it: setpgid stays within a
+session); a kill request from the host does not, nor does a command naming no service or another
+one. A service that died is started afresh by the next command naming it.
+
 Frames to the host, each `<kind:1><length:4 big-endian><payload>`, payload at most MAX_FRAME:
 R ready {"boot_id"}, O stdout bytes, E stderr bytes, X exit {"code", "oom", "seconds"}.
 Requests from the host, each `<length:4><JSON>`: {"op": "run", ...} or {"op": "kill"}.
@@ -38,6 +46,7 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
 LAST_CAP = 63
 SCRATCH = ("/tmp", "/dev/shm")  # noqa: S108 (the guest's own tmpfs, emptied between commands)
+SERVICE_HOME = "/tmp/.service"  # noqa: S108 (the browser driver's own constant too)
 
 
 def frame(port: int, kind: bytes, payload: bytes) -> None:
@@ -65,8 +74,9 @@ def oom_kills() -> int:
     return 0
 
 
-def kill_uid(uid: int) -> None:
-    """SIGKILL every process whose real uid is `uid`, until none is left."""
+def kill_uid(uid: int, spare: int | None = None) -> None:
+    """SIGKILL every process whose real uid is `uid` (but those of session `spare`), until none
+    is left."""
     for _ in range(KILL_ROUNDS):
         found = False
         for entry in Path("/proc").iterdir():
@@ -74,6 +84,8 @@ def kill_uid(uid: int) -> None:
                 continue
             with contextlib.suppress(OSError):
                 if entry.stat().st_uid == uid:
+                    if spare is not None and os.getsid(int(entry.name)) == spare:
+                        continue
                     found = True
                     os.kill(int(entry.name), signal.SIGKILL)
         if not found:
@@ -81,9 +93,11 @@ def kill_uid(uid: int) -> None:
         time.sleep(0.01)
 
 
-def empty_scratch() -> None:
+def empty_scratch(spare: str = "") -> None:
     for top in SCRATCH:
         for entry in Path(top).iterdir():
+            if str(entry) == spare:
+                continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
@@ -143,6 +157,7 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
         self.selector.register(wake_read, selectors.EVENT_READ, "wake")
         self.selector.register(self.port, selectors.EVENT_READ, "ctl")
+        self.service: dict[str, Any] | None = None  # {"pid", "uid", "argv"} while it runs
 
     def serve(self) -> None:
         boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -162,6 +177,7 @@ class Server:
         request from the host kills the uid meanwhile). 3. Kill what is left of the uid, empty
         the scratch directories, send the exit frame."""
         uid = int(request["uid"])
+        self.keep_service(request)
         oom_before = oom_kills()
         stdin = os.memfd_create("stdin")
         os.write(stdin, bytes.fromhex(request.get("stdin", "")))
@@ -185,7 +201,7 @@ class Server:
                         os.read(key.fd, 512)
                 elif key.data == "ctl":
                     if self.request().get("op") == "kill":
-                        kill_uid(uid)
+                        kill_uid(uid)  # the service too: a stopped command may be its fault
                 else:
                     chunk = os.read(key.fd, MAX_FRAME)
                     if chunk:
@@ -196,11 +212,13 @@ class Server:
                         del streams[key.fd]
             code = self.reap(pid, code)
             if code is not None and streams:
-                kill_uid(uid)  # its leftovers hold the pipes: the command is over
+                kill_uid(uid, self.spared())  # its leftovers hold the pipes: the command is over
         seconds = time.monotonic() - began
-        kill_uid(uid)
+        kill_uid(uid, self.spared())
         self.reap(pid, code)
-        empty_scratch()
+        if self.service is None:
+            kill_uid(uid)  # a service that died meanwhile: what it left too
+        empty_scratch(SERVICE_HOME if self.service is not None else "")
         report = {"code": code, "oom": oom_kills() - oom_before, "seconds": round(seconds, 4)}
         frame(self.port, b"X", json.dumps(report).encode())
 
@@ -213,9 +231,50 @@ class Server:
                 return code
             if found == 0:
                 return code
+            if self.service is not None and found == self.service["pid"]:
+                self.service = None
             if found == pid:
                 signalled = os.WIFSIGNALED(status)
                 code = 128 + os.WTERMSIG(status) if signalled else os.WEXITSTATUS(status)
+
+    def spared(self) -> int | None:
+        return None if self.service is None else int(self.service["pid"])
+
+    def keep_service(self, request: dict[str, Any]) -> None:
+        """Before a command: the service it names running (started if not), any other gone."""
+        wanted = request.get("service")
+        self.reap(-1, None)  # a service that died since
+        current = self.service
+        same = current is not None and wanted is not None and current["argv"] == wanted["argv"]
+        if same and current is not None and current["uid"] == request["uid"]:
+            return
+        if current is not None:
+            kill_uid(int(current["uid"]))
+            self.service = None
+            self.reap(-1, None)
+        home = Path(SERVICE_HOME)
+        if home.is_dir() and not home.is_symlink():  # its files, whether it ended or was ended
+            shutil.rmtree(home, ignore_errors=True)
+        if wanted is None:
+            return
+        kill_uid(int(request["uid"]))  # what a dead service left
+        self.reap(-1, None)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                home.unlink()
+            home.mkdir(mode=0o700)  # root's until chowned: no command runs meanwhile
+            os.chown(home, int(request["uid"]), int(request["gid"]))
+        except OSError:
+            return  # no service, no home: the command goes without (the browser renders alone)
+        env = {**wanted["env"], "HOME": SERVICE_HOME, "TMPDIR": SERVICE_HOME}
+        limits = {**request["limits"], "cpu_seconds": int(wanted["cpu_seconds"])}
+        service = {**request, "argv": wanted["argv"], "env": env, "limits": limits}
+        null = os.open(os.devnull, os.O_RDWR)
+        pid = os.fork()
+        if pid == 0:
+            child(service, null, null, null)
+        os.close(null)
+        self.service = {"pid": pid, "uid": request["uid"], "argv": wanted["argv"]}
 
 
 if __name__ == "__main__":

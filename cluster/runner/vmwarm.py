@@ -42,6 +42,7 @@ MAX_FRAME = 1 << 16  # vmguest.MAX_FRAME
 MAX_REPORT = 1024  # an exit or ready report is a few numbers
 KILL_GRACE_SECONDS = 3.0
 SERVER = (Path(__file__).parent / "vmguest.py").read_bytes()
+SECRET_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")  # the token is in their URL
 
 
 class VmLost(RuntimeError):
@@ -199,6 +200,12 @@ class WarmVm:
                 "cpu_seconds": limits.cpu_seconds,
             },
         }
+        if profile.service is not None:
+            request["service"] = {
+                "argv": profile.service.argv,
+                "env": service_env(profile),
+                "cpu_seconds": profile.service.cpu_seconds,
+            }
         kept = {b"O": bytearray(), b"E": bytearray()}
         dropped = 0
         killed: str | None = None
@@ -323,6 +330,18 @@ def guest_env(profile: Profile) -> dict[str, str]:
         for name in vmlaunch.PROXY_VARIABLES:
             env[name] = vmlaunch._guest_proxy(env.get(name))
     return env
+
+
+def service_env(profile: Profile) -> dict[str, str]:
+    """A service's environment: the command's, without the run's token. A service outlives the
+    command that started it, and so that command's token: what it needs of one comes with each
+    command (the browser's: with each page)."""
+    env = guest_env(profile)
+    return {
+        name: value
+        for name, value in env.items()
+        if name.lower() not in SECRET_VARIABLES and name != "AGENTOS_RUN_TOKEN"
+    }
 
 
 def _report(payload: bytes) -> dict[str, Any]:

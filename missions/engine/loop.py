@@ -109,8 +109,9 @@ def _agent(ctx: RunContext) -> Outcome:
         # Its MCP servers stop with it (or with this execution: a resumed run starts them again).
         if spec.mcp_tools:
             mcp_sessions.POOL.close_run(ctx.run_id)
-        # And its warm level-2 VMs (an execution that resumes boots a fresh one).
-        if spec.sandbox_level >= 2:
+        # And its warm level-2 VMs (an execution that resumes boots a fresh one): its commands'
+        # and its browser's (`web_fetch` with `render`, at any level).
+        if spec.sandbox_level >= 2 or "web_fetch" in spec.tools:
             warm.release(ctx.run_id)
 
 

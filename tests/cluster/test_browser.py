@@ -69,3 +69,12 @@ def test_fields_of_the_wrong_type_are_not_believed() -> None:
     page = browser._page("https://example.org/", answered(json.dumps(said)))
     assert (page.status, page.seconds, page.title) == (None, 0.0, "")
     assert page.final_url == "7"  # a string; missions.web_browser keeps it only if a URL
+
+
+def test_the_kept_chromium_s_pid_is_believed_only_as_a_number() -> None:
+    said = {"html": "<p>x</p>", "browser_pid": 112, "fresh": False}
+    page = browser._page("https://example.org/", answered(json.dumps(said)), "boot-1")
+    assert (page.boot_id, page.browser_pid, page.fresh) == ("boot-1", 112, False)
+    said = {"html": "<p>x</p>", "browser_pid": True, "fresh": "no"}
+    page = browser._page("https://example.org/", answered(json.dumps(said)))
+    assert (page.boot_id, page.browser_pid, page.fresh) == ("", None, True)

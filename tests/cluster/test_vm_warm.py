@@ -301,3 +301,47 @@ def test_it_runs_the_command_one_shot_when_no_supervisor_starts(
     assert "guest_seconds" not in result  # the one-shot VM's result
     assert warm_vm.vms() == []
     wait_for(lambda: not warm_vm.qemu(), timeout=10, message="the one-shot VM to end")
+
+
+def test_a_service_outlives_the_commands_that_name_it_and_no_other(warm_vm: Warm) -> None:
+    # The service and what it started (the browser's Chromium), as the run's uid with its drops.
+    service = {
+        "argv": ["sh", "-c", "sleep 600 & echo $! > /tmp/.service/pid; exec sleep 600"],
+        "cpu_seconds": 60,
+    }
+    show = (
+        "until [ -s /tmp/.service/pid ]; do sleep 0.1; done; p=$(cat /tmp/.service/pid); echo $p;"
+        " grep -E '^(Uid|NoNewPrivs|CapBnd|CapEff):' /proc/$p/status; ls -A /tmp; echo x > /tmp/x"
+    )
+
+    def run(argv: list[str], named: bool = True, **limits: Any) -> dict[str, Any]:
+        profile = warm_vm.profile(argv, **limits)
+        if named:
+            profile["service"] = service
+        step = f"warm-{secrets.token_hex(6)}"
+        params = {"step_id": step, "key": step, "fence": 1, "profile": profile}
+        answer: dict[str, Any] = warm_vm.handler.call("run", params)
+        return answer
+
+    first = run(["sh", "-c", show])
+    second = run(["sh", "-c", show])
+    stopped = run(["sleep", "30"], wall_seconds=1)
+    third = run(["sh", "-c", show])
+    pid = third["output"].split()[0]
+    unnamed = run(["sh", "-c", f"kill -0 {pid} 2>/dev/null || echo gone; ls -A /tmp"], named=False)
+
+    assert first["exit_code"] == 0, first
+    lines = first["output"].splitlines()
+    assert lines[1].split()[1:] == [str(warm_vm.uid)] * 4
+    assert "NoNewPrivs:\t1" in lines
+    assert "CapBnd:\t0000000000000000" in lines
+    assert "CapEff:\t0000000000000000" in lines
+    # Kept between commands (its files too), while the commands' own leftovers are not.
+    assert second["output"].split()[0] == lines[0]
+    assert ".service" in second["output"].splitlines()
+    assert "x" not in second["output"].splitlines()
+    # A stop takes it along; the next command naming it starts it afresh.
+    assert stopped["killed"] == "timeout", stopped
+    assert pid != lines[0]
+    # A command that does not name it runs without it: nothing of it is left.
+    assert unnamed["output"] == "gone\n", unnamed

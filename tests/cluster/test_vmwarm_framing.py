@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from cluster.runner import vmwarm
-from cluster.runner.protocol import Profile, parse_profile
+from cluster.runner.protocol import Profile, RpcError, parse_profile
 
 Guest = Callable[[socket.socket, dict[str, Any]], None]
 
@@ -195,3 +195,54 @@ def test_a_vm_that_ends_mid_command_is_lost(guest: Callable[[Guest], vmwarm.Warm
         vm.exec(profile())
     with pytest.raises(vmwarm.VmLost):
         vm.exec(profile())  # and stays lost
+
+
+def raw_profile(**fields: Any) -> dict[str, Any]:
+    limits = {
+        "wall_seconds": 5,
+        "memory_bytes": 256 << 20,
+        "processes": 16,
+        "file_bytes": 1 << 20,
+        "cpu_seconds": 10,
+        "output_bytes": 1000,
+        "disk_bytes": 1 << 30,
+    }
+    base = {"level": 2, "argv": ["true"], "uid": 1000, "gid": 1000, "user": "agent"}
+    return {**base, "limits": limits, **fields}
+
+
+def test_a_service_gets_the_command_s_environment_without_the_run_s_token(
+    guest: Callable[[Guest], vmwarm.WarmVm],
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def play(port: socket.socket, request: dict[str, Any]) -> None:
+        seen.append(request)
+        port.sendall(exit_frame())
+
+    proxy = "http://run:aosr1.secret@127.0.0.1:3128"
+    env = {"AGENTOS_RUN_TOKEN": "aosr1.secret", "HTTP_PROXY": proxy, "http_proxy": proxy}
+    service = {"argv": ["python3", "-c", "pass", "--serve"], "cpu_seconds": 3600}
+    given = raw_profile(env=env, egress_socket="/run/egress.sock", service=service)
+    guest(play).exec(parse_profile(given))
+
+    (request,) = seen
+    assert request["service"]["argv"] == service["argv"]
+    assert request["service"]["cpu_seconds"] == 3600
+    assert "secret" not in json.dumps(request["service"])
+    assert "secret" in request["env"]["http_proxy"]  # the command's own: each page brings it
+
+
+@pytest.mark.parametrize(
+    ("service", "said"),
+    [
+        ([], "profile.service must be an object"),
+        ({"argv": [], "cpu_seconds": 1}, "profile.service.argv must be a non-empty list"),
+        ({"argv": ["a\0"], "cpu_seconds": 1}, "profile.service.argv must be a non-empty list"),
+        ({"argv": ["sh"]}, "profile.service.cpu_seconds must be an integer from 1 to 86400"),
+        ({"argv": ["sh"], "cpu_seconds": True}, "profile.service.cpu_seconds must be an integer"),
+    ],
+)
+def test_a_malformed_service_is_refused_by_name(service: Any, said: str) -> None:
+    with pytest.raises(RpcError, match=said):
+        parse_profile(raw_profile(service=service))

@@ -3,6 +3,7 @@
 machines) through the real egress service, then by the quarantined reader on the offline
 scripted model, inside a real in-process worker. One VM boots for the whole module (a first
 Chromium start in it took 26 s under TCG): the run's steps are then asserted one part at a time.
+Then a run's second page, read by the Chromium its first started, in the same VM.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ import json
 import platform
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from cluster.runner import vm
+from cluster import browser, dispatch, egress, nodes, warm
+from cluster.runner import vm, vmpool
 from kernel import exposure, runs
 from kernel.models import Event, Run, RunStatus, Step
 from kernel.worker import Worker
@@ -186,6 +189,9 @@ def test_a_script_built_page_is_read_through_the_vm_s_browser_and_the_reader(sit
         assert "authorization" not in headers
     assert exposure.of_tree(run.pk).flags[exposure.UNTRUSTED]["by"].startswith("web_fetch")
     assert web.WEB_FETCH.input_schema["properties"]["render"] == {"type": "boolean"}
+    # The run's end released its browser VM (the run itself is at level 1).
+    live = [entry["key"] for entry in vmpool.vms(nodes.local_state())]
+    assert warm.browser_key(run.pk) not in live
 
 
 @pytest.mark.usefixtures("service")
@@ -209,3 +215,54 @@ def test_a_host_the_policy_refuses_is_not_rendered(site: Site) -> None:
     refused = Event.objects.filter(run=run, kind="egress.refused", data__port=port)
     assert any("is not allowed" in event.data["reason"] for event in refused)
     assert not Event.objects.filter(run=run, kind="egress.allowed").exists()
+
+
+@pytest.mark.usefixtures("service")
+def test_a_run_s_second_page_is_read_by_the_chromium_its_first_page_started(site: Site) -> None:
+    run = start([{"text": "Ok."}], site)
+    url = f"{site.url}/page"
+    state = nodes.local_state()
+    began = time.monotonic()
+    first = browser.render(url, run_id=run.pk)
+    cold = time.monotonic() - began
+    began = time.monotonic()
+    second = browser.render(url, run_id=run.pk)
+    warm_seconds = time.monotonic() - began
+
+    # Each page as its script wrote it, through the egress with that render's own token.
+    for page in (first, second):
+        assert FACT in page.html
+        assert page.status == 200
+    # The same VM, the same Chromium: started for the first page, kept for the second.
+    assert first.boot_id
+    assert first.boot_id == second.boot_id
+    assert first.browser_pid is not None
+    assert first.browser_pid == second.browser_pid
+    assert (first.fresh, second.fresh) == (True, False)
+    assert warm_seconds < cold / 2, (cold, warm_seconds)
+    assert second.seconds < first.seconds / 2, (first.seconds, second.seconds)
+    for headers in site.headers:
+        assert "proxy-authorization" not in headers
+    # The browser's VM is the run's, apart from the VM of its commands (none booted here).
+    keys = [entry["key"] for entry in vmpool.vms(state)]
+    assert warm.browser_key(run.pk) in keys
+    assert warm.key(run.pk) not in keys
+
+    # Chromium killed between two pages (as a page that crashed it would leave it): the next
+    # render starts a fresh one, in the same VM.
+    attached = egress.attach(run_id=run.pk, root_id=run.pk, scopes=["egress"], seconds=60)
+    killer = browser.page_profile(
+        url, 1, run_id=run.pk, key=warm.browser_key(run.pk), attached=attached
+    )
+    killer["argv"] = ["kill", "-9", str(first.browser_pid)]
+    killed = dispatch.execute(killer, step=None, needs=dispatch.Needs(2, 1 << 30, 64 << 20))
+    assert killed["exit_code"] == 0, killed
+    third = browser.render(url, run_id=run.pk)
+    assert FACT in third.html
+    assert third.fresh
+    assert third.boot_id == first.boot_id
+    assert third.browser_pid != first.browser_pid
+
+    # The run's end releases it.
+    assert warm.release(run.pk) == ["local"]
+    assert warm.browser_key(run.pk) not in [entry["key"] for entry in vmpool.vms(state)]

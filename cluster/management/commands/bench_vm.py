@@ -1,7 +1,7 @@
 """`manage.py bench_vm`: a command's overhead in a warm level-2 VM (its latency minus its own run
-time in the guest), next to level 1 on the same node, and a cold boot for reference
-(`cluster.proving.vm_bench`). Its last line is `vm_warm_overhead_ms=… target_ms=500 … met|MISSED`;
-a missed target exits non-zero."""
+time in the guest), next to level 1 on the same node, a cold boot for reference, and a page
+rendered cold then warm in the same Chromium (`cluster.proving.vm_bench`). Its last line is
+`vm_warm_overhead_ms=… target_ms=500 … met|MISSED`; a missed target exits non-zero."""
 
 from __future__ import annotations
 
