@@ -87,7 +87,7 @@ MEMORY_BENCH_DIR ?= .data/bench-memory
 bench-memory: $(VENV)/.installed-dev ## Memory search: hit@10, MRR vs a grep, p95 at 100,000 notes (.data/bench-memory)
 	AGENTOS_DATA_DIR=$(MEMORY_BENCH_DIR) $(BIN)/python manage.py memory_eval tests/data/memory_dev_large.json --pad-to 100000
 
-bench-cluster: system-deps $(VENV)/.installed-dev ## Level-2 warm command latency and the worktree transfer per step to a node sharing nothing, each next to level 1 (root; .data/bench)
+bench-cluster: system-deps $(VENV)/.installed-dev ## Level-2 warm command latency, a page rendered cold and warm, and the worktree transfer per step to a node sharing nothing, each next to level 1 (root; .data/bench)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_vm
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_transfer
 
