@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from django.test import Client, RequestFactory
-from playwright.sync_api import Page
 from pytest_django.fixtures import Settings
 
 from agentos import errorpages, urls
-
-# The browser tests' fixtures: Chromium at phone size against the real stack.
-from tests.browser.conftest import browser, live_owner, page, screenshot, stack  # noqa: F401
-from tests.live import Stack
 
 # What a page rendered by our shell always has: the viewport (no 980 px desktop layout on a
 # phone), the one stylesheet, the top bar.
@@ -72,13 +66,3 @@ def test_a_console_form_over_the_size_limit_is_answered_413(db: None, settings: 
     assert 'class="topbar"' in html
     assert "too large" in html
     assert "2.0 KB" in html
-
-
-@pytest.mark.browser
-def test_the_404_page_fits_a_phone(stack: Stack, page: Page) -> None:  # noqa: F811
-    page.goto(f"{stack.url}/missions/999999/a-very-long-path-that-nobody-typed-on-purpose/")
-
-    assert page.locator("h1").inner_text() == "This page does not exist"
-    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scroll
-    assert page.evaluate("getComputedStyle(document.body).backgroundColor") != "rgba(0, 0, 0, 0)"
-    screenshot(page, "error-404-phone")
