@@ -56,6 +56,7 @@ MAX_LINE = 256 << 20  # a command's profile (its stdin at most 64 MiB, base64) o
 POLL_SECONDS = 0.1
 PID_SECONDS = 10.0  # how long a stopped runner waits for a starting supervisor's pid
 LATE_STOP_SECONDS = 0.5  # a few of the handler's cancel polls
+KILL_SECONDS = 5.0  # how long a killed VM's processes are waited for
 VM_FIELDS = ("key", "pid", "boot_id", "booted_at")  # what `vms` tells of each
 ROOT = Path(__file__).resolve().parents[2]  # where `cluster.runner` is importable from
 
@@ -90,14 +91,43 @@ def _entry(state: Path, digest: str) -> dict[str, Any] | None:
 
 
 def _kill(entry: dict[str, Any], state: Path | None = None, digest: str = "") -> None:
-    """Kill a supervisor (its VM dies with it); with `state`, forget its files too (a killed
-    supervisor removes nothing)."""
+    """Kill a supervisor and its VM, and wait until they are gone (bounded): a caller told the
+    VM is destroyed finds none of its processes left. With `state`, forget its files too (a
+    killed supervisor removes nothing)."""
     if files.alive(entry.get("pid"), entry.get("start")):
+        pid = int(entry["pid"])
+        # Bubblewrap (its own session) would die of its parent's death, but later: kill it too.
+        doomed = [(pid, entry.get("start")), *_descendants(pid)]
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(entry["pid"]), signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
+        for each, started in doomed[1:]:
+            if files.alive(each, started):  # not a pid reused since it was listed
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(each, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_SECONDS
+        while time.monotonic() < deadline and any(files.alive(*each) for each in doomed):
+            time.sleep(0.02)
     if state is not None:
         for suffix in (".json", ".sock"):
             (_directory(state) / f"{digest}{suffix}").unlink(missing_ok=True)
+
+
+def _descendants(pid: int) -> list[tuple[int, str | None]]:
+    """The processes below `pid` (pid and start time), from /proc's parent links."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            except OSError:
+                continue  # gone meanwhile
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, queue = [], list(parents.get(pid, []))
+    while queue:
+        child = queue.pop()
+        found.append((child, files.start_time(child)))
+        queue.extend(parents.get(child, []))
+    return found
 
 
 # --- What the runner calls ------------------------------------------------------------------------
