@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib.util
 import itertools
 import json
 import os
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.runner import bwrap, cgroups, deploy, files, treesync
+from cluster.runner import bwrap, cgroups, deploy, files, level2, treesync
 from cluster.runner.protocol import NAME as NAME_PATTERN
 from cluster.runner.protocol import (
     PROTOCOL,
@@ -116,7 +115,7 @@ class Handler:
         levels = []
         level_one = bwrap.available()
         levels.append({"level": 1, "available": level_one[0], "why": level_one[1]})
-        level_two = _vm_available()
+        level_two = level2.available()
         levels.append({"level": 2, "available": level_two[0], "why": level_two[1]})
         levels.append(
             {"level": 3, "available": False, "why": "no GUI virtual machine backend on Linux"}
@@ -222,12 +221,12 @@ class Handler:
         stopped = [
             entry["step_id"] for entry in self._entries() if self._kill(entry["step_id"], "stopped")
         ]
-        return {"stopped": sorted(stopped), "warm_vms": _warm_call("stop_all", self.state)}
+        return {"stopped": sorted(stopped), "warm_vms": level2.warm_call("stop_all", self.state)}
 
     def release(self, params: dict[str, Any]) -> dict[str, bool]:
         """Destroy a run's warm level-2 VM (the run ended)."""
         key = _name(params.get("warm"), "warm")
-        return {"released": bool(_warm_call("release", self.state, key))}
+        return {"released": bool(level2.warm_call("release", self.state, key))}
 
     def sandboxes(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         return [
@@ -392,9 +391,9 @@ class Handler:
                         raise
                     result = bwrap.cancelled_at_start(None, began, profile.limits)
             elif profile.level == 2 and profile.warm is not None:
-                result = _run_warm(raw, profile, self.state, live.stop, env_dir, started)
+                result = level2.run_warm(raw, self.state, live.stop, started)
             elif profile.level == 2:
-                result = _run_vm(raw, self.state, live.stop)
+                result = level2.run_one_shot(raw, self.state, live.stop)
             else:
                 raise unavailable(f"level {profile.level} unavailable: no GUI VM backend on Linux")
         finally:
@@ -506,66 +505,6 @@ def _read_reason(marker: Path) -> str | None:
         return marker.read_text() or "cancelled"
     except FileNotFoundError:
         return None
-
-
-# --- Level 2 -----------------------------------------------------------------------------------
-
-
-def _vm_available() -> tuple[bool, str]:
-    if importlib.util.find_spec("cluster.runner.vm") is None:
-        return False, "level 2 unavailable: this runner has no VM support (cluster/runner/vm.py)"
-    # Loaded only once found: a runner tree without vm.py still serves levels 0 and 1.
-    from cluster.runner import vm
-
-    available: tuple[bool, str] = vm.available()
-    return available
-
-
-def _run_vm(profile: dict[str, Any], state: Path, stop: threading.Event) -> dict[str, Any]:
-    """The dispatch point of level 2: `cluster/runner/vm.py` runs the (validated) profile."""
-    ok, why = _vm_available()
-    if not ok:
-        raise unavailable(why if why.startswith("level 2") else f"level 2 unavailable: {why}")
-    from cluster.runner import vm  # found by `_vm_available` above
-
-    result: dict[str, Any] = vm.run_vm(profile, state_dir=state, stopping=stop)
-    for key, default in (("errors", ""), ("reason", ""), ("out_of_memory", 0)):
-        result.setdefault(key, default)
-    return result
-
-
-def _run_warm(
-    raw: dict[str, Any],
-    profile: Profile,
-    state: Path,
-    stop: threading.Event,
-    env_dir: Path | None,
-    started: Any,
-) -> dict[str, Any]:
-    """Level 2 in the run's warm VM (`cluster/runner/vmpool.py`); one-shot when the warm path
-    cannot start at all. The supervisor's process group stands for the sandbox in `active/`: a
-    cancel from any runner process kills it, and the VM with it."""
-    ok, why = _vm_available()
-    if not ok:
-        raise unavailable(why if why.startswith("level 2") else f"level 2 unavailable: {why}")
-    from cluster.runner import vmpool  # found by `_vm_available` above
-
-    try:
-        result: dict[str, Any] = vmpool.run_profile(
-            raw, state=state, stopping=stop, started=lambda pid: started(pid, [])
-        )
-    except vmpool.WarmUnavailable:
-        return _run_vm(raw, state, stop)
-    return result
-
-
-def _warm_call(what: str, state: Path, *args: str) -> Any:
-    """`vmpool.stop_all` or `vmpool.release`, on a runner with level 2 (else nothing to do)."""
-    if importlib.util.find_spec("cluster.runner.vmpool") is None:
-        return []
-    from cluster.runner import vmpool
-
-    return getattr(vmpool, what)(state, *args)
 
 
 # --- Environments ------------------------------------------------------------------------------

@@ -115,15 +115,7 @@ def parse_profile(value: Any, field: str = "profile") -> Profile:
     level = raw.get("level")
     if type(level) is not int or level not in (1, 2, 3):
         raise invalid(f"{field}.level must be 1, 2 or 3, not {level!r}")
-    argv = raw.get("argv")
-    if (
-        not isinstance(argv, list)
-        or not argv
-        or not all(isinstance(arg, str) and "\0" not in arg for arg in argv)
-    ):
-        raise invalid(f"{field}.argv must be a non-empty list of strings without NUL")
-    if sum(len(arg.encode()) for arg in argv) > MAX_ARGV_BYTES:
-        raise invalid(f"{field}.argv is longer than {MAX_ARGV_BYTES} bytes")
+    argv = _argv(raw.get("argv"), field)
     workdir = raw.get("workdir")
     if workdir is not None and (not isinstance(workdir, str) or not workdir.startswith("/")):
         raise invalid(f"{field}.workdir must be an absolute path or null, not {workdir!r}")
@@ -157,7 +149,7 @@ def parse_profile(value: Any, field: str = "profile") -> Profile:
         raise invalid(f"{field}.egress_socket must be an absolute path or null")
     return Profile(
         level=level,
-        argv=list(argv),
+        argv=argv,
         workdir=Path(workdir) if workdir is not None else None,
         writable=writable,
         uid=uid,
@@ -175,11 +167,7 @@ def parse_profile(value: Any, field: str = "profile") -> Profile:
     )
 
 
-def _service(value: Any, field: str) -> Service | None:
-    if value is None:
-        return None
-    raw = _object(value, field)
-    argv = raw.get("argv")
+def _argv(argv: Any, field: str) -> list[str]:
     if (
         not isinstance(argv, list)
         or not argv
@@ -188,8 +176,16 @@ def _service(value: Any, field: str) -> Service | None:
         raise invalid(f"{field}.argv must be a non-empty list of strings without NUL")
     if sum(len(arg.encode()) for arg in argv) > MAX_ARGV_BYTES:
         raise invalid(f"{field}.argv is longer than {MAX_ARGV_BYTES} bytes")
+    return list(argv)
+
+
+def _service(value: Any, field: str) -> Service | None:
+    if value is None:
+        return None
+    raw = _object(value, field)
+    argv = _argv(raw.get("argv"), field)
     cpu_seconds = _integer(raw.get("cpu_seconds"), f"{field}.cpu_seconds", 1, 86_400)
-    return Service(argv=list(argv), cpu_seconds=cpu_seconds)
+    return Service(argv=argv, cpu_seconds=cpu_seconds)
 
 
 def _warm(value: Any, field: str) -> str | None:

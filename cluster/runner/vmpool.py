@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.runner import files
+from cluster.runner import bwrap, files
 from cluster.runner.protocol import (
     NAME,
     Profile,
@@ -292,20 +292,9 @@ def vms(state: Path) -> list[dict[str, Any]]:
 
 
 def _cancelled(profile: Profile, seconds: float) -> dict[str, Any]:
-    return {
-        "exit_code": None,
-        "output": "",
-        "errors": "",
-        "truncated": False,
-        "truncated_bytes": 0,
-        "killed": "cancelled",
-        "reason": "",
-        "out_of_memory": 0,
-        "memory_limit": profile.limits.memory_bytes,
-        "seconds": round(seconds, 3),
-        "duration_ms": int(seconds * 1000),
-        "boot_seconds": 0.0,
-    }
+    """A command stopped before it ran in the VM: level 1's stopped result, no boot counted."""
+    began = time.monotonic() - seconds
+    return {**bwrap.cancelled_at_start(None, began, profile.limits), "boot_seconds": 0.0}
 
 
 def _spawn(
