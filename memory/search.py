@@ -34,7 +34,10 @@ CANDIDATES = 50
 # The meaning list is shorter: on the development set (50, 40, 30, 20 tried) 30 lifted hit@10
 # 0.910 -> 0.929 (a note only near in meaning, far down that list, displaced better ones).
 NEAREST = 30
-EXACT_UP_TO = 20_000  # notes in the searched scopes; above, the HNSW index
+# Notes in the searched scopes up to which the nearest are found by an exact scan, a sort of
+# their vectors: about 2.5 µs a note here, so 5 ms at 2,000 but 50 ms at 20,000 (measured with
+# EXPLAIN ANALYZE), where the HNSW index answers in 5 to 12 ms. Above, the index.
+EXACT_UP_TO = 2_000
 # The index's beam (`hnsw.ef_search`) for scopes that are all of the index, divided by their
 # share of it otherwise (up to pgvector's bound). Narrower lost single-hop answers in a scope
 # padded to 100,000 notes, below the grep: 60 and 77 on one build of the index, 100 on another
@@ -296,17 +299,20 @@ def _quoted(lexemes: list[str]) -> list[str]:
 def _nearest(embedded: Iterable[float], found: _Scopes, moment: datetime) -> list[dict[str, Any]]:
     """The nearest notes by cosine. pgvector's HNSW index filters *after* its scan (0.6 has no
     iterative scan): of its `ef_search` neighbours, about the scopes' share of the index is
-    theirs. So: an exact scan (a sort of the scopes' vectors, cheap while they are few) below
-    `EXACT_UP_TO` notes; above, the index with a beam widened by the scopes' share of it, and
-    the exact scan again if it still returned too few."""
+    theirs. So: an exact scan (a sort of the scopes' vectors, cheap while they are few) up to
+    `EXACT_UP_TO` notes, or when the scopes are too small a share of the index for any beam;
+    otherwise the index with a beam widened by the scopes' share of it, and the exact scan
+    again if it still returned too few."""
     vector = "[" + ",".join(f"{x:.7g}" for x in embedded) + "]"
     arguments: list[Any] = [found.ids, moment, moment, vector, NEAREST]
     # `SET LOCAL` lasts for a transaction: outside one it is a no-op, and the index's default
     # beam (40) would return too few, sending every search to the exact scan.
     with transaction.atomic(), connection.cursor() as cursor:
-        if found.size > EXACT_UP_TO:
-            share = found.size / max(found.total, found.size)
-            beam = min(math.ceil(BEAM / share), MAX_BEAM)
+        share = found.size / max(found.total, found.size)
+        beam = math.ceil(BEAM / share)
+        # A beam past pgvector's bound would bring back too few of the scopes' notes (a small
+        # scope in a large index): the exact scan straight away, not after the index's.
+        if found.size > EXACT_UP_TO and beam <= MAX_BEAM:
             cursor.execute("SET LOCAL hnsw.ef_search = %s", [beam])
             cursor.execute(_NEAREST.format(distance="n.embedding <=> %s::vector"), arguments)
             found_rows = _fetched(cursor)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from memory import embeddings, search, store
 from memory.models import Note
@@ -119,13 +122,21 @@ def test_an_unknown_scope_finds_nothing() -> None:
     assert search.search("anything", scopes=["project/404"]) == []
 
 
-@pytest.mark.parametrize("exact_up_to", [search.EXACT_UP_TO, 0])
+@pytest.mark.parametrize(
+    ("exact_up_to", "beam", "through_index"),
+    [
+        (search.EXACT_UP_TO, search.BEAM, False),  # a small scope: the exact scan
+        (0, search.BEAM, False),  # a sliver of the index, no beam wide enough: exact
+        (0, 5, True),  # the index tried, too few of its neighbours kept: exact again
+    ],
+)
 def test_a_small_scope_beside_a_big_one_is_found_by_meaning(
-    monkeypatch: pytest.MonkeyPatch, exact_up_to: int
+    monkeypatch: pytest.MonkeyPatch, exact_up_to: int, beam: int, through_index: bool
 ) -> None:
     """pgvector's HNSW filters after its scan: a scope that is a sliver of the index must still
     get its nearest notes (the exact scan, or the index with its fallback)."""
     monkeypatch.setattr(search, "EXACT_UP_TO", exact_up_to)
+    monkeypatch.setattr(search, "BEAM", beam)
     store.write(
         "project/big",
         [Draft(f"Invoice {n} paid", f"Invoice number {n} was paid by bank transfer.")
@@ -136,9 +147,48 @@ def test_a_small_scope_beside_a_big_one_is_found_by_meaning(
                          author="run:2", message="pet")  # fmt: skip
     embeddings.embed_pending()
 
-    hits = search.search("which animal lives with the owner?", scopes=["project/small"])
+    with _statements() as statements:
+        hits = search.search("which animal lives with the owner?", scopes=["project/small"])
 
     assert [hit.path for hit in hits] == [pet]
+    assert any("ef_search" in sql for sql in statements) == through_index
+
+
+@contextlib.contextmanager
+def _statements() -> Iterator[list[str]]:
+    """The SQL statements sent on the connection inside the block."""
+    sent: list[str] = []
+
+    def noted(run: Any, sql: str, *rest: Any) -> Any:
+        sent.append(sql)
+        return run(sql, *rest)
+
+    with connection.execute_wrapper(noted):
+        yield sent
+
+
+def test_a_scope_that_is_most_of_the_index_is_searched_through_it_as_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above `EXACT_UP_TO` notes the HNSW index answers: on a scope holding nearly all of it,
+    the same nearest notes as the exact scan."""
+    store.write(
+        "project/big",
+        [Draft(f"Trip {n}", f"Day {n} of the trip: {place}.")
+         for n, place in enumerate(["a beach", "a museum", "a hike", "a market", "a castle"] * 8)],
+        author="run:1", message="trip",
+    )  # fmt: skip
+    store.write("project/other", [Draft("Dog", "A beagle.")], author="run:2", message="pet")
+    embeddings.embed_pending()
+    found: list[list[str]] = []
+    for exact_up_to in (10_000, 0):
+        monkeypatch.setattr(search, "EXACT_UP_TO", exact_up_to)
+        with _statements() as statements:
+            hits = search.search("where did we go swimming?", scopes=["project/big"], k=30)
+        found.append([hit.path for hit in hits])
+        assert any("ef_search" in sql for sql in statements) == (exact_up_to == 0)
+
+    assert found[0] == found[1]
 
 
 def test_the_query_is_embedded_without_the_words_most_of_the_scope_holds(
