@@ -1,0 +1,230 @@
+"""Word pools and small knowledge tables for the realistic development set
+(memory/proving/dialogues.py): people, places, works, food, and the chat around the facts.
+
+The tables carry the common knowledge an open-domain question needs (a city's country, a dish's
+cuisine, an author's nationality, a genre).
+"""
+
+from __future__ import annotations
+
+PEOPLE = [
+    "Melanie", "Caroline", "Jon", "Gina", "Maya", "Jonas", "Priya", "Tomas", "Aisha", "Lukas",
+    "Sofia", "Mateo", "Hana", "Oliver", "Leila", "Noah", "Ines", "Kofi", "Elena", "Ravi",
+]  # fmt: skip
+RELATIVES = [
+    ("sister", "Rosa"), ("brother", "Emil"), ("mom", "Carmen"), ("dad", "Viktor"),
+    ("cousin", "Nora"), ("aunt", "Greta"), ("grandma", "Alma"), ("uncle", "Pavel"),
+    ("sister", "Iris"), ("brother", "Teo"), ("cousin", "Bruno"), ("niece", "Ada"),
+]  # fmt: skip
+FRIENDS = [
+    "Dana", "Felix", "Marta", "Sam", "Yusuf", "Lotte", "Andre", "Bea", "Chloe", "Karim",
+    "Wren", "Imogen", "Tobias", "Nell", "Rafa", "June",
+]  # fmt: skip
+PARTNERS = ["Alex", "Jamie", "Robin", "Charlie", "Sasha", "Morgan", "Kai", "Jordan"]
+COMPANIES = [
+    "Brightwell Analytics", "Norrland Foods", "Quillstone Media", "Harbor & Finch",
+    "Castellan Health", "Tidewater Logistics", "Pinecrest Studio", "Orbit Lane Software",
+    "Meridian Bank", "Kestrel Robotics", "Greyhaven Architects", "Lumen Games",
+]  # fmt: skip
+ROLES = [
+    "team lead", "senior designer", "project manager", "data analyst", "head of content",
+    "product owner", "operations manager", "research assistant",
+]  # fmt: skip
+# City, country: where a trip goes, where someone moves.
+CITIES = [
+    ("Lisbon", "Portugal"), ("Porto", "Portugal"), ("Krakow", "Poland"), ("Valencia", "Spain"),
+    ("Seville", "Spain"), ("Lyon", "France"), ("Bologna", "Italy"), ("Naples", "Italy"),
+    ("Edinburgh", "Scotland"), ("Tallinn", "Estonia"), ("Ljubljana", "Slovenia"),
+    ("Ghent", "Belgium"), ("Bergen", "Norway"), ("Vienna", "Austria"), ("Prague", "Czechia"),
+    ("Budapest", "Hungary"), ("Athens", "Greece"), ("Copenhagen", "Denmark"),
+    ("Reykjavik", "Iceland"), ("Kyoto", "Japan"), ("Marrakesh", "Morocco"), ("Dublin", "Ireland"),
+]  # fmt: skip
+HOME_CITIES = ["Leeds", "Bristol", "Manchester", "Glasgow", "Utrecht", "Hamburg", "Cardiff", "York"]
+HIGHLIGHTS = [
+    "the food market by the river", "a sunset boat tour", "the tiny jazz bar near our hotel",
+    "a day trip along the coast", "the old town at night", "a cooking class with a local chef",
+    "the street art tour", "the castle at the top of the hill", "the hot springs outside town",
+    "a bike ride through the vineyards", "the flea market on Sunday morning",
+]  # fmt: skip
+TRIP_REASONS = [
+    "the flights doubled in price overnight", "the hotel cancelled our booking",
+    "there's a rail strike planned for that week", "my friend there can't host us anymore",
+    "it turns out the festival is the same week and everything is booked",
+]  # fmt: skip
+# Title, author, the author's nationality, genre, what it is about.
+BOOKS = [
+    ("Americanah", "Adichie", "Nigerian", "literary fiction", "a couple split between Lagos and the US"),  # noqa: E501 -- one row per book
+    ("Kafka on the Shore", "Murakami", "Japanese", "magical realism", "a runaway boy and a man who talks to cats"),  # noqa: E501
+    ("My Brilliant Friend", "Ferrante", "Italian", "literary fiction", "two girls growing up in Naples"),  # noqa: E501
+    ("The Remains of the Day", "Ishiguro", "British", "literary fiction", "an old butler looking back on his life"),  # noqa: E501
+    ("The Vegetarian", "Han Kang", "South Korean", "literary fiction", "a woman who stops eating meat"),  # noqa: E501
+    ("Project Hail Mary", "Andy Weir", "American", "science fiction", "a teacher who wakes up alone on a spaceship"),  # noqa: E501
+    ("The Girl with the Dragon Tattoo", "Stieg Larsson", "Swedish", "crime", "a journalist and a hacker chasing a missing girl"),  # noqa: E501
+    ("Dune", "Frank Herbert", "American", "science fiction", "noble families fighting over a desert planet"),  # noqa: E501
+    ("The Shadow of the Wind", "Zafon", "Spanish", "mystery", "a boy in Barcelona obsessed with a forgotten novel"),  # noqa: E501
+    ("Educated", "Tara Westover", "American", "memoir", "a woman who grew up without school and ended up at Cambridge"),  # noqa: E501
+    ("Piranesi", "Susanna Clarke", "British", "fantasy", "a man living alone in an endless house of statues"),  # noqa: E501
+    ("The Name of the Rose", "Umberto Eco", "Italian", "mystery", "monks being murdered in a medieval abbey"),  # noqa: E501
+]  # fmt: skip
+BOOK_VERDICTS = [
+    "completely wrecked me", "was a bit rushed honestly", "made me call my mom",
+    "was perfect, no notes", "left me staring at the ceiling for an hour",
+]  # fmt: skip
+# Dish, cuisine (the country's adjective).
+DISHES = [
+    ("pierogi", "Polish"), ("paella", "Spanish"), ("moussaka", "Greek"), ("pho", "Vietnamese"),
+    ("feijoada", "Brazilian"), ("goulash", "Hungarian"), ("bibimbap", "Korean"),
+    ("tagine", "Moroccan"), ("ramen", "Japanese"), ("mole", "Mexican"), ("risotto", "Italian"),
+    ("dal makhani", "Indian"), ("khachapuri", "Georgian"), ("pad thai", "Thai"),
+]  # fmt: skip
+# What someone made, and the craft.
+PIECES = [
+    ("a sunrise over the lake", "painting"), ("a portrait of my grandma", "painting"),
+    ("a set of four mugs", "pottery"), ("a wonky but lovely fruit bowl", "pottery"),
+    ("a quilt for my niece", "sewing"), ("a bookshelf out of old pallets", "woodwork"),
+    ("a linocut of our street", "printmaking"), ("a little watercolour of the harbour", "painting"),
+    ("a scarf in three colours", "knitting"), ("a bird feeder for the balcony", "woodwork"),
+]  # fmt: skip
+ACTIVITIES = [
+    ("bouldering", "the climbing gym"), ("salsa", "the dance studio on Mill Street"),
+    ("swimming", "the outdoor pool"), ("choir", "the community centre"),
+    ("yoga", "the studio by the park"), ("volunteering", "the food bank"),
+    ("running", "the running club"), ("pottery", "the ceramics studio"),
+    ("chess", "the cafe on the corner"), ("photography", "the camera club"),
+]  # fmt: skip
+# Band, genre.
+BANDS = [
+    ("the Lumineers", "folk"), ("Arctic Monkeys", "rock"), ("Florence and the Machine", "indie"),
+    ("Khruangbin", "psychedelic funk"), ("Muse", "rock"), ("Bon Iver", "folk"),
+    ("Kamasi Washington", "jazz"), ("Phoebe Bridgers", "indie folk"), ("Daft Punk tribute", "electronic"),  # noqa: E501 -- the pairs read better unbroken
+]  # fmt: skip
+VENUES = ["the Roundhouse", "a tiny club downtown", "the arena", "an open-air stage in the park"]
+# Film, genre.
+FILMS = [
+    ("Past Lives", "romantic drama"), ("Dune Part Two", "science fiction"),
+    ("Everything Everywhere All at Once", "absurd comedy"), ("Oppenheimer", "historical drama"),
+    ("Spirited Away", "animation"), ("The Grand Budapest Hotel", "comedy"),
+    ("Parasite", "thriller"), ("Aftersun", "drama"), ("Knives Out", "murder mystery"),
+]  # fmt: skip
+FIELDS = [
+    ("adoption agencies", "social work"), ("nursing degrees for adults", "nursing"),
+    ("UX design bootcamps", "design"), ("teacher training", "teaching"),
+    ("how to get short stories published", "writing"), ("beekeeping courses", "beekeeping"),
+    ("counselling certificates", "counselling"), ("coding bootcamps", "software development"),
+]  # fmt: skip
+BREEDS = ["beagle", "corgi mix", "greyhound", "tabby cat", "black cat", "terrier mix", "labrador"]
+PET_NAMES = ["Biscuit", "Pepper", "Mochi", "Juniper", "Waffles", "Olive", "Pixel", "Truffle"]
+FAMILY_NEWS = [
+    ("got engaged", "engagement", "She cried, obviously. Then she started planning the menu."),
+    ("is having a baby", "pregnancy", "She's already knitting things, it's adorable honestly."),
+    ("got into medical school", "acceptance", "She told every single neighbour within an hour."),
+    ("decided to retire early", "retirement", "She's thrilled, she wants him home for dinner."),
+    ("is moving abroad", "move abroad", "Not great, she went very quiet and then cried a bit."),
+    ("bought a house", "house purchase", "She's happy but already worried about the mortgage."),
+]  # fmt: skip
+RACE_TIMES = ["1:52", "2:04", "1:47", "2:11", "1:58", "2:19"]
+TRAILS = ["the ridge loop above the reservoir", "the coastal path", "the old railway trail"]
+
+# --- the chat around the facts -----------------------------------------------------------------
+
+GREETINGS = [
+    "Hey {Y}! Long week here, how are things on your end?",
+    "Hi {Y}, finally sitting down with a cup of tea. How have you been?",
+    "Hey you! Sorry I went quiet for a bit, it's been a lot lately.",
+    "Hiii {Y}, got a minute? I have so much to tell you.",
+    "Evening! The kitchen's clean and I'm on the sofa, so catch me up.",
+    "Hey {Y}, happy weekend! What have you been up to?",
+]  # fmt: skip
+GREETING_REPLIES = [
+    "Hey! All good here, just tired. What's new with you?",
+    "Hi! I was literally about to text you. Go on, tell me everything.",
+    "Hey {Y}! Busy but good. You first though.",
+    "Oh perfect timing, I just got home. How are you doing?",
+]  # fmt: skip
+GOODBYES = [
+    "Okay I need to get dinner going, talk soon!",
+    "I should sleep, early start tomorrow. Night {Y}!",
+    "Right, laundry is calling me. Speak later this week?",
+    "Gotta run, but this was so nice. Talk soon!",
+]  # fmt: skip
+GOODBYE_REPLIES = [
+    "Night! Say hi to everyone for me.",
+    "Talk soon, and keep me posted on everything!",
+    "Bye! Let's not leave it so long next time.",
+]  # fmt: skip
+# Reactions in context: they make sense only after the turn they answer.
+REACTIONS = [
+    "Oh wow, that's huge! How are you feeling about it?",
+    "No way. I did not see that coming at all, tell me more.",
+    "That sounds amazing, honestly. I'm a bit jealous.",
+    "Ha, of course it did. That's so typical.",
+    "Wait, really? Since when?",
+    "Good for you, seriously. You've been talking about it forever.",
+    "Oof. That's a lot to deal with, are you okay?",
+    "I love that for you. Send pictures please!",
+    "Okay that made me laugh out loud on the bus.",
+    "Hmm, honestly I think that's the right call.",
+    "That's so lovely. It sounds like you really needed it.",
+    "Ugh, I'm sorry. That's really annoying after all the planning.",
+    "Oh nice, I remember you mentioning that ages ago!",
+    "How did everyone else take it?",
+    "Wait, is that the one you told me about before?",
+    "You never stop surprising me, you know that?",
+    "Okay but that's actually brilliant.",
+    "That's exactly what I would have done too, honestly.",
+    "I want the full story next time we see each other.",
+    "Was it as good as you hoped?",
+    "Oh no. Did you at least get your money back?",
+    "Right? I keep saying the same thing to everyone.",
+    "Sounds like it was worth every penny then.",
+    "That must have been such a relief.",
+]  # fmt: skip
+# Small talk: said by anyone, answering nothing, often near the facts' words.
+SMALL_TALK = [
+    "I really need a holiday, even just a long weekend somewhere warm would do it.",
+    "My to-read pile is getting embarrassing, I keep buying books and not reading them.",
+    "The weather has been so grey all week, I just want some sun on my face.",
+    "Work is fine, just a lot of meetings that could have been emails.",
+    "I tried a new recipe last night and it was a disaster, we ordered pizza in the end.",
+    "Have you watched anything good lately? I've run out of shows.",
+    "I keep meaning to get back into exercise but the sofa keeps winning.",
+    "My neighbour has started learning the drums, so that's my evenings sorted.",
+    "Honestly the best part of my day was a really good coffee this morning.",
+    "I spent the whole afternoon cleaning out the cupboard under the stairs.",
+    "Do you ever feel like the weeks are getting shorter? It's already Thursday again.",
+    "I found a great little bakery near the station, their cinnamon buns are unreal.",
+    "Concert tickets are so expensive now, it's ridiculous.",
+    "I was thinking about moving somewhere quieter one day, but not yet.",
+    "My phone screen cracked again, third time this year.",
+    "We had friends over on Saturday and stayed up way too late playing cards.",
+    "I started a puzzle, a thousand pieces, and I regret everything.",
+    "The train was delayed again this morning, I almost missed my first meeting.",
+    "I keep seeing adverts for dog shelters and it's dangerous for me.",
+    "My plants are all dying and I have no idea what I'm doing wrong.",
+    "Been sleeping badly, too much screen time before bed I think.",
+    "The new cafe downstairs finally opened, it's already always full.",
+    "I've been trying to call my parents more often, it's nice.",
+    "I want to learn a language properly, not just the app streak.",
+    "Someone at work brought homemade cake and now I think about it constantly.",
+    "It's been ages since I went to the cinema, I miss it.",
+    "The rent went up again, I might need to rethink things at some point.",
+    "I'm trying to cook more at home, the takeaway bill was getting silly.",
+    "My back hurts from sitting all day, I really need a better chair.",
+    "Saw the most beautiful sky on the way home, didn't get a photo of course.",
+    "I did nothing at all on Sunday and it was wonderful.",
+    "We're thinking about painting the living room but can't agree on a colour.",
+    "A friend from school got in touch out of nowhere, it was really sweet.",
+    "I've been walking to work instead of taking the bus, it clears my head.",
+    "My inbox is a disaster, I've given up on inbox zero.",
+    "Does anyone actually enjoy flying? Airports drain me.",
+]  # fmt: skip
+SMALL_TALK_REPLIES = [
+    "Same here, honestly. It's been one of those months.",
+    "Ha, I know exactly what you mean.",
+    "Oh I feel that, more than you know.",
+    "That's so relatable it hurts a little.",
+    "Ugh, yes. Let me know if you figure it out.",
+    "Honestly you deserve a break more than anyone.",
+    "Haha, sounds about right for you.",
+    "I'm the same, it's a bit of a curse.",
+]  # fmt: skip

@@ -1,0 +1,487 @@
+"""The stories of the realistic development set: each tells one thread of a person's life over
+one to three sessions (a trip, a book, a job offer…) and asks about it as people would.
+
+A maker takes the chat and the person the story is about, places its turns, asks its questions
+and records the facts that questions across stories combine. It returns False when the
+conversation has no room for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from memory.proving import dialogue_pools as pools
+from memory.proving.dialogue_chat import Chat, Fact, day
+
+
+def trip(chat: Chat, who: str) -> bool:
+    """A holiday planned, sometimes moved to another city, then told about."""
+    picked = chat.sessions(3, gap=2)
+    if picked is None:
+        return False
+    plan_at, change_at, back_at = picked
+    f = chat.friend(who)
+    city, country = chat.take(pools.CITIES)
+    goal, goal_country = city, country
+    companion = chat.take(pools.FRIENDS)
+    phrase, answer, then = chat.past(back_at)
+    month = f"{then:%B}" if then.month != chat.date(plan_at).month else "a few weeks"
+    when = f"in {month}" if month != "a few weeks" else "in a few weeks"
+    changed = chat.rng.random() < 0.5
+    plan = chat.block(plan_at, [
+        (who, f"Guess what, {companion} and I finally booked a trip! {city} {when}, five days."),
+        (f, f"Oh nice! Have you been to {city} before?"),
+        (who, "Never, that's the whole point. I mostly want to eat and walk around with no plan."),
+    ])  # fmt: skip
+    change = []
+    if changed:
+        goal, goal_country = chat.take(pools.CITIES)
+        reason = chat.take(pools.TRIP_REASONS)
+        change = chat.block(change_at, [
+            (who, f"Small change of plans, {city} is off. {reason.capitalize()}."),
+            chat.react(f),
+            (who, f"So we're doing {goal} instead, same dates. {companion} is thrilled actually."),
+        ])  # fmt: skip
+        change = [change[0], change[-1]]
+    highlight = chat.take(pools.HIGHLIGHTS)
+    back = chat.block(back_at, [
+        (who, f"We got back from {goal} {phrase}! Honestly {highlight} was the best bit."),
+        chat.react(f),
+        (who, f"{companion} already wants to go back. I'm still tired though, five days of walking."),  # noqa: E501
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"What was the best part of {who}'s trip to {goal}?",
+        f"What did {who} enjoy most on the holiday with {companion}?",
+    ], [back[0]], highlight)  # fmt: skip
+    chat.ask("single-hop", [
+        f"Who did {who} go to {goal} with?",
+        f"Who went on the {goal} trip with {who}?",
+    ], [plan[0], *change[-1:], back[-1]], companion)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} come back from {goal}?",
+        f"When did {who} return from the trip with {companion}?",
+    ], [back[0]], answer)  # fmt: skip
+    chat.ask("open-domain", [
+        f"Which country did {who} visit with {companion}?",
+        f"What country was {who}'s holiday with {companion} in?",
+    ], [*(change[-1:] or plan[:1]), back[0]], goal_country)  # fmt: skip
+    if changed:
+        chat.ask_change("temporal", [
+            f"Where did {who} plan to go before changing the trip?",
+            f"Which city was {who}'s holiday with {companion} meant to be in at first?",
+        ], [plan[0], change[0]], f"{city}, before switching to {goal}")  # fmt: skip
+        chat.ask_change("single-hop", [
+            f"Why did {who} cancel the {city} trip?",
+            f"What made {who} change the holiday plans?",
+        ], [change[0]], reason)  # fmt: skip
+    chat.facts.append(Fact("trip", who, goal, back[0], then))
+    return True
+
+
+def book(chat: Chat, who: str) -> bool:
+    """A book started, then finished with a verdict."""
+    picked = chat.sessions(2, gap=1)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    title, author, nationality, genre, about = chat.take(pools.BOOKS)
+    verdict = chat.take(pools.BOOK_VERDICTS)
+    start = chat.block(picked[0], [
+        (who, f"I started {title} on the train, the {author} one. It's about {about}."),
+        (f, "Ooh, is it good so far? I keep seeing it everywhere."),
+        (who, "So good. I missed my stop yesterday because I was reading, no joke."),
+    ])  # fmt: skip
+    end = chat.block(picked[1], [
+        (f, "Did you ever finish that book you were obsessed with?"),
+        (who, f"Yes! Finished it on Sunday. The ending {verdict}."),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"What book was {who} reading on the train?",
+        f"Which novel did {who} say was about {about}?",
+    ], [start[0]], title)  # fmt: skip
+    chat.ask("single-hop", [
+        f"What did {who} think of the ending of {title}?",
+        f"How did {who} feel about how the {author} novel ended?",
+    ], [end[1]], verdict)  # fmt: skip
+    chat.ask("open-domain", [
+        f"What nationality is the author of the book {who} missed a stop over?",
+        f"Where is the writer of the book {who} started in {chat.dates[picked[0]]:%B} from?",
+    ], [start[0]], nationality)  # fmt: skip
+    chat.facts.append(Fact("book", who, title, start[0], chat.date(picked[0])))
+    chat.facts.append(Fact("genre", who, genre, start[0]))
+    return True
+
+
+def craft(chat: Chat, who: str) -> bool:
+    """Something made by hand, said once, asked about by its date."""
+    picked = chat.sessions(1)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    piece, kind = chat.take(pools.PIECES)
+    phrase, answer, then = chat.past(picked[0])
+    verb = {"painting": "painted", "pottery": "made", "sewing": "finished", "woodwork": "built",
+            "printmaking": "printed", "knitting": "knitted"}[kind]  # fmt: skip
+    made = chat.block(picked[0], [
+        (who, f"Look what I {verb} {phrase}: {piece}! First one I'm actually proud of."),
+        (f, "Stop, that's gorgeous. How long did it take you?"),
+        (who, "Most of the day, I forgot to eat lunch. Totally worth it though."),
+    ])  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} make {piece.replace('my ', 'a ')}?",
+        f"When did {who} finish the {kind} piece they were proud of?",
+    ], [made[0]], answer)  # fmt: skip
+    chat.ask("single-hop", [
+        f"What did {who} forget to do while working on {piece.replace('my ', 'a ')}?",
+        f"What did {who} skip on the day of the {kind} project?",
+    ], [made[2]], "eat lunch")  # fmt: skip
+    chat.facts.append(Fact("activity", who, kind, made[0], then))
+    return True
+
+
+def cooking(chat: Chat, who: str) -> bool:
+    """A relative's dish learned: the cuisine is the open-domain answer."""
+    picked = chat.sessions(2, gap=2)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    dish, cuisine = chat.take(pools.DISHES)
+    relation, name = chat.take(pools.RELATIVES)
+    first = chat.block(picked[0], [
+        (who, f"I'm trying to learn {dish} the way my {relation} {name} makes it. Attempt three tonight."),  # noqa: E501
+        (f, "Attempt three?? What happened to the first two?"),
+        (who, "The first one stuck to the pan and the second one was basically soup, don't ask."),
+    ])  # fmt: skip
+    second = chat.block(picked[1], [
+        (who, f"Update on the cooking saga: {name} came over and said mine was nearly as good as hers."),  # noqa: E501
+        chat.react(f),
+    ])  # fmt: skip
+    chat.ask("open-domain", [
+        f"Which country's cuisine is {who} learning to cook?",
+        f"What kind of food is {who} practising with {name}'s recipe?",
+    ], [first[0]], f"{cuisine} ({dish})")  # fmt: skip
+    chat.ask("single-hop", [
+        f"Whose {dish} recipe is {who} trying to copy?",
+        f"Which relative taught {who} the dish that went wrong twice?",
+    ], [first[0], second[0]], f"{relation} {name}")  # fmt: skip
+    chat.ask("single-hop", [
+        f"What happened to {who}'s second attempt at {dish}?",
+        f"How did the second try at {name}'s recipe turn out for {who}?",
+    ], [first[2]], "it came out like soup")  # fmt: skip
+    return True
+
+
+def job_offer(chat: Chat, who: str) -> bool:
+    """A job offer accepted, then declined."""
+    picked = chat.sessions(2, gap=1)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    company = chat.take(pools.COMPANIES)
+    role = chat.take(pools.ROLES)
+    offer = chat.block(picked[0], [
+        (who, f"Big news: {company} offered me the {role} job! I said yes on the spot."),
+        (f, "WHAT. Congratulations!! When do you start?"),
+        (who, "Start of next quarter, if the paperwork goes through. I'm terrified and excited."),
+    ])  # fmt: skip
+    back = chat.block(picked[1], [
+        (who, f"So, I pulled out of the {company} thing. They want everyone in the office five days a week now."),  # noqa: E501
+        (f, "Oh no, after all that? Honestly though, that's a dealbreaker, you'd hate the commute."),
+        (who, "Exactly. I'm staying where I am for now and I feel weirdly calm about it."),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"Which company offered {who} a job as {role}?",
+        f"Who offered {who} a new position?",
+    ], [offer[0], back[0]], company)  # fmt: skip
+    chat.ask_change("temporal", [
+        f"Did {who} end up joining {company}?",
+        f"Is {who} still planning to take the new job?",
+    ], [offer[0], back[0]], "No: accepted at first, then declined the offer")  # fmt: skip
+    chat.ask("single-hop", [
+        f"Why did {who} turn down the job at {company}?",
+        f"What made {who} change their mind about the new role?",
+    ], [back[0]], "they required five days a week in the office")  # fmt: skip
+    chat.facts.append(Fact("event", who, f"the offer from {company}", offer[0], chat.date(picked[0])))  # noqa: E501
+    return True
+
+
+def move(chat: Chat, who: str) -> bool:
+    """A move to another city, delayed, then done."""
+    picked = chat.sessions(3, gap=2)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    city = chat.take(pools.HOME_CITIES)
+    first, first_date = chat.later(picked[0], 6)
+    second = chat.date(picked[2])
+    plan = chat.block(picked[0], [
+        (who, f"We signed for a flat in {city}! Moving {first}, if everything goes to plan."),
+        chat.react(f),
+        (who, "Mostly for the job, but also we wanted a bit more space and a garden."),
+    ])  # fmt: skip
+    delay = chat.block(picked[1], [
+        (who, f"Move update: it's pushed back to {second:%B}, the landlord needs to redo the bathroom first."),  # noqa: E501
+        (f, "Annoying, but better than moving into a building site I guess."),
+    ])  # fmt: skip
+    done = chat.block(picked[2], [
+        (f, "So?? Are you in the new place yet?"),
+        (who, "Yes, first week done! The flat is tiny but the light in the mornings is amazing."),
+    ])  # fmt: skip
+    chat.ask_change("temporal", [
+        f"When did {who} first plan to move to {city}?",
+        f"When was {who}'s move originally supposed to happen?",
+    ], [plan[0], delay[0]], f"{first_date:%B %Y}, before it was pushed back to {second:%B}")
+    chat.ask("temporal", [
+        f"When did {who} actually move to {city}?",
+        f"In which month did {who} finally get into the new flat?",
+    ], [delay[0], done[1]], f"{second:%B %Y}")  # fmt: skip
+    chat.ask("single-hop", [
+        f"Why was {who}'s move to {city} delayed?",
+        f"What held up {who}'s move?",
+    ], [delay[0]], "the landlord had to redo the bathroom")  # fmt: skip
+    chat.ask("single-hop", [
+        f"What does {who} like about the flat in {city}?",
+        f"What's the best thing about {who}'s new home?",
+    ], [done[1]], "the morning light")  # fmt: skip
+    chat.facts.append(Fact("event", who, f"the move to {city}", done[1], second))
+    return True
+
+
+def pet(chat: Chat, who: str) -> bool:
+    """A pet refused, then adopted."""
+    picked = chat.sessions(2, gap=2)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    partner = chat.take(pools.PARTNERS)
+    breed = chat.take(pools.BREEDS)
+    name = chat.take(pools.PET_NAMES)
+    phrase, answer, then = chat.past(picked[1])
+    animal = "cat" if "cat" in breed else "dog"
+    no = chat.block(picked[0], [
+        (who, f"{partner} keeps sending me shelter photos but no, we are not getting a {animal}, not in this flat."),  # noqa: E501
+        (f, "Famous last words. I give it three months."),
+    ])  # fmt: skip
+    yes = chat.block(picked[1], [
+        (who, f"Don't laugh. We adopted a {breed} {phrase}. Her name is {name}."),
+        (f, "HAHA I knew it! How is she settling in?"),
+        (who, "She slept on my feet all night and I've already bought her three toys."),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"What's the name of {who}'s {animal}?",
+        f"What did {who} and {partner} call their new pet?",
+    ], [yes[0]], name)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} adopt {name}?",
+        f"When did {who}'s household get the {breed}?",
+    ], [yes[0]], answer)  # fmt: skip
+    chat.ask_change("temporal", [
+        f"Was {who} keen on getting a {animal} at first?",
+        f"What did {who} say before the adoption, when {partner} wanted a pet?",
+    ], [no[0], yes[0]], f"No, said they would not get one in that flat, then adopted {name}")
+    chat.ask("open-domain", [
+        f"Is {name} a dog or a cat?",
+        f"What kind of animal did {who} adopt?",
+    ], [yes[0]], f"a {animal} ({breed})")  # fmt: skip
+    chat.facts.append(Fact("event", who, f"adopting {name}", yes[0], then))
+    return True
+
+
+def concert(chat: Chat, who: str) -> bool:
+    picked = chat.sessions(1)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    band, genre = chat.take(pools.BANDS)
+    venue = chat.take(pools.VENUES)
+    companion = chat.take(pools.FRIENDS)
+    phrase, answer, then = chat.past(picked[0])
+    seen = chat.block(picked[0], [
+        (who, f"Saw {band} at {venue} {phrase} with {companion}. My ears are still ringing."),
+        (f, "Jealous! Did they play the old stuff?"),
+        (who, "Only two old songs, but the encore was twenty minutes, we lost our voices."),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"Which band did {who} see with {companion}?",
+        f"Who was playing at the gig {who} went to with {companion}?",
+    ], [seen[0]], band)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} see {band} live?",
+        f"When was the concert where {who} lost their voice?",
+    ], [seen[0]], answer)  # fmt: skip
+    chat.ask("open-domain", [
+        f"What kind of music does {who} listen to, judging by the concert with {companion}?",
+        f"Would {who} enjoy a {genre} festival?",
+    ], [seen[0]], f"{genre} (saw {band})")  # fmt: skip
+    chat.facts.append(Fact("concert", who, band, seen[0], then))
+    return True
+
+
+def family(chat: Chat, who: str) -> bool:
+    """Family news, and how someone took it: the answer is in a turn without the keyword."""
+    picked = chat.sessions(1)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    relation, name = chat.take(pools.RELATIVES)
+    if relation == "mom":
+        relation, name = "cousin", "Marco"
+    news, noun, reaction = chat.take(pools.FAMILY_NEWS)
+    phrase, answer, then = chat.past(picked[0])
+    told = chat.block(picked[0], [
+        (who, f"Family news: my {relation} {name} {news}! We found out {phrase}."),
+        (f, "Oh wow, that's huge! How did your mom take it?"),
+        (who, reaction),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"How did {who}'s mom react to {name}'s news?",
+        f"What did {who}'s mother do after hearing about the {noun}?",
+    ], [told[2]], reaction)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who}'s family hear about {name}'s {noun}?",
+        f"When did {who} learn that their {relation} {news}?",
+    ], [told[0]], answer)  # fmt: skip
+    chat.ask("single-hop", [
+        f"What is the name of {who}'s {relation}?",
+        f"Who in {who}'s family {news}?",
+    ], [told[0]], name)  # fmt: skip
+    chat.facts.append(Fact("event", who, f"{name}'s {noun}", told[0], then))
+    return True
+
+
+def research(chat: Chat, who: str) -> bool:
+    """Research, then a course: the inference question asks about a career."""
+    picked = chat.sessions(2, gap=3)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    topic, career = chat.take(pools.FIELDS)
+    first = chat.block(picked[0], [
+        (who, f"I've spent every evening this week reading up on {topic}. I think I'm onto something."),  # noqa: E501
+        (f, "Ooh, mysterious. Is this a new chapter or a new hobby?"),
+        (who, "Not sure yet. It just feels like the first thing in years that really excites me."),
+    ])  # fmt: skip
+    second = chat.block(picked[1], [
+        (who, f"Okay it's official, I signed up for an evening course in {career}. Twelve weeks."),
+        chat.react(f),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"What did {who} research?",
+        f"What was {who} reading about every evening?",
+    ], [first[0]], topic)  # fmt: skip
+    chat.ask("open-domain", [
+        f"Would {who} likely pursue {career} as a career option?",
+        f"Is {who} considering a change of career, and into what?",
+    ], [first[0], second[0]], f"Likely yes: researched {topic}, then took a {career} course")
+    chat.facts.append(Fact("activity", who, f"a {career} course", second[0], chat.date(picked[1])))  # noqa: E501
+    return True
+
+
+def race(chat: Chat, who: str) -> bool:
+    picked = chat.sessions(2, gap=2)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    city = chat.take(pools.HOME_CITIES)
+    time = chat.take(pools.RACE_TIMES)
+    phrase, answer, then = chat.past(picked[1])
+    train = chat.block(picked[0], [
+        (who, f"I signed up for the {city} half marathon. Training starts tomorrow, wish me luck."),  # noqa: E501
+        (f, "You're mad. I can barely run for a bus."),
+    ])  # fmt: skip
+    ran = chat.block(picked[1], [
+        (who, f"Did it! Crossed the line {phrase} in {time}, my legs are destroyed."),
+        chat.react(f),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"What was {who}'s finishing time in the {city} half marathon?",
+        f"How long did {who} take to finish the race?",
+    ], [ran[0]], time)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} run the {city} half marathon?",
+        f"When did {who} finish the race they trained for?",
+    ], [ran[0]], answer)  # fmt: skip
+    chat.ask("multi-hop", [
+        f"Which race did {who} train for, and what time did they run?",
+        f"What race did {who} enter and how did it go?",
+    ], [train[0], ran[0]], f"the {city} half marathon, in {time}")  # fmt: skip
+    chat.facts.append(Fact("activity", who, "running", ran[0], then))
+    return True
+
+
+def film(chat: Chat, who: str) -> bool:
+    picked = chat.sessions(1)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    title, genre = chat.take(pools.FILMS)
+    companion = chat.take(pools.FRIENDS)
+    phrase, answer, then = chat.past(picked[0])
+    seen = chat.block(picked[0], [
+        (f, "Did you do anything fun this week or was it all work?"),
+        (who, f"Watched {title} with {companion} {phrase}. I cried twice, {companion} pretended not to."),  # noqa: E501
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"Which film did {who} watch with {companion}?",
+        f"What movie made {who} cry?",
+    ], [seen[1]], title)  # fmt: skip
+    chat.ask("open-domain", [
+        f"What genre of film did {who} see with {companion}?",
+        f"Would {who} enjoy another {genre}?",
+    ], [seen[1]], f"{genre} ({title})")  # fmt: skip
+    chat.facts.append(Fact("film", who, title, seen[1], then))
+    return True
+
+
+def hiking(chat: Chat, who: str) -> bool:
+    """Two hints at loving the outdoors: the inference asks about a hiking holiday."""
+    picked = chat.sessions(2, gap=3)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    trail = chat.take(pools.TRAILS)
+    first = chat.block(picked[0], [
+        (who, "I'd take a tent in the mountains over a beach resort any day, give me mud and views."),  # noqa: E501
+        (f, "You and your mud. I need a sunbed and a book."),
+    ])  # fmt: skip
+    second = chat.block(picked[1], [
+        (who, f"Did {trail} on Sunday, twenty kilometres. Legs are dead, soul is happy."),
+        chat.react(f),
+    ])  # fmt: skip
+    chat.ask("open-domain", [
+        f"Would {who} enjoy a hiking holiday?",
+        f"Would {who} prefer a walking trip or a beach resort?",
+    ], [first[0], second[0]], "Yes, prefers mountains and long walks to beaches")  # fmt: skip
+    chat.ask("single-hop", [
+        f"How far did {who} walk on {trail}?",
+        f"How long was {who}'s Sunday walk?",
+    ], [second[0]], "twenty kilometres")  # fmt: skip
+    chat.facts.append(Fact("activity", who, "hiking", second[0], chat.date(picked[1])))
+    return True
+
+
+def regular(chat: Chat, who: str) -> bool:
+    """A weekly activity mentioned in passing."""
+    picked = chat.sessions(1)
+    if picked is None:
+        return False
+    f = chat.friend(who)
+    activity, place = chat.take(pools.ACTIVITIES)
+    said = chat.block(picked[0], [
+        (f, "Are you still doing your Thursday thing?"),
+        (who, f"Yes, {activity} at {place} every Thursday, it's the only thing keeping me sane."),
+    ])  # fmt: skip
+    chat.ask("single-hop", [
+        f"What does {who} do every Thursday?",
+        f"Where does {who} go for {activity}?",
+    ], [said[1]], f"{activity} at {place}")  # fmt: skip
+    chat.facts.append(Fact("activity", who, activity, said[1], chat.date(picked[0])))
+    return True
+
+
+Maker = Callable[[Chat, str], bool]
+# How many of each a person tells over a conversation: recurring topics with other details.
+STORIES: list[tuple[Maker, int]] = [
+    (trip, 2), (book, 2), (craft, 1), (cooking, 1), (job_offer, 1), (move, 1), (pet, 1),
+    (concert, 1), (family, 1), (research, 1), (race, 1), (film, 1), (hiking, 1), (regular, 2),
+]  # fmt: skip
