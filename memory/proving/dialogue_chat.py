@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import TypeVar
 
+from memory.proving import dialogue_pools as pools
+
 T = TypeVar("T")
 
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -57,6 +59,7 @@ class Chat:
     questions: list[Question] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
     said: set[str] = field(default_factory=set)
+    session_of: dict[int, int] = field(default_factory=dict)
     _next_key: int = 0
     _drawn: dict[int, list[object]] = field(default_factory=dict)
 
@@ -81,37 +84,48 @@ class Chat:
         unused = [text for text in pool if text.format(**slots) not in self.said]
         return self.rng.choice(unused).format(**slots) if unused else None
 
-    def date(self, session: int) -> date:
+    def on(self, session: int) -> date:
         return self.dates[session].date()
 
     def block(self, session: int, lines: Sequence[tuple[str, str] | None]) -> list[int]:
         """Turns said together in a session, in order; their keys (None lines are skipped)."""
+        said = [item for item in lines if item is not None]
+        speakers = [speaker for speaker, _ in said]
+        # The teller says most of a block; the other one listens and reacts.
+        teller = max(speakers, key=lambda name: (speakers.count(name), -speakers.index(name)))
         made = []
-        for item in lines:
-            if item is None:
-                continue
-            speaker, text = item
+        for speaker, short in said:
+            text = self.lengthen(short, pools.ASIDES if speaker == teller else pools.FOLLOW_UPS)
             self.said.add(text)
+            self.session_of[self._next_key] = session
             made.append(Line(speaker, text, self._next_key))
             self._next_key += 1
         self.blocks[session].append(made)
         return [line.key for line in made]
 
+    def lengthen(self, text: str, pool: Sequence[str]) -> str:
+        """A short turn, sometimes with a second sentence, as people type in a chat."""
+        if len(text.split()) >= 16 or self.rng.random() < 0.3:
+            return text
+        more = self.fresh(pool)
+        return f"{text} {more}" if more else text
+
     def react(self, who: str) -> tuple[str, str] | None:
         """A reaction by `who` that only makes sense after the turn before it."""
-        from memory.proving.dialogue_pools import REACTIONS
+        text = self.fresh(pools.REACTIONS)
+        if text is None:
+            return None
+        more = self.fresh(pools.FOLLOW_UPS)
+        return (who, f"{text} {more}" if more else text)
 
-        text = self.fresh(REACTIONS)
-        return (who, text) if text else None
-
-    def ask(
-        self, category: str, variants: Sequence[str], evidence: list[int], answer: str
-    ) -> None:
+    def ask(self, category: str, variants: Sequence[str], evidence: list[int], answer: str) -> None:
         """One question, worded as one of its variants (some reuse the turn's words, some
         don't)."""
         self.questions.append(Question(category, self.rng.choice(variants), evidence, answer))
 
-    def ask_change(self, category: str, variants: Sequence[str], evidence: list[int], answer: str) -> None:  # noqa: E501 -- a signature reads better on one line
+    def ask_change(
+        self, category: str, variants: Sequence[str], evidence: list[int], answer: str
+    ) -> None:
         self.ask(category, variants, evidence, answer)
         self.questions[-1].change = True
 
@@ -127,14 +141,18 @@ class Chat:
         picked = [start]
         for _ in range(count - 1):
             room = len(self.dates) - 1 - gap * (count - len(picked) - 1)
-            picked.append(self.rng.randint(picked[-1] + gap, max(picked[-1] + gap, min(room, picked[-1] + 3 * gap))))  # noqa: E501
+            picked.append(
+                self.rng.randint(
+                    picked[-1] + gap, max(picked[-1] + gap, min(room, picked[-1] + 3 * gap))
+                )
+            )
         return picked
 
     # --- relative dates: the phrase said in a session and the date it means ---------------------
 
     def past(self, session: int) -> tuple[str, str, date]:
         """(phrase, answer, date) for something done shortly before the session."""
-        today = self.date(session)
+        today = self.on(session)
         choice = self.rng.randrange(6)
         if choice == 0:
             then = today - timedelta(days=1)
@@ -156,7 +174,7 @@ class Chat:
 
     def later(self, session: int, weeks: int) -> tuple[str, date]:
         """(phrase, date) for a plan about `weeks` weeks after the session."""
-        today = self.date(session)
+        today = self.on(session)
         then = today + timedelta(weeks=weeks)
         if weeks <= 3:
             return ("next week" if weeks == 1 else f"in {weeks} weeks"), then

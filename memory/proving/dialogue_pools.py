@@ -128,30 +128,59 @@ TRAILS = ["the ridge loop above the reservoir", "the coastal path", "the old rai
 # --- the chat around the facts -----------------------------------------------------------------
 
 GREETINGS = [
-    "Hey {Y}! Long week here, how are things on your end?",
-    "Hi {Y}, finally sitting down with a cup of tea. How have you been?",
-    "Hey you! Sorry I went quiet for a bit, it's been a lot lately.",
-    "Hiii {Y}, got a minute? I have so much to tell you.",
-    "Evening! The kitchen's clean and I'm on the sofa, so catch me up.",
-    "Hey {Y}, happy weekend! What have you been up to?",
+    "Hey {Y}! Long week here, finally home with the kettle on. How are things on your end?",
+    "Hi {Y}, finally sitting down with a cup of tea after a mad day. How have you been?",
+    "Hey you! Sorry I went quiet for a bit, it's been a lot lately. What's going on with you?",
+    "Hiii {Y}, got a minute? I have so much to tell you and I don't know where to start.",
+    "Evening! The kitchen's clean, the dishes are done and I'm on the sofa, so catch me up.",
+    "Hey {Y}, happy weekend! Slow morning here, coffee in bed. What have you been up to?",
 ]  # fmt: skip
 GREETING_REPLIES = [
-    "Hey! All good here, just tired. What's new with you?",
-    "Hi! I was literally about to text you. Go on, tell me everything.",
-    "Hey {Y}! Busy but good. You first though.",
-    "Oh perfect timing, I just got home. How are you doing?",
+    "Hey! All good here, just tired from the week. What's new with you, anything exciting?",
+    "Hi! I was literally about to text you, that's spooky. Go on, tell me everything.",
+    "Hey {Y}! Busy but good, can't complain really. You first though, how are you?",
+    "Oh perfect timing, I just got home and kicked my shoes off. How are you doing?",
 ]  # fmt: skip
 GOODBYES = [
-    "Okay I need to get dinner going, talk soon!",
-    "I should sleep, early start tomorrow. Night {Y}!",
-    "Right, laundry is calling me. Speak later this week?",
-    "Gotta run, but this was so nice. Talk soon!",
+    "Okay I need to get dinner going before everyone starts complaining, talk soon!",
+    "I should sleep, early start tomorrow and I'm already yawning. Night {Y}!",
+    "Right, the laundry is calling me and it won't fold itself. Speak later this week?",
+    "Gotta run, but this was so nice, I needed a proper catch up. Talk soon!",
 ]  # fmt: skip
 GOODBYE_REPLIES = [
-    "Night! Say hi to everyone for me.",
-    "Talk soon, and keep me posted on everything!",
-    "Bye! Let's not leave it so long next time.",
+    "Night! Say hi to everyone for me and get some proper rest.",
+    "Talk soon, and keep me posted on everything, I want all the updates!",
+    "Bye! Let's not leave it so long next time, okay? Love you.",
 ]  # fmt: skip
+READING_PLACES = [
+    "on the train", "in bed every night", "on my lunch breaks", "in the bath",
+    "at the laundrette", "on the plane",
+]  # fmt: skip
+# What someone forgot while making something: (the turn, the answer).
+FORGOT = [
+    ("Most of the day, I forgot to eat lunch. Totally worth it though.", "eat lunch"),
+    ("All afternoon, I completely forgot to call my dad back, oops.", "call their dad back"),
+    ("Hours! I forgot the oven was on and burnt the bread, no regrets.", "the bread in the oven"),
+    ("Ages. I missed my yoga class because I lost track of time.", "their yoga class"),
+    ("A whole Sunday, I didn't even get dressed until four in the afternoon.", "getting dressed"),
+]  # fmt: skip
+ARRIVED = [
+    ("Yes, first week done! The flat is tiny but the light in the mornings is amazing.", "the morning light"),  # noqa: E501 -- (turn, answer) pairs
+    ("We are! Boxes everywhere still, but the garden already has tomatoes in it.", "the garden"),
+    ("Yep, moved in on Saturday. The neighbours brought us a cake, can you believe it?", "the friendly neighbours"),  # noqa: E501
+    ("Finally! The kitchen is twice the size of the old one, I keep cooking for no reason.", "the big kitchen"),  # noqa: E501
+]  # fmt: skip
+FAILURES = [
+    ("The first one stuck to the pan and the second one was basically soup, don't ask.", "it came out like soup"),  # noqa: E501
+    ("The first was raw in the middle and the second I burnt while on the phone.", "it burnt"),
+    ("First time I forgot the salt, second time I dropped the whole tray on the floor.", "it got dropped on the floor"),  # noqa: E501
+]  # fmt: skip
+OUTDOORS = [
+    "I'd take a tent in the mountains over a beach resort any day, give me mud and views.",
+    "Honestly my dream weekend is a long walk up a hill with a flask of soup at the top.",
+    "Lying on a beach bores me to tears, I need a trail and a map or I go mad.",
+]  # fmt: skip
+
 # Reactions in context: they make sense only after the turn they answer.
 REACTIONS = [
     "Oh wow, that's huge! How are you feeling about it?",
@@ -227,4 +256,119 @@ SMALL_TALK_REPLIES = [
     "Honestly you deserve a break more than anyone.",
     "Haha, sounds about right for you.",
     "I'm the same, it's a bit of a curse.",
+]  # fmt: skip
+# Said after a reaction or a reply, so a turn reads like a person typing, not a template.
+FOLLOW_UPS = [
+    "I want the whole story next time we grab a coffee, no skipping the good parts.",
+    "You have to tell me how it goes, I'll be thinking about it all week now.",
+    "Honestly this made my evening, I needed some good news after the day I had.",
+    "I told my sister about it earlier and she said the exact same thing.",
+    "It reminds me of that time we stayed up until three talking about everything.",
+    "I'm going to need photos, lots of them, the blurry ones too.",
+    "Let me know if you need a hand with anything, I mean it.",
+    "Things like this always seem to happen to you and never to me.",
+    "We should celebrate properly when things calm down a bit on my side.",
+    "I keep telling people you're the bravest person I know and this proves it.",
+    "Anyway, don't overthink it, you always land on your feet somehow.",
+    "My week was so boring compared to yours, I just worked and slept.",
+    "I can already picture your face when it happened, it's too good.",
+    "Okay now I'm a bit emotional, which is ridiculous on a Tuesday evening.",
+    "Give it a few weeks and it'll feel completely normal, I promise.",
+    "This is exactly why I love our chats, there's always something new.",
+    "Sometimes the plans that go sideways end up being the best ones.",
+    "I'd have panicked completely, so I'm impressed you stayed so calm.",
+    "That's the kind of thing I'd never have the nerve to do myself.",
+    "Write it all down somewhere, you'll be glad you did in a year.",
+    "I'm a little bit proud of you, is that weird to say over text?",
+    "My mum would love this story, can I tell her or is it a secret?",
+    "You always find the silver lining, it's honestly a superpower.",
+    "We need to catch up in person soon, texting doesn't do it justice.",
+    "I laughed so loudly that the cat jumped off the sofa.",
+    "Remember when you said this would never happen? Look at you now.",
+    "It's funny how things work out when you stop planning every detail.",
+    "Keep me posted, I want updates even if they're small ones.",
+    "You deserve this more than you'll ever admit, so just enjoy it.",
+    "I had a feeling something like this was coming, you've been hinting for weeks.",
+    "I'm saving this conversation so I can remind you of it later.",
+    "Life's been so quiet here that I'm living through you a bit, sorry.",
+    "This calls for a proper dinner out, my treat, once payday comes.",
+    "I bet everyone around you has an opinion about it too.",
+    "Take it slowly though, you don't have to figure everything out at once.",
+    "The more you tell me, the more I want to do something like that too.",
+    "Honestly it sounds like a scene from a film, I love it.",
+    "I hope you're treating yourself to something nice after all that.",
+    "That's going to be a great story for years, you know that, right?",
+    "Just don't forget about the rest of us when you're famous.",
+]  # fmt: skip
+# What the teller adds after a short turn of their own.
+ASIDES = [
+    "Anyway, that's my news, I've been dying to tell someone all day.",
+    "Sorry, I know I'm rambling a bit tonight, it's been a strange week.",
+    "I still can't quite believe it when I say it out loud.",
+    "Don't tell anyone yet though, I'm not ready for the questions.",
+    "My mum thinks I've lost the plot, but she says that about everything.",
+    "It's funny, a year ago I'd never have imagined any of this.",
+    "I keep replaying it in my head when I'm trying to fall asleep.",
+    "Honestly it's the most excited I've been about anything in ages.",
+    "Everyone at work has heard about it twice already, poor them.",
+    "I'll send you photos later when I'm not on my phone's last bar.",
+    "It was one of those days where everything just clicked for once.",
+    "I was so nervous beforehand, you'd have laughed at me.",
+    "It feels like things are finally moving again after a slow winter.",
+    "I'm trying not to get my hopes up too much, but still.",
+    "Let's just say there was a lot of coffee involved.",
+    "I wrote it all down in my notebook so I don't forget the details.",
+    "Part of me wants to do it all again next month, the other part wants a nap.",
+    "I told myself I'd be sensible this year and look how that went.",
+    "We'll see how it goes, fingers crossed for now.",
+    "The best part is nobody expected it from me, least of all me.",
+    "I'm still smiling about it, it's a bit embarrassing really.",
+    "It's been a while since something felt this good, so I'm savouring it.",
+    "You know me, I never do anything halfway.",
+    "Honestly it's been the talk of the family group chat all week.",
+    "I should probably have asked you for advice first, in hindsight.",
+    "I'll tell you the rest when we finally see each other.",
+    "The whole thing took way longer than I thought it would.",
+    "It wasn't perfect, but it was mine and I'm happy with it.",
+    "Funny how the small things end up mattering the most.",
+    "Can't stop thinking about what comes next, to be honest.",
+]  # fmt: skip
+DELAYS = [
+    ("the landlord needs to redo the bathroom first", "the landlord had to redo the bathroom"),
+    ("the sellers on the other end of the chain pulled out", "the chain fell through"),
+    ("the mortgage paperwork is stuck at the bank", "the mortgage paperwork was delayed"),
+    ("my start date at the new job moved", "the new job's start date moved"),
+    ("they found damp in the bedroom and need to fix it", "damp had to be fixed"),
+]  # fmt: skip
+MORE_SMALL_TALK = [
+    "I finally fixed the wobbly kitchen table, only took me two years.",
+    "Our street is being dug up again, the drilling starts at seven every morning.",
+    "I bought a new pair of running shoes and now I feel obliged to actually run.",
+    "The supermarket rearranged everything and I walked around lost for twenty minutes.",
+    "My cousin keeps sending voice notes that are ten minutes long, I can't keep up.",
+    "Spent my lunch break sitting in the park, it felt like a tiny holiday.",
+    "I'm trying to drink less coffee and it's going terribly, as you'd expect.",
+    "There was a fox in the garden last night, just sitting there staring at me.",
+    "Work gave us a free lunch today so morale is briefly very high.",
+    "I've started listening to podcasts on my commute, mostly true crime, it's a problem.",
+    "It rained the whole weekend so I rearranged my bookshelf by colour.",
+    "My laptop decided to update itself in the middle of a presentation, fun times.",
+    "I've been eating way too much toast lately, it's my comfort food apparently.",
+    "Someone left a whole box of free plants outside their door, I took three.",
+    "I tried meditating for ten minutes and thought about dinner the whole time.",
+    "We finally cleared out the spare room, it's a room again instead of a storage unit.",
+    "The heating broke for two days, I wore my coat indoors like a madwoman.",
+    "I've decided this is the year I learn to make proper bread, wish me luck.",
+    "My friend dragged me to a quiz night and we came last, proudly.",
+    "I keep forgetting to water the basil and it keeps forgiving me.",
+]  # fmt: skip
+WEEKNIGHTS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
+# What someone said after a film; {c} is who they watched it with.
+FILM_OPINIONS = [
+    "I cried twice, {c} pretended not to.",
+    "{c} fell asleep halfway through, I'm never letting that go.",
+    "We argued about the ending all the way home, in a good way.",
+    "Best thing I've seen all year, {c} agreed for once.",
+    "Bit too long, but the soundtrack has been stuck in my head since.",
+    "{c} loved it, I thought it was fine, we're still debating.",
 ]  # fmt: skip

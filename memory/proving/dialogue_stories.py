@@ -9,6 +9,7 @@ conversation has no room for it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 from memory.proving import dialogue_pools as pools
 from memory.proving.dialogue_chat import Chat, Fact, day
@@ -25,7 +26,7 @@ def trip(chat: Chat, who: str) -> bool:
     goal, goal_country = city, country
     companion = chat.take(pools.FRIENDS)
     phrase, answer, then = chat.past(back_at)
-    month = f"{then:%B}" if then.month != chat.date(plan_at).month else "a few weeks"
+    month = f"{then:%B}" if then.month != chat.on(plan_at).month else "a few weeks"
     when = f"in {month}" if month != "a few weeks" else "in a few weeks"
     changed = chat.rng.random() < 0.5
     plan = chat.block(plan_at, [
@@ -70,7 +71,7 @@ def trip(chat: Chat, who: str) -> bool:
             f"Where did {who} plan to go before changing the trip?",
             f"Which city was {who}'s holiday with {companion} meant to be in at first?",
         ], [plan[0], change[0]], f"{city}, before switching to {goal}")  # fmt: skip
-        chat.ask_change("single-hop", [
+        chat.ask("single-hop", [
             f"Why did {who} cancel the {city} trip?",
             f"What made {who} change the holiday plans?",
         ], [change[0]], reason)  # fmt: skip
@@ -86,17 +87,19 @@ def book(chat: Chat, who: str) -> bool:
     f = chat.friend(who)
     title, author, nationality, genre, about = chat.take(pools.BOOKS)
     verdict = chat.take(pools.BOOK_VERDICTS)
+    where = chat.take(pools.READING_PLACES)
+    phrase, answer, then = chat.past(picked[0])
     start = chat.block(picked[0], [
-        (who, f"I started {title} on the train, the {author} one. It's about {about}."),
+        (who, f"I started {title} {phrase}, reading it {where}. The {author} one, about {about}."),
         (f, "Ooh, is it good so far? I keep seeing it everywhere."),
         (who, "So good. I missed my stop yesterday because I was reading, no joke."),
     ])  # fmt: skip
     end = chat.block(picked[1], [
         (f, "Did you ever finish that book you were obsessed with?"),
-        (who, f"Yes! Finished it on Sunday. The ending {verdict}."),
+        (who, f"Yes! Finished {title} on Sunday. The ending {verdict}."),
     ])  # fmt: skip
     chat.ask("single-hop", [
-        f"What book was {who} reading on the train?",
+        f"What book was {who} reading {where}?",
         f"Which novel did {who} say was about {about}?",
     ], [start[0]], title)  # fmt: skip
     chat.ask("single-hop", [
@@ -104,10 +107,18 @@ def book(chat: Chat, who: str) -> bool:
         f"How did {who} feel about how the {author} novel ended?",
     ], [end[1]], verdict)  # fmt: skip
     chat.ask("open-domain", [
-        f"What nationality is the author of the book {who} missed a stop over?",
+        f"What nationality is the author of the book {who} read {where}?",
         f"Where is the writer of the book {who} started in {chat.dates[picked[0]]:%B} from?",
     ], [start[0]], nationality)  # fmt: skip
-    chat.facts.append(Fact("book", who, title, start[0], chat.date(picked[0])))
+    chat.ask("single-hop", [
+        f"Who wrote the book {who} was reading {where}?",
+        f"Which author's novel did {who} pick up in {then:%B}?",
+    ], [start[0]], author)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} start reading {title}?",
+        f"When did {who} begin the {author} novel?",
+    ], [start[0]], answer)  # fmt: skip
+    chat.facts.append(Fact("book", who, title, start[0], then))
     chat.facts.append(Fact("genre", who, genre, start[0]))
     return True
 
@@ -119,22 +130,23 @@ def craft(chat: Chat, who: str) -> bool:
         return False
     f = chat.friend(who)
     piece, kind = chat.take(pools.PIECES)
+    forgot, skipped = chat.take(pools.FORGOT)
     phrase, answer, then = chat.past(picked[0])
     verb = {"painting": "painted", "pottery": "made", "sewing": "finished", "woodwork": "built",
             "printmaking": "printed", "knitting": "knitted"}[kind]  # fmt: skip
     made = chat.block(picked[0], [
         (who, f"Look what I {verb} {phrase}: {piece}! First one I'm actually proud of."),
         (f, "Stop, that's gorgeous. How long did it take you?"),
-        (who, "Most of the day, I forgot to eat lunch. Totally worth it though."),
+        (who, forgot),
     ])  # fmt: skip
     chat.ask("temporal", [
         f"When did {who} make {piece.replace('my ', 'a ')}?",
-        f"When did {who} finish the {kind} piece they were proud of?",
+        f"On what day did {who} make the {kind} piece, {piece.replace('my ', 'a ')}?",
     ], [made[0]], answer)  # fmt: skip
     chat.ask("single-hop", [
         f"What did {who} forget to do while working on {piece.replace('my ', 'a ')}?",
-        f"What did {who} skip on the day of the {kind} project?",
-    ], [made[2]], "eat lunch")  # fmt: skip
+        f"What did {who} neglect while making {piece.replace('my ', 'a ')}?",
+    ], [made[2]], skipped)  # fmt: skip
     chat.facts.append(Fact("activity", who, kind, made[0], then))
     return True
 
@@ -147,10 +159,11 @@ def cooking(chat: Chat, who: str) -> bool:
     f = chat.friend(who)
     dish, cuisine = chat.take(pools.DISHES)
     relation, name = chat.take(pools.RELATIVES)
+    failed, outcome = chat.take(pools.FAILURES)
     first = chat.block(picked[0], [
         (who, f"I'm trying to learn {dish} the way my {relation} {name} makes it. Attempt three tonight."),  # noqa: E501
         (f, "Attempt three?? What happened to the first two?"),
-        (who, "The first one stuck to the pan and the second one was basically soup, don't ask."),
+        (who, failed),
     ])  # fmt: skip
     second = chat.block(picked[1], [
         (who, f"Update on the cooking saga: {name} came over and said mine was nearly as good as hers."),  # noqa: E501
@@ -167,7 +180,7 @@ def cooking(chat: Chat, who: str) -> bool:
     chat.ask("single-hop", [
         f"What happened to {who}'s second attempt at {dish}?",
         f"How did the second try at {name}'s recipe turn out for {who}?",
-    ], [first[2]], "it came out like soup")  # fmt: skip
+    ], [first[2]], outcome)  # fmt: skip
     return True
 
 
@@ -186,7 +199,7 @@ def job_offer(chat: Chat, who: str) -> bool:
     ])  # fmt: skip
     back = chat.block(picked[1], [
         (who, f"So, I pulled out of the {company} thing. They want everyone in the office five days a week now."),  # noqa: E501
-        (f, "Oh no, after all that? Honestly though, that's a dealbreaker, you'd hate the commute."),
+        (f, "Oh no, after all that? Honestly, that's a dealbreaker, you'd hate the commute."),
         (who, "Exactly. I'm staying where I am for now and I feel weirdly calm about it."),
     ])  # fmt: skip
     chat.ask("single-hop", [
@@ -201,7 +214,15 @@ def job_offer(chat: Chat, who: str) -> bool:
         f"Why did {who} turn down the job at {company}?",
         f"What made {who} change their mind about the new role?",
     ], [back[0]], "they required five days a week in the office")  # fmt: skip
-    chat.facts.append(Fact("event", who, f"the offer from {company}", offer[0], chat.date(picked[0])))  # noqa: E501
+    chat.ask("single-hop", [
+        f"What role was {who} offered at {company}?",
+        f"What position did {who} say yes to before backing out?",
+    ], [offer[0]], role)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} get the job offer from {company}?",
+        f"When did {who} tell {f} about the new job offer?",
+    ], [offer[0]], f"around {day(chat.on(picked[0]))}")  # fmt: skip
+    chat.facts.append(Fact("event", who, f"the offer from {company}", offer[0], chat.on(picked[0])))
     return True
 
 
@@ -212,25 +233,32 @@ def move(chat: Chat, who: str) -> bool:
         return False
     f = chat.friend(who)
     city = chat.take(pools.HOME_CITIES)
+    arrived, best = chat.take(pools.ARRIVED)
+    reason, because = chat.take(pools.DELAYS)
     first, first_date = chat.later(picked[0], 6)
-    second = chat.date(picked[2])
+    second = chat.on(picked[2])
     plan = chat.block(picked[0], [
         (who, f"We signed for a flat in {city}! Moving {first}, if everything goes to plan."),
         chat.react(f),
         (who, "Mostly for the job, but also we wanted a bit more space and a garden."),
     ])  # fmt: skip
     delay = chat.block(picked[1], [
-        (who, f"Move update: it's pushed back to {second:%B}, the landlord needs to redo the bathroom first."),  # noqa: E501
+        (who, f"Move update: it's pushed back to {second:%B}, {reason}."),
         (f, "Annoying, but better than moving into a building site I guess."),
     ])  # fmt: skip
     done = chat.block(picked[2], [
         (f, "So?? Are you in the new place yet?"),
-        (who, "Yes, first week done! The flat is tiny but the light in the mornings is amazing."),
+        (who, arrived),
     ])  # fmt: skip
-    chat.ask_change("temporal", [
-        f"When did {who} first plan to move to {city}?",
-        f"When was {who}'s move originally supposed to happen?",
-    ], [plan[0], delay[0]], f"{first_date:%B %Y}, before it was pushed back to {second:%B}")
+    chat.ask_change(
+        "temporal",
+        [
+            f"When did {who} first plan to move to {city}?",
+            f"When was {who}'s move originally supposed to happen?",
+        ],
+        [plan[0], delay[0]],
+        f"{first_date:%B %Y}, before it was pushed back to {second:%B}",
+    )
     chat.ask("temporal", [
         f"When did {who} actually move to {city}?",
         f"In which month did {who} finally get into the new flat?",
@@ -238,11 +266,11 @@ def move(chat: Chat, who: str) -> bool:
     chat.ask("single-hop", [
         f"Why was {who}'s move to {city} delayed?",
         f"What held up {who}'s move?",
-    ], [delay[0]], "the landlord had to redo the bathroom")  # fmt: skip
+    ], [delay[0]], because)  # fmt: skip
     chat.ask("single-hop", [
         f"What does {who} like about the flat in {city}?",
         f"What's the best thing about {who}'s new home?",
-    ], [done[1]], "the morning light")  # fmt: skip
+    ], [done[1]], best)  # fmt: skip
     chat.facts.append(Fact("event", who, f"the move to {city}", done[1], second))
     return True
 
@@ -275,14 +303,23 @@ def pet(chat: Chat, who: str) -> bool:
         f"When did {who} adopt {name}?",
         f"When did {who}'s household get the {breed}?",
     ], [yes[0]], answer)  # fmt: skip
-    chat.ask_change("temporal", [
-        f"Was {who} keen on getting a {animal} at first?",
-        f"What did {who} say before the adoption, when {partner} wanted a pet?",
-    ], [no[0], yes[0]], f"No, said they would not get one in that flat, then adopted {name}")
+    chat.ask_change(
+        "temporal",
+        [
+            f"Was {who} keen on getting a {animal} at first?",
+            f"What did {who} say before the adoption, when {partner} wanted a pet?",
+        ],
+        [no[0], yes[0]],
+        f"No, said they would not get one in that flat, then adopted {name}",
+    )
     chat.ask("open-domain", [
         f"Is {name} a dog or a cat?",
         f"What kind of animal did {who} adopt?",
     ], [yes[0]], f"a {animal} ({breed})")  # fmt: skip
+    chat.ask("single-hop", [
+        f"Who in {who}'s home wanted a pet first?",
+        f"Who kept sending {who} shelter photos?",
+    ], [no[0]], partner)  # fmt: skip
     chat.facts.append(Fact("event", who, f"adopting {name}", yes[0], then))
     return True
 
@@ -313,6 +350,10 @@ def concert(chat: Chat, who: str) -> bool:
         f"What kind of music does {who} listen to, judging by the concert with {companion}?",
         f"Would {who} enjoy a {genre} festival?",
     ], [seen[0]], f"{genre} (saw {band})")  # fmt: skip
+    chat.ask("single-hop", [
+        f"Where did {who} see {band}?",
+        f"What venue was the gig {who} went to with {companion}?",
+    ], [seen[0]], venue)  # fmt: skip
     chat.facts.append(Fact("concert", who, band, seen[0], then))
     return True
 
@@ -369,11 +410,20 @@ def research(chat: Chat, who: str) -> bool:
         f"What did {who} research?",
         f"What was {who} reading about every evening?",
     ], [first[0]], topic)  # fmt: skip
-    chat.ask("open-domain", [
-        f"Would {who} likely pursue {career} as a career option?",
-        f"Is {who} considering a change of career, and into what?",
-    ], [first[0], second[0]], f"Likely yes: researched {topic}, then took a {career} course")
-    chat.facts.append(Fact("activity", who, f"a {career} course", second[0], chat.date(picked[1])))  # noqa: E501
+    chat.ask(
+        "open-domain",
+        [
+            f"Would {who} likely pursue {career} as a career option?",
+            f"Is {who} considering a change of career, and into what?",
+        ],
+        [first[0], second[0]],
+        f"Likely yes: researched {topic}, then took a {career} course",
+    )
+    chat.ask("temporal", [
+        f"When did {who} sign up for the {career} course?",
+        f"When did {who} enrol in evening classes?",
+    ], [second[0]], f"around {day(chat.on(picked[1]))}")  # fmt: skip
+    chat.facts.append(Fact("activity", who, f"a {career} course", second[0], chat.on(picked[1])))
     return True
 
 
@@ -386,7 +436,7 @@ def race(chat: Chat, who: str) -> bool:
     time = chat.take(pools.RACE_TIMES)
     phrase, answer, then = chat.past(picked[1])
     train = chat.block(picked[0], [
-        (who, f"I signed up for the {city} half marathon. Training starts tomorrow, wish me luck."),  # noqa: E501
+        (who, f"I signed up for the {city} half marathon. Training starts tomorrow, wish me luck."),
         (f, "You're mad. I can barely run for a bus."),
     ])  # fmt: skip
     ran = chat.block(picked[1], [
@@ -405,6 +455,10 @@ def race(chat: Chat, who: str) -> bool:
         f"Which race did {who} train for, and what time did they run?",
         f"What race did {who} enter and how did it go?",
     ], [train[0], ran[0]], f"the {city} half marathon, in {time}")  # fmt: skip
+    chat.ask("single-hop", [
+        f"Which city's half marathon did {who} sign up for?",
+        f"Where was the race {who} trained for?",
+    ], [train[0]], city)  # fmt: skip
     chat.facts.append(Fact("activity", who, "running", ran[0], then))
     return True
 
@@ -415,20 +469,29 @@ def film(chat: Chat, who: str) -> bool:
         return False
     f = chat.friend(who)
     title, genre = chat.take(pools.FILMS)
+    opinion = chat.take(pools.FILM_OPINIONS)
     companion = chat.take(pools.FRIENDS)
     phrase, answer, then = chat.past(picked[0])
     seen = chat.block(picked[0], [
         (f, "Did you do anything fun this week or was it all work?"),
-        (who, f"Watched {title} with {companion} {phrase}. I cried twice, {companion} pretended not to."),  # noqa: E501
+        (who, f"Watched {title} with {companion} {phrase}. {opinion.format(c=companion)}"),
     ])  # fmt: skip
     chat.ask("single-hop", [
         f"Which film did {who} watch with {companion}?",
-        f"What movie made {who} cry?",
+        f"What did {who} and {companion} watch together?",
     ], [seen[1]], title)  # fmt: skip
     chat.ask("open-domain", [
         f"What genre of film did {who} see with {companion}?",
         f"Would {who} enjoy another {genre}?",
     ], [seen[1]], f"{genre} ({title})")  # fmt: skip
+    chat.ask("single-hop", [
+        f"Who watched {title} with {who}?",
+        f"Who did {who} see {title} with?",
+    ], [seen[1]], companion)  # fmt: skip
+    chat.ask("temporal", [
+        f"When did {who} watch {title}?",
+        f"When did {who} go to see the film with {companion}?",
+    ], [seen[1]], answer)  # fmt: skip
     chat.facts.append(Fact("film", who, title, seen[1], then))
     return True
 
@@ -441,7 +504,7 @@ def hiking(chat: Chat, who: str) -> bool:
     f = chat.friend(who)
     trail = chat.take(pools.TRAILS)
     first = chat.block(picked[0], [
-        (who, "I'd take a tent in the mountains over a beach resort any day, give me mud and views."),  # noqa: E501
+        (who, chat.take(pools.OUTDOORS)),
         (f, "You and your mud. I need a sunbed and a book."),
     ])  # fmt: skip
     second = chat.block(picked[1], [
@@ -456,7 +519,13 @@ def hiking(chat: Chat, who: str) -> bool:
         f"How far did {who} walk on {trail}?",
         f"How long was {who}'s Sunday walk?",
     ], [second[0]], "twenty kilometres")  # fmt: skip
-    chat.facts.append(Fact("activity", who, "hiking", second[0], chat.date(picked[1])))
+    today = chat.on(picked[1])
+    sunday = today - timedelta(days=(today.weekday() - 6) % 7 or 7)
+    chat.ask("temporal", [
+        f"When did {who} walk {trail}?",
+        f"When did {who} do the twenty kilometre walk?",
+    ], [second[0]], day(sunday))  # fmt: skip
+    chat.facts.append(Fact("activity", who, "hiking", second[0], sunday))
     return True
 
 
@@ -467,21 +536,26 @@ def regular(chat: Chat, who: str) -> bool:
         return False
     f = chat.friend(who)
     activity, place = chat.take(pools.ACTIVITIES)
+    weekday = chat.take(pools.WEEKNIGHTS)
     said = chat.block(picked[0], [
-        (f, "Are you still doing your Thursday thing?"),
-        (who, f"Yes, {activity} at {place} every Thursday, it's the only thing keeping me sane."),
+        (f, f"Are you still doing your {weekday} thing?"),
+        (who, f"Yes, {activity} at {place} every {weekday}, it's the only thing keeping me sane."),
     ])  # fmt: skip
     chat.ask("single-hop", [
-        f"What does {who} do every Thursday?",
-        f"Where does {who} go for {activity}?",
+        f"What does {who} do every {weekday}?",
+        f"What does {who} do on {weekday} evenings to stay sane?",
     ], [said[1]], f"{activity} at {place}")  # fmt: skip
-    chat.facts.append(Fact("activity", who, activity, said[1], chat.date(picked[0])))
+    chat.ask("single-hop", [
+        f"Where does {who} go for {activity}?",
+        f"Where does {who} spend {weekday} evenings?",
+    ], [said[1]], place)  # fmt: skip
+    chat.facts.append(Fact("activity", who, activity, said[1], chat.on(picked[0])))
     return True
 
 
 Maker = Callable[[Chat, str], bool]
 # How many of each a person tells over a conversation: recurring topics with other details.
 STORIES: list[tuple[Maker, int]] = [
-    (trip, 2), (book, 2), (craft, 1), (cooking, 1), (job_offer, 1), (move, 1), (pet, 1),
-    (concert, 1), (family, 1), (research, 1), (race, 1), (film, 1), (hiking, 1), (regular, 2),
+    (trip, 2), (book, 2), (craft, 2), (cooking, 1), (job_offer, 1), (move, 1), (pet, 1),
+    (concert, 1), (family, 1), (research, 1), (race, 1), (film, 2), (hiking, 1), (regular, 2),
 ]  # fmt: skip

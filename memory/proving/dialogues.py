@@ -60,10 +60,12 @@ def schedule(rng: random.Random) -> list[datetime]:
 
 def small_talk(chat: Chat, session: int) -> None:
     who = chat.rng.choice(chat.people)
-    text = chat.fresh(pools.SMALL_TALK)
+    text = chat.fresh(pools.SMALL_TALK + pools.MORE_SMALL_TALK)
     if text is None:
         return
     reply = chat.fresh(pools.SMALL_TALK_REPLIES)
+    more = chat.fresh(pools.FOLLOW_UPS) if chat.rng.random() < 0.5 else None
+    reply = f"{reply} {more}" if reply and more else reply
     chat.block(session, [(who, text), (chat.friend(who), reply) if reply else None])
 
 
@@ -88,22 +90,7 @@ def multi_hop(chat: Chat) -> None:
                     f"What {noun} has {who} {verb}?",
                     f"Which {noun} has {who} mentioned having {verb}?",
                 ], [fact.key for fact in facts], ", ".join(f.value for f in facts))  # fmt: skip
-        dated = [fact for fact in chat.facts if fact.who == who and fact.when is not None]
-        pairs = []
-        for _ in range(2):
-            chat.rng.shuffle(dated)
-            pairs += zip(dated[::2], dated[1::2], strict=False)
-        for first, second in pairs:
-            if first.key == second.key or first.when == second.when:
-                continue
-            early, late = sorted((first, second), key=lambda fact: fact.when or date.min)
-            assert early.when is not None and late.when is not None  # noqa: S101 -- filtered above
-            weeks = round((late.when - early.when).days / 7)
-            span = f"about {weeks} weeks" if weeks < 9 else f"about {round(weeks / 4.35)} months"
-            chat.ask("multi-hop", [
-                f"How long after {describe(early)} was {describe(late)}?",
-                f"How much time passed between {describe(early)} and {describe(late)}?",
-            ], [early.key, late.key], span)  # fmt: skip
+        intervals(chat, who)
     genres = [fact for fact in chat.facts if fact.kind == "genre"]
     for who in chat.people:
         own = [fact for fact in genres if fact.who == who]
@@ -112,6 +99,27 @@ def multi_hop(chat: Chat) -> None:
                 f"Would {who} enjoy a {own[0].value} book club?",
                 f"What kind of books does {who} seem to like?",
             ], [fact.key for fact in own], ", ".join(fact.value for fact in own))  # fmt: skip
+
+
+def intervals(chat: Chat, who: str) -> None:
+    """How long between two of a person's dated events, told in different sessions."""
+    dated = [(fact.when, fact) for fact in chat.facts if fact.who == who and fact.when]
+    pairs: list[tuple[tuple[date, Fact], tuple[date, Fact]]] = []
+    for _ in range(2):
+        chat.rng.shuffle(dated)
+        pairs += zip(dated[::2], dated[1::2], strict=False)
+    for first, second in pairs:
+        (early_on, early), (late_on, late) = sorted((first, second), key=lambda pair: pair[0])
+        # Far enough apart that "how long" has an answer a reader can work out.
+        same = chat.session_of[early.key] == chat.session_of[late.key]
+        if same or (late_on - early_on).days < 14:
+            continue
+        weeks = round((late_on - early_on).days / 7)
+        span = f"about {weeks} weeks" if weeks < 9 else f"about {round(weeks / 4.35)} months"
+        chat.ask("multi-hop", [
+            f"How long after {describe(early)} was {describe(late)}?",
+            f"How much time passed between {describe(early)} and {describe(late)}?",
+        ], [early.key, late.key], span)  # fmt: skip
 
 
 def describe(fact: Fact) -> str:
@@ -146,7 +154,7 @@ def conversation(rng: random.Random, number: int, people: tuple[str, str]) -> di
     tellings = [(maker, who) for maker, times in STORIES for who in people for _ in range(times)]
     rng.shuffle(tellings)
     for maker, who in tellings:
-        if rng.random() < 0.85:
+        if rng.random() < 0.9:
             maker(chat, who)
     multi_hop(chat)
     for session in range(len(chat.dates)):
@@ -155,9 +163,9 @@ def conversation(rng: random.Random, number: int, people: tuple[str, str]) -> di
             small_talk(chat, session)
             if len(chat.blocks[session]) == before:
                 break
-    for _ in range(12):
+    for _ in range(8):
         small_talk(chat, rng.randrange(len(chat.dates)))
-    questions = select(rng, chat.questions, rng.randint(115, 150))
+    questions = select(rng, chat.questions, rng.randint(115, 155))
     documents, ids = turns(chat, {key for question in questions for key in question.evidence})
     return {
         "id": f"conv-{number}",
@@ -206,7 +214,9 @@ def turns(chat: Chat, needed: set[int]) -> tuple[list[dict[str, str]], dict[int,
             time += timedelta(minutes=chat.rng.randint(1, 2))
             doc_id = f"D{session + 1}:{number}"
             ids[line.key] = doc_id
-            documents.append({"id": doc_id, "text": f"{line.speaker}: {line.text}", "time": time.isoformat()})  # noqa: E501
+            documents.append(
+                {"id": doc_id, "text": f"{line.speaker}: {line.text}", "time": time.isoformat()}
+            )
     return documents, ids
 
 
