@@ -87,15 +87,17 @@ class Chat:
     def on(self, session: int) -> date:
         return self.dates[session].date()
 
-    def block(self, session: int, lines: Sequence[tuple[str, str] | None]) -> list[int]:
-        """Turns said together in a session, in order; their keys (None lines are skipped)."""
-        said = [item for item in lines if item is not None]
-        speakers = [speaker for speaker, _ in said]
-        # The teller says most of a block; the other one listens and reacts.
-        teller = max(speakers, key=lambda name: (speakers.count(name), -speakers.index(name)))
+    def block(
+        self, teller: str | None, session: int, lines: Sequence[tuple[str, str] | None]
+    ) -> list[int]:
+        """Turns said together in a session, in order; their keys (None lines are skipped).
+        The teller's short turns may gain an aside, the listener's a follow-up; small talk (no
+        teller) stays as it is."""
         made = []
-        for speaker, short in said:
-            text = self.lengthen(short, pools.ASIDES if speaker == teller else pools.FOLLOW_UPS)
+        for speaker, short in (item for item in lines if item is not None):
+            text = short
+            if teller is not None:
+                text = self.lengthen(short, pools.ASIDES if speaker == teller else pools.FOLLOW_UPS)
             self.said.add(text)
             self.session_of[self._next_key] = session
             made.append(Line(speaker, text, self._next_key))
@@ -128,6 +130,14 @@ class Chat:
     ) -> None:
         self.ask(category, variants, evidence, answer)
         self.questions[-1].change = True
+
+    def later_mention(
+        self, teller: str, after: int, lines: Sequence[tuple[str, str] | None]
+    ) -> None:
+        """Talk that comes back to a story in a later session without saying anything new: a
+        reader (or a search) finds the story's words there but not its answers."""
+        if after + 1 < len(self.dates):
+            self.block(teller, self.rng.randrange(after + 1, len(self.dates)), lines)
 
     def sessions(self, count: int, *, gap: int = 1) -> list[int] | None:
         """`count` session indexes at least `gap` apart, starting where there is least said; None

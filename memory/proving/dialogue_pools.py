@@ -118,7 +118,7 @@ FAMILY_NEWS = [
     ("got engaged", "engagement", "She cried, obviously. Then she started planning the menu."),
     ("is having a baby", "pregnancy", "She's already knitting things, it's adorable honestly."),
     ("got into medical school", "acceptance", "She told every single neighbour within an hour."),
-    ("decided to retire early", "retirement", "She's thrilled, she wants him home for dinner."),
+    ("decided to retire early", "retirement", "She's thrilled, she says it's about time someone slowed down."),  # noqa: E501 -- one row per piece of news
     ("is moving abroad", "move abroad", "Not great, she went very quiet and then cried a bit."),
     ("bought a house", "house purchase", "She's happy but already worried about the mortgage."),
 ]  # fmt: skip
@@ -313,10 +313,8 @@ ASIDES = [
     "Everyone at work has heard about it twice already, poor them.",
     "I'll send you photos later when I'm not on my phone's last bar.",
     "It was one of those days where everything just clicked for once.",
-    "I was so nervous beforehand, you'd have laughed at me.",
     "It feels like things are finally moving again after a slow winter.",
     "I'm trying not to get my hopes up too much, but still.",
-    "Let's just say there was a lot of coffee involved.",
     "I wrote it all down in my notebook so I don't forget the details.",
     "Part of me wants to do it all again next month, the other part wants a nap.",
     "I told myself I'd be sensible this year and look how that went.",

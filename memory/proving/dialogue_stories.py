@@ -29,7 +29,7 @@ def trip(chat: Chat, who: str) -> bool:
     month = f"{then:%B}" if then.month != chat.on(plan_at).month else "a few weeks"
     when = f"in {month}" if month != "a few weeks" else "in a few weeks"
     changed = chat.rng.random() < 0.5
-    plan = chat.block(plan_at, [
+    plan = chat.block(who, plan_at, [
         (who, f"Guess what, {companion} and I finally booked a trip! {city} {when}, five days."),
         (f, f"Oh nice! Have you been to {city} before?"),
         (who, "Never, that's the whole point. I mostly want to eat and walk around with no plan."),
@@ -38,14 +38,14 @@ def trip(chat: Chat, who: str) -> bool:
     if changed:
         goal, goal_country = chat.take(pools.CITIES)
         reason = chat.take(pools.TRIP_REASONS)
-        change = chat.block(change_at, [
+        change = chat.block(who, change_at, [
             (who, f"Small change of plans, {city} is off. {reason.capitalize()}."),
             chat.react(f),
             (who, f"So we're doing {goal} instead, same dates. {companion} is thrilled actually."),
         ])  # fmt: skip
         change = [change[0], change[-1]]
     highlight = chat.take(pools.HIGHLIGHTS)
-    back = chat.block(back_at, [
+    back = chat.block(who, back_at, [
         (who, f"We got back from {goal} {phrase}! Honestly {highlight} was the best bit."),
         chat.react(f),
         (who, f"{companion} already wants to go back. I'm still tired though, five days of walking."),  # noqa: E501
@@ -75,6 +75,10 @@ def trip(chat: Chat, who: str) -> bool:
             f"Why did {who} cancel the {city} trip?",
             f"What made {who} change the holiday plans?",
         ], [change[0]], reason)  # fmt: skip
+    chat.later_mention(who, back_at, [
+        (f, f"Have you finished sorting the {goal} photos yet? I still want to see them."),
+        (who, "Not even close, there are about eight hundred. I'll pick the best ten for you."),
+    ])  # fmt: skip
     chat.facts.append(Fact("trip", who, goal, back[0], then))
     return True
 
@@ -89,12 +93,12 @@ def book(chat: Chat, who: str) -> bool:
     verdict = chat.take(pools.BOOK_VERDICTS)
     where = chat.take(pools.READING_PLACES)
     phrase, answer, then = chat.past(picked[0])
-    start = chat.block(picked[0], [
+    start = chat.block(who, picked[0], [
         (who, f"I started {title} {phrase}, reading it {where}. The {author} one, about {about}."),
         (f, "Ooh, is it good so far? I keep seeing it everywhere."),
         (who, "So good. I missed my stop yesterday because I was reading, no joke."),
     ])  # fmt: skip
-    end = chat.block(picked[1], [
+    end = chat.block(who, picked[1], [
         (f, "Did you ever finish that book you were obsessed with?"),
         (who, f"Yes! Finished {title} on Sunday. The ending {verdict}."),
     ])  # fmt: skip
@@ -118,6 +122,10 @@ def book(chat: Chat, who: str) -> bool:
         f"When did {who} start reading {title}?",
         f"When did {who} begin the {author} novel?",
     ], [start[0]], answer)  # fmt: skip
+    chat.later_mention(who, picked[1], [
+        (f, f"My sister borrowed {title} after I told her you loved it, so blame me if she hates it."),  # noqa: E501
+        (who, "Ha, tell her to stick with it past the first hundred pages."),
+    ])  # fmt: skip
     chat.facts.append(Fact("book", who, title, start[0], then))
     chat.facts.append(Fact("genre", who, genre, start[0]))
     return True
@@ -134,7 +142,7 @@ def craft(chat: Chat, who: str) -> bool:
     phrase, answer, then = chat.past(picked[0])
     verb = {"painting": "painted", "pottery": "made", "sewing": "finished", "woodwork": "built",
             "printmaking": "printed", "knitting": "knitted"}[kind]  # fmt: skip
-    made = chat.block(picked[0], [
+    made = chat.block(who, picked[0], [
         (who, f"Look what I {verb} {phrase}: {piece}! First one I'm actually proud of."),
         (f, "Stop, that's gorgeous. How long did it take you?"),
         (who, forgot),
@@ -147,6 +155,10 @@ def craft(chat: Chat, who: str) -> bool:
         f"What did {who} forget to do while working on {piece.replace('my ', 'a ')}?",
         f"What did {who} neglect while making {piece.replace('my ', 'a ')}?",
     ], [made[2]], skipped)  # fmt: skip
+    chat.later_mention(who, picked[0], [
+        (f, f"Is {piece.replace('my ', 'your ')} still your pride and joy, or have you made a better one?"),  # noqa: E501
+        (who, "Still the favourite. The newer ones are fine but that one feels special."),
+    ])  # fmt: skip
     chat.facts.append(Fact("activity", who, kind, made[0], then))
     return True
 
@@ -160,13 +172,13 @@ def cooking(chat: Chat, who: str) -> bool:
     dish, cuisine = chat.take(pools.DISHES)
     relation, name = chat.take(pools.RELATIVES)
     failed, outcome = chat.take(pools.FAILURES)
-    first = chat.block(picked[0], [
+    first = chat.block(who, picked[0], [
         (who, f"I'm trying to learn {dish} the way my {relation} {name} makes it. Attempt three tonight."),  # noqa: E501
         (f, "Attempt three?? What happened to the first two?"),
         (who, failed),
     ])  # fmt: skip
-    second = chat.block(picked[1], [
-        (who, f"Update on the cooking saga: {name} came over and said mine was nearly as good as hers."),  # noqa: E501
+    second = chat.block(who, picked[1], [
+        (who, f"Update on the cooking saga: {name} came over and said mine was nearly as good as the original."),  # noqa: E501
         chat.react(f),
     ])  # fmt: skip
     chat.ask("open-domain", [
@@ -192,12 +204,12 @@ def job_offer(chat: Chat, who: str) -> bool:
     f = chat.friend(who)
     company = chat.take(pools.COMPANIES)
     role = chat.take(pools.ROLES)
-    offer = chat.block(picked[0], [
+    offer = chat.block(who, picked[0], [
         (who, f"Big news: {company} offered me the {role} job! I said yes on the spot."),
         (f, "WHAT. Congratulations!! When do you start?"),
         (who, "Start of next quarter, if the paperwork goes through. I'm terrified and excited."),
     ])  # fmt: skip
-    back = chat.block(picked[1], [
+    back = chat.block(who, picked[1], [
         (who, f"So, I pulled out of the {company} thing. They want everyone in the office five days a week now."),  # noqa: E501
         (f, "Oh no, after all that? Honestly, that's a dealbreaker, you'd hate the commute."),
         (who, "Exactly. I'm staying where I am for now and I feel weirdly calm about it."),
@@ -237,16 +249,16 @@ def move(chat: Chat, who: str) -> bool:
     reason, because = chat.take(pools.DELAYS)
     first, first_date = chat.later(picked[0], 6)
     second = chat.on(picked[2])
-    plan = chat.block(picked[0], [
+    plan = chat.block(who, picked[0], [
         (who, f"We signed for a flat in {city}! Moving {first}, if everything goes to plan."),
         chat.react(f),
         (who, "Mostly for the job, but also we wanted a bit more space and a garden."),
     ])  # fmt: skip
-    delay = chat.block(picked[1], [
+    delay = chat.block(who, picked[1], [
         (who, f"Move update: it's pushed back to {second:%B}, {reason}."),
         (f, "Annoying, but better than moving into a building site I guess."),
     ])  # fmt: skip
-    done = chat.block(picked[2], [
+    done = chat.block(who, picked[2], [
         (f, "So?? Are you in the new place yet?"),
         (who, arrived),
     ])  # fmt: skip
@@ -271,6 +283,10 @@ def move(chat: Chat, who: str) -> bool:
         f"What does {who} like about the flat in {city}?",
         f"What's the best thing about {who}'s new home?",
     ], [done[1]], best)  # fmt: skip
+    chat.later_mention(who, picked[2], [
+        (f, f"How's {city} treating you these days? Found a favourite pub yet?"),
+        (who, "Getting there, still getting lost on the way back from the station though."),
+    ])  # fmt: skip
     chat.facts.append(Fact("event", who, f"the move to {city}", done[1], second))
     return True
 
@@ -286,11 +302,11 @@ def pet(chat: Chat, who: str) -> bool:
     name = chat.take(pools.PET_NAMES)
     phrase, answer, then = chat.past(picked[1])
     animal = "cat" if "cat" in breed else "dog"
-    no = chat.block(picked[0], [
+    no = chat.block(who, picked[0], [
         (who, f"{partner} keeps sending me shelter photos but no, we are not getting a {animal}, not in this flat."),  # noqa: E501
         (f, "Famous last words. I give it three months."),
     ])  # fmt: skip
-    yes = chat.block(picked[1], [
+    yes = chat.block(who, picked[1], [
         (who, f"Don't laugh. We adopted a {breed} {phrase}. Her name is {name}."),
         (f, "HAHA I knew it! How is she settling in?"),
         (who, "She slept on my feet all night and I've already bought her three toys."),
@@ -320,6 +336,10 @@ def pet(chat: Chat, who: str) -> bool:
         f"Who in {who}'s home wanted a pet first?",
         f"Who kept sending {who} shelter photos?",
     ], [no[0]], partner)  # fmt: skip
+    chat.later_mention(who, picked[1], [
+        (f, f"How's {name} doing? Still stealing socks?"),
+        (who, f"Worse, she's moved on to shoes. {partner} thinks it's hilarious, I don't."),
+    ])  # fmt: skip
     chat.facts.append(Fact("event", who, f"adopting {name}", yes[0], then))
     return True
 
@@ -333,7 +353,7 @@ def concert(chat: Chat, who: str) -> bool:
     venue = chat.take(pools.VENUES)
     companion = chat.take(pools.FRIENDS)
     phrase, answer, then = chat.past(picked[0])
-    seen = chat.block(picked[0], [
+    seen = chat.block(who, picked[0], [
         (who, f"Saw {band} at {venue} {phrase} with {companion}. My ears are still ringing."),
         (f, "Jealous! Did they play the old stuff?"),
         (who, "Only two old songs, but the encore was twenty minutes, we lost our voices."),
@@ -354,6 +374,10 @@ def concert(chat: Chat, who: str) -> bool:
         f"Where did {who} see {band}?",
         f"What venue was the gig {who} went to with {companion}?",
     ], [seen[0]], venue)  # fmt: skip
+    chat.later_mention(who, picked[0], [
+        (f, f"Heard {band} on the radio today and thought of you straight away."),
+        (who, "Ha, I've had their songs on repeat since that night, it's a problem."),
+    ])  # fmt: skip
     chat.facts.append(Fact("concert", who, band, seen[0], then))
     return True
 
@@ -369,7 +393,7 @@ def family(chat: Chat, who: str) -> bool:
         relation, name = "cousin", "Marco"
     news, noun, reaction = chat.take(pools.FAMILY_NEWS)
     phrase, answer, then = chat.past(picked[0])
-    told = chat.block(picked[0], [
+    told = chat.block(who, picked[0], [
         (who, f"Family news: my {relation} {name} {news}! We found out {phrase}."),
         (f, "Oh wow, that's huge! How did your mom take it?"),
         (who, reaction),
@@ -386,6 +410,10 @@ def family(chat: Chat, who: str) -> bool:
         f"What is the name of {who}'s {relation}?",
         f"Who in {who}'s family {news}?",
     ], [told[0]], name)  # fmt: skip
+    chat.later_mention(who, picked[0], [
+        (f, f"Any news from {name}? I keep wondering how it's all going."),
+        (who, "All calm for now, the whole family has finally stopped talking about it."),
+    ])  # fmt: skip
     chat.facts.append(Fact("event", who, f"{name}'s {noun}", told[0], then))
     return True
 
@@ -397,12 +425,12 @@ def research(chat: Chat, who: str) -> bool:
         return False
     f = chat.friend(who)
     topic, career = chat.take(pools.FIELDS)
-    first = chat.block(picked[0], [
+    first = chat.block(who, picked[0], [
         (who, f"I've spent every evening this week reading up on {topic}. I think I'm onto something."),  # noqa: E501
         (f, "Ooh, mysterious. Is this a new chapter or a new hobby?"),
         (who, "Not sure yet. It just feels like the first thing in years that really excites me."),
     ])  # fmt: skip
-    second = chat.block(picked[1], [
+    second = chat.block(who, picked[1], [
         (who, f"Okay it's official, I signed up for an evening course in {career}. Twelve weeks."),
         chat.react(f),
     ])  # fmt: skip
@@ -435,11 +463,11 @@ def race(chat: Chat, who: str) -> bool:
     city = chat.take(pools.HOME_CITIES)
     time = chat.take(pools.RACE_TIMES)
     phrase, answer, then = chat.past(picked[1])
-    train = chat.block(picked[0], [
+    train = chat.block(who, picked[0], [
         (who, f"I signed up for the {city} half marathon. Training starts tomorrow, wish me luck."),
         (f, "You're mad. I can barely run for a bus."),
     ])  # fmt: skip
-    ran = chat.block(picked[1], [
+    ran = chat.block(who, picked[1], [
         (who, f"Did it! Crossed the line {phrase} in {time}, my legs are destroyed."),
         chat.react(f),
     ])  # fmt: skip
@@ -472,7 +500,7 @@ def film(chat: Chat, who: str) -> bool:
     opinion = chat.take(pools.FILM_OPINIONS)
     companion = chat.take(pools.FRIENDS)
     phrase, answer, then = chat.past(picked[0])
-    seen = chat.block(picked[0], [
+    seen = chat.block(who, picked[0], [
         (f, "Did you do anything fun this week or was it all work?"),
         (who, f"Watched {title} with {companion} {phrase}. {opinion.format(c=companion)}"),
     ])  # fmt: skip
@@ -492,6 +520,10 @@ def film(chat: Chat, who: str) -> bool:
         f"When did {who} watch {title}?",
         f"When did {who} go to see the film with {companion}?",
     ], [seen[1]], answer)  # fmt: skip
+    chat.later_mention(who, picked[0], [
+        (f, f"I finally watched {title} because you wouldn't shut up about it."),
+        (who, "And?? Please tell me you liked it, otherwise we can't be friends."),
+    ])  # fmt: skip
     chat.facts.append(Fact("film", who, title, seen[1], then))
     return True
 
@@ -503,11 +535,11 @@ def hiking(chat: Chat, who: str) -> bool:
         return False
     f = chat.friend(who)
     trail = chat.take(pools.TRAILS)
-    first = chat.block(picked[0], [
+    first = chat.block(who, picked[0], [
         (who, chat.take(pools.OUTDOORS)),
         (f, "You and your mud. I need a sunbed and a book."),
     ])  # fmt: skip
-    second = chat.block(picked[1], [
+    second = chat.block(who, picked[1], [
         (who, f"Did {trail} on Sunday, twenty kilometres. Legs are dead, soul is happy."),
         chat.react(f),
     ])  # fmt: skip
@@ -537,7 +569,7 @@ def regular(chat: Chat, who: str) -> bool:
     f = chat.friend(who)
     activity, place = chat.take(pools.ACTIVITIES)
     weekday = chat.take(pools.WEEKNIGHTS)
-    said = chat.block(picked[0], [
+    said = chat.block(who, picked[0], [
         (f, f"Are you still doing your {weekday} thing?"),
         (who, f"Yes, {activity} at {place} every {weekday}, it's the only thing keeping me sane."),
     ])  # fmt: skip

@@ -66,7 +66,9 @@ def small_talk(chat: Chat, session: int) -> None:
     reply = chat.fresh(pools.SMALL_TALK_REPLIES)
     more = chat.fresh(pools.FOLLOW_UPS) if chat.rng.random() < 0.5 else None
     reply = f"{reply} {more}" if reply and more else reply
-    chat.block(session, [(who, text), (chat.friend(who), reply) if reply else None])
+    aside = chat.fresh(pools.ASIDES) if chat.rng.random() < 0.3 else None
+    text = f"{text} {aside}" if aside else text
+    chat.block(None, session, [(who, text), (chat.friend(who), reply) if reply else None])
 
 
 def multi_hop(chat: Chat) -> None:
@@ -95,10 +97,11 @@ def multi_hop(chat: Chat) -> None:
     for who in chat.people:
         own = [fact for fact in genres if fact.who == who]
         if own:
+            suits = f" (so a {own[0].value} book club would likely suit them)"
             chat.ask("open-domain", [
                 f"Would {who} enjoy a {own[0].value} book club?",
                 f"What kind of books does {who} seem to like?",
-            ], [fact.key for fact in own], ", ".join(fact.value for fact in own))  # fmt: skip
+            ], [fact.key for fact in own], ", ".join(f.value for f in own) + suits)  # fmt: skip
 
 
 def intervals(chat: Chat, who: str) -> None:
@@ -158,12 +161,12 @@ def conversation(rng: random.Random, number: int, people: tuple[str, str]) -> di
             maker(chat, who)
     multi_hop(chat)
     for session in range(len(chat.dates)):
-        while sum(len(block) for block in chat.blocks[session]) < 10:
+        while sum(len(block) for block in chat.blocks[session]) < 12:
             before = len(chat.blocks[session])
             small_talk(chat, session)
             if len(chat.blocks[session]) == before:
                 break
-    for _ in range(8):
+    for _ in range(20):
         small_talk(chat, rng.randrange(len(chat.dates)))
     questions = select(rng, chat.questions, rng.randint(115, 155))
     documents, ids = turns(chat, {key for question in questions for key in question.evidence})
