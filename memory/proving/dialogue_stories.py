@@ -234,7 +234,9 @@ def job_offer(chat: Chat, who: str) -> bool:
         f"When did {who} get the job offer from {company}?",
         f"When did {who} tell {f} about the new job offer?",
     ], [offer[0]], f"around {day(chat.on(picked[0]))}")  # fmt: skip
-    chat.facts.append(Fact("event", who, f"the offer from {company}", offer[0], chat.on(picked[0])))
+    chat.facts.append(
+        Fact("event", who, f"{who} getting the offer from {company}", offer[0], chat.on(picked[0]))
+    )
     return True
 
 
@@ -287,7 +289,7 @@ def move(chat: Chat, who: str) -> bool:
         (f, f"How's {city} treating you these days? Found a favourite pub yet?"),
         (who, "Getting there, still getting lost on the way back from the station though."),
     ])  # fmt: skip
-    chat.facts.append(Fact("event", who, f"the move to {city}", done[1], second))
+    chat.facts.append(Fact("event", who, f"{who}'s move to {city}", done[1], second))
     return True
 
 
@@ -340,7 +342,7 @@ def pet(chat: Chat, who: str) -> bool:
         (f, f"How's {name} doing? Still stealing socks?"),
         (who, f"Worse, she's moved on to shoes. {partner} thinks it's hilarious, I don't."),
     ])  # fmt: skip
-    chat.facts.append(Fact("event", who, f"adopting {name}", yes[0], then))
+    chat.facts.append(Fact("event", who, f"{who} adopting {name}", yes[0], then))
     return True
 
 
@@ -414,7 +416,9 @@ def family(chat: Chat, who: str) -> bool:
         (f, f"Any news from {name}? I keep wondering how it's all going."),
         (who, "All calm for now, the whole family has finally stopped talking about it."),
     ])  # fmt: skip
-    chat.facts.append(Fact("event", who, f"{name}'s {noun}", told[0], then))
+    chat.facts.append(
+        Fact("event", who, f"{who}'s family hearing of {name}'s {noun}", told[0], then)
+    )
     return True
 
 
@@ -581,7 +585,8 @@ def regular(chat: Chat, who: str) -> bool:
         f"Where does {who} go for {activity}?",
         f"Where does {who} spend {weekday} evenings?",
     ], [said[1]], place)  # fmt: skip
-    chat.facts.append(Fact("activity", who, activity, said[1], chat.on(picked[0])))
+    # Undated: a weekly habit has no "when" to count from.
+    chat.facts.append(Fact("activity", who, activity, said[1]))
     return True
 
 

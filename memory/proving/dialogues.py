@@ -97,11 +97,12 @@ def multi_hop(chat: Chat) -> None:
     for who in chat.people:
         own = [fact for fact in genres if fact.who == who]
         if own:
-            suits = f" (so a {own[0].value} book club would likely suit them)"
+            kinds = ", ".join(dict.fromkeys(fact.value for fact in own))
+            suits = f"{kinds} (so a {own[0].value} book club would likely suit them)"
             chat.ask("open-domain", [
                 f"Would {who} enjoy a {own[0].value} book club?",
                 f"What kind of books does {who} seem to like?",
-            ], [fact.key for fact in own], ", ".join(f.value for f in own) + suits)  # fmt: skip
+            ], [fact.key for fact in own], suits)  # fmt: skip
 
 
 def intervals(chat: Chat, who: str) -> None:
@@ -136,7 +137,7 @@ def describe(fact: Fact) -> str:
         return f"{fact.who} watching {fact.value}"
     if fact.kind == "activity":
         return f"{fact.who}'s {fact.value}"
-    return f"{fact.who}'s news about {fact.value}" if "'s " in fact.value else fact.value
+    return fact.value
 
 
 def select(rng: random.Random, questions: list[Question], total: int) -> list[Question]:
