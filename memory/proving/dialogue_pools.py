@@ -370,3 +370,23 @@ FILM_OPINIONS = [
     "Bit too long, but the soundtrack has been stuck in my head since.",
     "{c} loved it, I thought it was fine, we're still debating.",
 ]  # fmt: skip
+# The friend's questions about a trip and the traveller's answers: more turns that name the city
+# without answering what the trip's questions ask.
+TRIP_QUESTIONS = [
+    "Okay but how was the food in {city}? That's all I care about.",
+    "Was {city} busy? I've heard it's packed with tourists all year now.",
+    "Would you go back to {city}, or is it a one-time thing?",
+    "How was the weather in {city}? It looked grey in your photos.",
+    "Did you manage to speak any of the language in {city}?",
+    "Where did you stay in {city}, somewhere central?",
+]  # fmt: skip
+TRIP_DETAILS = [
+    "The food in {city} was unreal, we basically ate our way from one end of town to the other.",
+    "We stayed in a tiny flat above a bakery in {city}, woke up to the smell of bread every day.",
+    "{city} was rainy for two days, so we hid in museums and cafes, which was lovely anyway.",
+    "Public transport in {city} was so easy, we never needed a taxi once.",
+    "I tried ordering in the local language in {city} and the waiter answered in perfect English.",
+    "Everything in {city} was more expensive than I expected, but we didn't care by day two.",
+    "We walked about fifteen kilometres a day around {city}, my feet have filed a complaint.",
+    "The people in {city} were so friendly, a stranger walked us ten minutes to a restaurant.",
+]  # fmt: skip

@@ -8,7 +8,6 @@ conversation has no room for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
 from memory.proving import dialogue_pools as pools
@@ -45,11 +44,17 @@ def trip(chat: Chat, who: str) -> bool:
         ])  # fmt: skip
         change = [change[0], change[-1]]
     highlight = chat.take(pools.HIGHLIGHTS)
+    reaction = chat.react(f)
+    asked = chat.fresh(pools.TRIP_QUESTIONS, city=goal)
+    detail = chat.fresh(pools.TRIP_DETAILS, city=goal)
     back = chat.block(who, back_at, [
         (who, f"We got back from {goal} {phrase}! Honestly {highlight} was the best bit."),
-        chat.react(f),
+        reaction,
         (who, f"{companion} already wants to go back. I'm still tired though, five days of walking."),  # noqa: E501
+        (f, asked) if asked else None,
+        (who, detail) if detail else None,
     ])  # fmt: skip
+    back = back[: 3 if reaction else 2]
     chat.ask("single-hop", [
         f"What was the best part of {who}'s trip to {goal}?",
         f"What did {who} enjoy most on the holiday with {companion}?",
@@ -588,11 +593,3 @@ def regular(chat: Chat, who: str) -> bool:
     # Undated: a weekly habit has no "when" to count from.
     chat.facts.append(Fact("activity", who, activity, said[1]))
     return True
-
-
-Maker = Callable[[Chat, str], bool]
-# How many of each a person tells over a conversation: recurring topics with other details.
-STORIES: list[tuple[Maker, int]] = [
-    (trip, 2), (book, 2), (craft, 2), (cooking, 1), (job_offer, 1), (move, 1), (pet, 1),
-    (concert, 1), (family, 1), (research, 1), (race, 1), (film, 2), (hiking, 1), (regular, 2),
-]  # fmt: skip

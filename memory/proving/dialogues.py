@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from memory.proving import dialogue_pools as pools
+from memory.proving import dialogue_stories as stories
 from memory.proving.dialogue_chat import Chat, Fact, Line, Question
-from memory.proving.dialogue_stories import STORIES
 
 SEED = 20261206
 NAME = "memory-dev-realistic"
@@ -36,6 +37,14 @@ OUTPUT = Path(__file__).resolve().parents[2] / "tests" / "data" / "memory_dev_re
 CONVERSATIONS = 10
 # The share of each category among a conversation's questions.
 MIX = {"single-hop": 0.45, "multi-hop": 0.20, "temporal": 0.22, "open-domain": 0.13}
+Maker = Callable[[Chat, str], bool]
+# How many of each story a person tells over a conversation: recurring topics, other details.
+STORIES: list[tuple[Maker, int]] = [
+    (stories.trip, 2), (stories.book, 2), (stories.craft, 2), (stories.cooking, 1),
+    (stories.job_offer, 1), (stories.move, 1), (stories.pet, 1), (stories.concert, 1),
+    (stories.family, 1), (stories.research, 1), (stories.race, 1), (stories.film, 2),
+    (stories.hiking, 1), (stories.regular, 2),
+]  # fmt: skip
 KIND_WORDS = {
     "trip": ("places", "travelled to"),
     "book": ("books", "read"),
