@@ -12,6 +12,7 @@ from datetime import date, datetime, timedelta
 from typing import TypeVar
 
 from memory.proving import dialogue_pools as pools
+from memory.proving import dialogue_says as says
 
 T = TypeVar("T")
 
@@ -107,10 +108,17 @@ class Chat:
 
     def lengthen(self, text: str, pool: Sequence[str]) -> str:
         """A short turn, sometimes with a second sentence, as people type in a chat."""
-        if len(text.split()) >= 16 or self.rng.random() < 0.3:
+        if len(text.split()) >= 18 or self.rng.random() < 0.2:
             return text
         more = self.fresh(pool)
-        return f"{text} {more}" if more else text
+        if more is None:
+            return text
+        self.said.add(more)  # a second sentence is said once too
+        return f"{text} {more}"
+
+    def say(self, key: str, **slots: str) -> str:
+        """One of the ways to say a story's small turn, the next in this conversation's order."""
+        return self.take(says.SAY[key]).format(**slots)
 
     def react(self, who: str) -> tuple[str, str] | None:
         """A reaction by `who` that only makes sense after the turn before it."""
@@ -118,7 +126,10 @@ class Chat:
         if text is None:
             return None
         more = self.fresh(pools.FOLLOW_UPS)
-        return (who, f"{text} {more}" if more else text)
+        if more is None:
+            return (who, text)
+        self.said.add(more)
+        return (who, f"{text} {more}")
 
     def ask(self, category: str, variants: Sequence[str], evidence: list[int], answer: str) -> None:
         """One question, worded as one of its variants (some reuse the turn's words, some

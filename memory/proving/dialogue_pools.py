@@ -390,3 +390,62 @@ TRIP_DETAILS = [
     "We walked about fifteen kilometres a day around {city}, my feet have filed a complaint.",
     "The people in {city} were so friendly, a stranger walked us ten minutes to a restaurant.",
 ]  # fmt: skip
+# Tails of a story's first turn, so two people telling the same kind of story say it differently.
+OFFER_TAILS = [
+    "I said yes on the spot.", "I accepted before they could change their minds.",
+    "I signed the contract this afternoon.", "I've already told my manager I'm leaving.",
+]  # fmt: skip
+# Why an accepted offer was turned down: (the turn's sentence, the answer).
+DECLINES = [
+    ("They want everyone in the office five days a week now.", "five days a week in the office"),
+    ("They cut the salary by a fifth once the contract arrived.", "the salary was cut"),
+    ("The team I'd have joined is being reorganised out of existence.", "the team was being reorganised"),  # noqa: E501 -- (turn, answer) pairs
+    ("They want me to relocate to another city within six months.", "they wanted them to relocate"),
+]  # fmt: skip
+PROUD = [
+    "First one I'm actually proud of.", "Not perfect, but I love it.",
+    "Took forever but it's finally done.", "It's going straight on the wall.",
+]  # fmt: skip
+RINGING = [
+    "My ears are still ringing.", "Best night out in ages.", "I'm still humming the songs.",
+    "I have no voice left at all.",
+]  # fmt: skip
+SANE = [
+    "it's the only thing keeping me sane", "it's my favourite hour of the week",
+    "I'd go every day if I could", "it's the one thing I never skip",
+]  # fmt: skip
+DISTANCES = [
+    "twenty kilometres",
+    "fourteen kilometres",
+    "twenty-five kilometres",
+    "eighteen kilometres",
+]
+FINISHED = [
+    "my legs are destroyed", "I cried at the finish line", "I could barely walk after",
+    "I beat my goal by a minute",
+]  # fmt: skip
+TRIP_LENGTHS = ["five days", "a long weekend", "a whole week", "ten days"]
+WALK_TAILS = [
+    "Legs are dead, soul is happy.", "Muddy boots, best day of the month.",
+    "Saw two deer and not a single person.", "Packed lunch on the top, perfect silence.",
+]  # fmt: skip
+
+# Second sentences made of a start and an end, so a long chat has enough of them to say each once.
+_ASIDE_STARTS = ["Honestly,", "Anyway,", "To be fair,", "Funny thing is,", "Not going to lie,",
+                 "Between us,", "Weirdly,", "I have to say,"]  # fmt: skip
+_ASIDE_ENDS = [
+    "I've been thinking about it all week.", "it still feels a bit unreal.",
+    "I didn't expect to care this much.", "it's been the highlight of my month.",
+    "I keep telling everyone about it.", "it made me happier than I expected.",
+    "I needed something like this.", "it's all I've talked about at work.",
+    "I'd do it all again tomorrow.", "I'm still a little giddy about it.",
+]  # fmt: skip
+_FOLLOW_STARTS = ["Honestly,", "Seriously,", "Okay but", "Wow,", "Aw,", "Ha,", "Oh man,", "Right,"]
+_FOLLOW_ENDS = [
+    "I want to hear everything next time.", "that's made my evening.",
+    "you have to keep me posted.", "I'm so happy for you.", "that's such a you thing to do.",
+    "I'd never have guessed.", "send me pictures when you can.", "I'm impressed.",
+    "I'll want the long version over dinner.", "you've earned it.",
+]  # fmt: skip
+ASIDES += [f"{start} {end}" for start in _ASIDE_STARTS for end in _ASIDE_ENDS]
+FOLLOW_UPS += [f"{start} {end}" for start in _FOLLOW_STARTS for end in _FOLLOW_ENDS]

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memory.proving import dialogue_pastimes as pastimes
 from memory.proving import dialogue_pools as pools
 from memory.proving import dialogue_stories as stories
 from memory.proving.dialogue_chat import Chat, Fact, Line, Question
@@ -40,11 +42,12 @@ MIX = {"single-hop": 0.45, "multi-hop": 0.20, "temporal": 0.22, "open-domain": 0
 Maker = Callable[[Chat, str], bool]
 # How many of each story a person tells over a conversation: recurring topics, other details.
 STORIES: list[tuple[Maker, int]] = [
-    (stories.trip, 2), (stories.book, 2), (stories.craft, 2), (stories.cooking, 1),
-    (stories.job_offer, 1), (stories.move, 1), (stories.pet, 1), (stories.concert, 1),
-    (stories.family, 1), (stories.research, 1), (stories.race, 1), (stories.film, 2),
-    (stories.hiking, 1), (stories.regular, 2),
+    (stories.trip, 2), (pastimes.book, 2), (pastimes.craft, 2), (pastimes.cooking, 1),
+    (stories.job_offer, 1), (stories.move, 1), (stories.pet, 1), (pastimes.concert, 1),
+    (stories.family, 1), (stories.research, 1), (pastimes.race, 1), (pastimes.film, 2),
+    (pastimes.hiking, 1), (pastimes.regular, 2),
 ]  # fmt: skip
+SENTENCE = re.compile(r"(?<=[.!?])\s+")
 KIND_WORDS = {
     "trip": ("places", "travelled to"),
     "book": ("books", "read"),
@@ -73,9 +76,10 @@ def small_talk(chat: Chat, session: int) -> None:
     if text is None:
         return
     reply = chat.fresh(pools.SMALL_TALK_REPLIES)
-    more = chat.fresh(pools.FOLLOW_UPS) if chat.rng.random() < 0.5 else None
+    more = chat.fresh(pools.FOLLOW_UPS) if reply and chat.rng.random() < 0.8 else None
+    aside = chat.fresh(pools.ASIDES) if chat.rng.random() < 0.5 else None
+    chat.said.update(part for part in (more, aside) if part)
     reply = f"{reply} {more}" if reply and more else reply
-    aside = chat.fresh(pools.ASIDES) if chat.rng.random() < 0.3 else None
     text = f"{text} {aside}" if aside else text
     chat.block(None, session, [(who, text), (chat.friend(who), reply) if reply else None])
 
@@ -144,6 +148,8 @@ def describe(fact: Fact) -> str:
         return f"{fact.who} seeing {fact.value}"
     if fact.kind == "film":
         return f"{fact.who} watching {fact.value}"
+    if fact.kind == "activity" and fact.value.startswith("a "):
+        return f"{fact.who} signing up for {fact.value}"
     if fact.kind == "activity":
         return f"{fact.who}'s {fact.value}"
     return fact.value
@@ -200,10 +206,11 @@ def conversation(rng: random.Random, number: int, people: tuple[str, str]) -> di
 
 def turns(chat: Chat, needed: set[int]) -> tuple[list[dict[str, str]], dict[int, str]]:
     """The documents, session by session: a greeting, the blocks in a shuffled order, a goodbye.
-    A line said before in the conversation is left out unless a question needs it."""
+    A story's line that repeats a sentence said before in the conversation is left out unless a
+    question needs it."""
     documents: list[dict[str, str]] = []
     ids: dict[int, str] = {}
-    seen: set[str] = set()
+    seen: set[str] = set()  # sentences said so far
     for session, start in enumerate(chat.dates):
         opener = chat.rng.choice(chat.people)
         other = chat.friend(opener)
@@ -220,9 +227,10 @@ def turns(chat: Chat, needed: set[int]) -> tuple[list[dict[str, str]], dict[int,
         time = start
         number = 0
         for line in [*hello, *(line for block in blocks for line in block), *bye]:
-            if line.key >= 0 and line.text in seen and line.key not in needed:
+            parts = sentences(line.text)
+            if line.key >= 0 and line.key not in needed and not parts.isdisjoint(seen):
                 continue
-            seen.add(line.text)
+            seen |= parts
             number += 1
             time += timedelta(minutes=chat.rng.randint(1, 2))
             doc_id = f"D{session + 1}:{number}"
@@ -231,6 +239,11 @@ def turns(chat: Chat, needed: set[int]) -> tuple[list[dict[str, str]], dict[int,
                 {"id": doc_id, "text": f"{line.speaker}: {line.text}", "time": time.isoformat()}
             )
     return documents, ids
+
+
+def sentences(text: str) -> set[str]:
+    """The sentences of a turn long enough to sound repeated if said twice."""
+    return {part for part in SENTENCE.split(text) if len(part.split()) >= 4} or {text}
 
 
 def build(seed: int = SEED) -> dict[str, Any]:

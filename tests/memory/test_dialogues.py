@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter
 from datetime import timedelta
@@ -80,6 +81,12 @@ def test_it_never_repeats_a_sentence_in_a_conversation_beyond_greetings(
             session = document["id"].split(":")[0]
             by_session.setdefault(session, []).append(document["text"].split(": ", 1)[1])
         # The first two and last two turns of a session are its greeting and goodbye.
-        middle = [text for texts in by_session.values() for text in texts[2:-2]]
-        repeated = [text for text, count in Counter(middle).items() if count > 1]
+        said = Counter(
+            sentence
+            for texts in by_session.values()
+            for text in texts[2:-2]
+            for sentence in re.split(r"(?<=[.!?])\s+", text)
+            if len(sentence.split()) >= 4
+        )
+        repeated = [sentence for sentence, count in said.items() if count > 1]
         assert not repeated, (conversation["id"], repeated)
