@@ -42,21 +42,26 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Protocol
 
 from memory import embeddings, search, store
 from memory.proving.evalsets import Conversation, Dataset, Document, Question, slug
 
-HIT_TARGET = 0.75  # hit@10, at least
-MRR_TARGET = 0.52  # at least
+HIT_TARGET = 0.85  # hit@10, at least (in the conversations' scopes, and in the padded one)
+MRR_TARGET = 0.65  # at least (likewise)
 P95_TARGET_MS = 50.0  # at most, with P95_TARGET_NOTES notes in the searched scope
 P95_TARGET_NOTES = 100_000
+BUSY_P95_TARGET_MS = 80.0  # at most, likewise, while another process keeps a core busy
 PAD_BATCH = 2000  # notes per store.write (one commit each) while padding
 AUTHOR = "memory_eval"
 NOTE_TYPE = "event"  # each document is something said at a time
@@ -170,6 +175,11 @@ class Scores:
     def add(self, category: str, rank: int | None) -> None:
         self.by_category.setdefault(category, Tally()).add(rank)
         self.overall.add(rank)
+
+
+def p50(samples: Sequence[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def p95(samples: Sequence[float]) -> float:
@@ -308,6 +318,7 @@ class Report:
     latencies_ms: list[float]
     notes: int  # in the largest searched scope: the padded one, if any
     padded: Scores | None = None  # the padded conversation's questions alone
+    busy_latencies_ms: list[float] = field(default_factory=list)  # with `busy`
 
     @property
     def p95_ms(self) -> float:
@@ -334,12 +345,13 @@ class Report:
                 f"{'padded scope':<14}{tally.questions:>10}{tally.hit_rate:>9.3f}{tally.mrr:>8.3f}"
                 f"   (its questions among {self.notes:,} notes)"
             )
-        ordered = sorted(self.latencies_ms)
-        median = ordered[len(ordered) // 2] if ordered else 0.0
-        lines.append(
-            f"latency: p50 {median:.1f} ms, p95 {self.p95_ms:.1f} ms over {len(ordered)}"
-            f" searches, {self.notes:,} notes in the searched scope"
-        )
+        for label, samples in (("latency", self.latencies_ms), ("busy", self.busy_latencies_ms)):
+            if samples:
+                lines.append(
+                    f"{label}: p50 {p50(samples):.1f} ms, p95 {p95(samples):.1f} ms over"
+                    f" {len(samples)} searches, {self.notes:,} notes in the searched scope"
+                    + (", another process keeping a core busy" if label == "busy" else "")
+                )
         return lines + self.verdicts()
 
     def verdicts(self) -> list[str]:
@@ -350,20 +362,34 @@ class Report:
             for category, tally in sorted(self.memory.by_category.items())
             if tally.hit_rate < self.grep.by_category[category].hit_rate
         ]
-        at_scale = self.notes >= P95_TARGET_NOTES
-        return [
+        lines = [
             f"target hit@{self.k} ≥ {HIT_TARGET:g}: {overall.hit_rate:.3f}"
             f" {_verdict(overall.hit_rate >= HIT_TARGET)}",
             f"target mrr ≥ {MRR_TARGET:g}: {overall.mrr:.3f} {_verdict(overall.mrr >= MRR_TARGET)}",
             "target no category below grep: "
             + (f"MISSED ({', '.join(below)})" if below else "met"),
-            f"target p95 ≤ {P95_TARGET_MS:g} ms at {P95_TARGET_NOTES:,} notes: {self.p95_ms:.1f} ms"
-            + (
-                f" {_verdict(self.p95_ms <= P95_TARGET_MS)}"
-                if at_scale
-                else f" not checked at {self.notes:,} notes (--pad-to {P95_TARGET_NOTES})"
-            ),
         ]
+        if self.padded is not None:
+            padded = self.padded.overall
+            met = padded.hit_rate >= HIT_TARGET and padded.mrr >= MRR_TARGET
+            lines.append(
+                f"target the same among {self.notes:,} notes: hit@{self.k} {padded.hit_rate:.3f},"
+                f" mrr {padded.mrr:.3f} {_verdict(met)}"
+            )
+        lines.append(self._latency_verdict("p95", self.latencies_ms, P95_TARGET_MS))
+        if self.busy_latencies_ms:
+            lines.append(
+                self._latency_verdict("busy p95", self.busy_latencies_ms, BUSY_P95_TARGET_MS)
+            )
+        return lines
+
+    def _latency_verdict(self, label: str, samples: Sequence[float], target: float) -> str:
+        figure = p95(samples)
+        return f"target {label} ≤ {target:g} ms at {P95_TARGET_NOTES:,} notes: {figure:.1f} ms" + (
+            f" {_verdict(figure <= target)}"
+            if self.notes >= P95_TARGET_NOTES
+            else f" not checked at {self.notes:,} notes (--pad-to {P95_TARGET_NOTES})"
+        )
 
     def summary(self) -> str:
         """The last line, read by scripts: keep its keys stable."""
@@ -384,6 +410,7 @@ def run(
     *,
     k: int = 10,
     pad_to: int = 0,
+    busy: bool = False,
     say: Say = print,
 ) -> Report:
     """Write, pad, embed, then ask every question of memory and of the grep.
@@ -395,6 +422,7 @@ def run(
     3. Every scope's embeddings are computed before any search.
     4. One untimed warm-up search, then each question in its own scope (timed when no scope is
        padded); with padding, every question again in the padded scope, timed only.
+    5. With `busy`, the timed searches once more while another process keeps a core busy.
     """
     scope_of = scopes(dataset, pad_to=pad_to)
     say(f"scopes {next(iter(scope_of.values())).rsplit('/', 1)[0]}/…")
@@ -417,6 +445,7 @@ def run(
     memory.search(dataset.name, scope_of[warm.id], k)
 
     asked = ask_all(dataset, memory, scope_of, held, k=k, padded_scope=padded_scope)
+    busy_ms = timed_while_busy(dataset, memory, scope_of, k=k, padded=padded) if busy else []
     return Report(
         name=dataset.name,
         k=k,
@@ -425,6 +454,7 @@ def run(
         latencies_ms=asked.latencies_ms,
         notes=max(len(documents) for documents in held.corpus.values()),
         padded=asked.padded if padded is not None else None,
+        busy_latencies_ms=busy_ms,
     )
 
 
@@ -540,6 +570,43 @@ def ask(
         asked.padded.add(question.category, rank)
     grep_ranked = grep(question.text, held.corpus[scope], k)
     asked.grep.add(question.category, first_relevant_rank(grep_ranked, question.evidence, k))
+
+
+def timed_while_busy(
+    dataset: Dataset,
+    memory: Memory,
+    scope_of: dict[str, str],
+    *,
+    k: int,
+    padded: Conversation | None,
+) -> list[float]:
+    """Every question searched again (in the padded scope, if any; else in its own), timed,
+    while another process spins on one core: what a search costs when the machine is not
+    the search's alone."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        spin_until_running(spinner.pid)
+        return [
+            timed_search(memory, question.text, scope_of[(padded or conversation).id], k)[1]
+            for conversation in dataset.conversations
+            for question in conversation.questions
+        ]
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def spin_until_running(pid: int, deadline_s: float = 10.0) -> None:
+    """Until the process has had a tenth of a second of CPU (its interpreter started)."""
+    stat = Path(f"/proc/{pid}/stat")
+    ticks = os.sysconf("SC_CLK_TCK")
+    until = time.monotonic() + deadline_s
+    while time.monotonic() < until:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        if int(fields[11]) >= ticks // 10:  # utime, in clock ticks
+            return
+        time.sleep(0.02)
+    raise RuntimeError("The busy process did not start.")
 
 
 def timed_search(memory: Memory, query: str, scope: str, k: int) -> tuple[list[str], float]:

@@ -1,4 +1,5 @@
-"""`manage.py memory_eval FILE [--k 10] [--pad-to N]`: a question set asked of memory_search.
+"""`manage.py memory_eval FILE [--k 10] [--pad-to N] [--busy]`: a question set asked of
+memory_search.
 
 Per-category hit@k and MRR next to a grep baseline on the same notes, then the last line
 `memory hit@10=… mrr=… p95_ms=… notes=… grep_hit@10=…`. A missed target is reported, not an
@@ -32,13 +33,25 @@ class Command(BaseCommand):
             help="Fill one conversation's scope with synthetic notes up to N notes.",
         )
         parser.add_argument(
+            "--busy",
+            action="store_true",
+            help="Time the searches again while another process keeps a core busy.",
+        )
+        parser.add_argument(
             "--any-database",
             action="store_true",
             help="Pad on the configured database even if it is not a dedicated bench one.",
         )
 
     def handle(
-        self, *args: Any, file: Path, k: int, pad_to: int, any_database: bool, **options: Any
+        self,
+        *args: Any,
+        file: Path,
+        k: int,
+        pad_to: int,
+        busy: bool,
+        any_database: bool,
+        **options: Any,
     ) -> None:
         if not 1 <= k <= 100 or pad_to < 0:
             raise CommandError("--k is 1 to 100 (what a search returns), --pad-to at least 0.")
@@ -61,7 +74,9 @@ class Command(BaseCommand):
             f"memory evaluation of {dataset.name}: {len(dataset.conversations)} conversations,"
             f" {dataset.documents:,} documents, {dataset.questions} questions, k = {k}"
         )
-        report = evaluation.run(dataset, evaluation.StoreMemory(), k=k, pad_to=pad_to, say=say)
+        report = evaluation.run(
+            dataset, evaluation.StoreMemory(), k=k, pad_to=pad_to, busy=busy, say=say
+        )
         for line in report.lines():
             say(line)
         say(report.summary())
