@@ -45,6 +45,11 @@ EXACT_UP_TO = 2_000
 BEAM = 150
 MAX_BEAM = 1000
 MAX_WORDS = 12  # distinct query words looked up
+# Words of the question embedded, at most: the embedding costs about 0.6 ms a token here (a
+# 9-word question 9 ms, a 32-word one 22 ms, on two idle cores), the longest part of a search.
+# Questions people ask run 10 words on average, 15 at the 95th percentile; dropping function
+# words from every question instead cost hit@10 0.929 -> 0.846 on the development set.
+MEANING_WORDS = 16
 COMMON_FRACTION = 0.2  # a word in more of the scopes' notes than this is not a candidate filter
 MIN_COMMON = 5
 # ... and a word in more notes than this neither: ranking every note of a word that common
@@ -177,13 +182,19 @@ def _meaning(found: _Scopes) -> str:
     """The query without its words common in the scopes (in more than `COMMON_FRACTION` of
     their notes), for the embedding: a name most notes carry would otherwise pull the nearest
     notes towards everything said by or of that person, whatever the question asks. The
-    coverage term of the fusion gives those words their say back."""
+    coverage term of the fusion gives those words their say back.
+
+    Its cost grows with its tokens: a question longer than `MEANING_WORDS` words (once those
+    are out) also loses the words the full text leaves out (the, did, what…), then its end."""
     common = max(COMMON_FRACTION * found.size, MIN_COMMON)
-    return " ".join(
-        token
+    kept = [
+        (token, lexemes)
         for token, lexemes in found.tokens
         if not any(found.counts.get(lexeme, 0) > common for lexeme in lexemes)
-    )
+    ]
+    if len(kept) > MEANING_WORDS:
+        kept = [(token, lexemes) for token, lexemes in kept if lexemes]
+    return " ".join(token for token, _lexemes in kept[:MEANING_WORDS])
 
 
 def _look_up(query: str, names: list[str]) -> _Scopes | None:

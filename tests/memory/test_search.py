@@ -221,6 +221,40 @@ def test_the_query_is_embedded_without_the_words_most_of_the_scope_holds(
     assert hits[0].title == "Clara: the puppy"  # the pet, and Clara's
 
 
+def test_a_long_question_is_embedded_in_a_bounded_number_of_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The embedding's cost grows with its tokens: past `MEANING_WORDS` words, the function
+    words go first, then the end; a question of ordinary length is embedded whole."""
+    store.write("chat/2", [Draft("Trip", "We walked to the lighthouse in Porto.")],
+                author="run:1", message="trip")  # fmt: skip
+    embeddings.embed_pending()
+    embedded: list[str] = []
+    real = embeddings.query_vector
+
+    def recording(text: str) -> Any:
+        embedded.append(text)
+        return real(text)
+
+    monkeypatch.setattr(embeddings, "query_vector", recording)
+    short = "Where did we walk to when we were in Porto on that trip?"
+    long = (
+        "When we were on that long trip to Portugal with the whole family and the dog, which"
+        " lighthouse did we walk to in Porto after lunch on the second day of the holiday?"
+    )
+
+    assert search.search(short, scopes=["chat/2"])
+    assert search.search(long, scopes=["chat/2"])
+
+    assert embedded[0] == short
+    assert embedded[1] == (
+        "long trip Portugal whole family dog, lighthouse walk Porto lunch second day holiday?"
+    )
+    monkeypatch.setattr(search, "MEANING_WORDS", 5)
+    assert search.search(long, scopes=["chat/2"])
+    assert embedded[2] == "long trip Portugal whole family"
+
+
 _TEAM = """
 import ctypes
 from concurrent.futures import ThreadPoolExecutor
