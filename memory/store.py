@@ -23,9 +23,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentos.core import scrubber
-from memory import embeddings, notes, repository
+from memory import bulk, embeddings, notes, repository
 from memory.models import Note, Scope
 from memory.notes import NoteError
+from memory.progress import Progress
 
 BATCH = 2000
 
@@ -248,17 +249,25 @@ def sync(scope: str) -> Scope:
         return row
 
 
-def reindex(scope: str) -> int:
-    """The scope's index rebuilt from its repository alone; how many notes it holds."""
+def reindex(scope: str, *, read: bulk.Tree | None = None, progress: Progress | None = None) -> int:
+    """The scope's index rebuilt from its repository alone, in one transaction (searches see
+    the old rows until it commits); how many notes it holds. `read`: the scope's notes at one
+    of its commits, read beforehand (`memory.reindexing`: outside the lock); the index is then
+    caught up from that commit to the tip."""
     notes.check_scope(scope)
+    progress = progress or Progress.quiet()
     with transaction.atomic():
         _lock(scope)
         row, _created = Scope.objects.get_or_create(name=scope)
         Note.objects.filter(scope=row).delete()
         row.head = ""
-        _catch_up(row)
+        if read is not None:
+            progress.phase("indexing rows", len(read.entries))
+            bulk.insert(row, read.entries, progress)
+            row.head = read.tip
+        _catch_up(row, progress)
         row.save()
-    embeddings.fill_from_cache(scope)
+    progress.finish()
     return Note.objects.filter(scope=row).count()
 
 
@@ -348,34 +357,25 @@ def _lock(scope: str) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"memory:{scope}"])
 
 
-def _catch_up(row: Scope) -> None:
+def _catch_up(row: Scope, progress: Progress | None = None) -> None:
     """Rows equal to the repository's tip: the files that differ from the indexed ones are
-    read again (all of them when nothing is indexed)."""
+    read again (all of them when nothing is indexed), with the vectors the cache has."""
     tip = repository.head(row.name)
     if tip == row.head:
         return
-    wanted = {
-        path: blob
-        for path, blob in repository.files(row.name, tip).items()
-        if path.startswith(notes.NOTES_DIR + "/") and path.endswith(".md")
-    }
+    wanted = bulk.note_files(row.name, tip)
     indexed = dict(Note.objects.filter(scope=row).values_list("path", "blob"))
     gone = [path for path in indexed if path not in wanted]
     changed = {path: blob for path, blob in wanted.items() if indexed.get(path) != blob}
     for start in range(0, len(gone), BATCH):
         Note.objects.filter(scope=row, path__in=gone[start : start + BATCH]).delete()
     Note.objects.filter(scope=row, path__in=[p for p in changed if p in indexed]).delete()
-    by_blob: dict[str, list[str]] = {}
-    for path, blob in changed.items():
-        by_blob.setdefault(blob, []).append(path)
-    rows = []
-    for blob, content in repository.read(row.name, list(by_blob)):
-        for path in by_blob[blob]:
-            rows.append(_row(row, notes.parse(content.decode(), path=path), blob))
-        if len(rows) >= BATCH:
-            Note.objects.bulk_create(rows)
-            rows = []
-    Note.objects.bulk_create(rows)
+    # The phases of a whole scope read (a reindex); a few changed files are not worth a line.
+    shown = progress if progress is not None and not indexed else Progress.quiet()
+    shown.phase("reading the repository", len(changed))
+    entries = bulk.read(row.name, changed, shown)
+    shown.phase("indexing rows", len(entries))
+    bulk.insert(row, entries, shown)
     row.head = tip
     row.save(update_fields=["head", "updated_at"])
 
