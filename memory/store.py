@@ -259,10 +259,11 @@ def reindex(scope: str, *, read: bulk.Tree | None = None, progress: Progress | N
     with transaction.atomic():
         _lock(scope)
         row, _created = Scope.objects.get_or_create(name=scope)
+        if read is not None:
+            progress.phase("indexing rows", len(read.entries))
         Note.objects.filter(scope=row).delete()
         row.head = ""
         if read is not None:
-            progress.phase("indexing rows", len(read.entries))
             bulk.insert(row, read.entries, progress)
             row.head = read.tip
         _catch_up(row, progress)
