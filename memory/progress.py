@@ -1,7 +1,7 @@
 """A progress bar for long memory work (`manage.py memory_reindex`): named phases, each with
 done/total, rate and time left. On a terminal one line redrawn in place; otherwise (a log, a
-pipe) a line when a phase starts and ends and every `EVERY` seconds or `STEP` of it between,
-so a log of a long reindex says where it is without filling up."""
+pipe) a line when a phase starts and ends and, between, every `EVERY` seconds or `STEP` of it
+(at most one a second), so a log of a long reindex says where it is without filling up."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 EVERY = 10.0  # seconds between two lines of a phase, off a terminal
 STEP = 0.10  # or this much of the phase done since the last line
+STEADY = 1.0  # but not more often than this: a phase of seconds is two lines, not ten
 REDRAW = 0.2  # seconds between two redraws on a terminal
 WIDTH = 24  # the bar's cells, on a terminal
 
@@ -87,10 +88,12 @@ class Progress:
                 self.write("\r" + self.line() + "\x1b[K" + ("\n" if last else ""))
                 self.shown_at = now
             return
-        due = now - self.shown_at >= EVERY or (
-            self.total and (self.done - self.shown_done) >= STEP * self.total
+        since = now - self.shown_at
+        due = since >= EVERY or (
+            since >= STEADY and self.total and (self.done - self.shown_done) >= STEP * self.total
         )
-        if force or due:
+        # A phase's last line is its `finish`'s, said once.
+        if force or (due and self.done < self.total):
             self.write(self.line() + "\n")
             self.shown_at, self.shown_done = now, self.done
 

@@ -202,3 +202,19 @@ def test_on_a_terminal_it_redraws_one_line() -> None:
     assert written[-1].endswith("\n")
     assert "[########################]" in written[-1]
     assert "done in 1 s" in written[-1]
+
+
+def test_off_a_terminal_a_short_phase_is_its_first_and_last_lines() -> None:
+    written: list[str] = []
+    clock = Clock()
+    progress = Progress(written.append, clock=clock)
+
+    progress.phase("vectors from cache", 100)
+    for _ in range(10):
+        clock.now += 0.05
+        progress.advance(10)
+    progress.phase("indexing rows", 1)
+
+    assert [line.split()[3] for line in written[:2]] == ["0/100", "100/100"]
+    assert written[1].endswith("done in 0 s\n")
+    assert written[2].startswith("indexing rows")
