@@ -47,7 +47,7 @@ class Progress:
         self.started = self.shown_at = self.clock()
         self.shown_done = 0
         self.open = True
-        self._show(force=True)
+        self._show(force=self.tty or total > 0)  # an empty phase: its last line says it all
 
     def advance(self, count: int = 1) -> None:
         self.done += count

@@ -13,6 +13,7 @@ a scope of N notes back, against the target of 100,000 notes in 20 minutes on tw
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -153,7 +154,8 @@ def run(count: int, *, progress: Callable[[], Timed], say: Say) -> Figures:
     say(f"reindex benchmark: {count:,} notes in scope {scope_of(count)}")
     scope = prepare(count, progress=progress(), say=say)
 
-    say("warm reindex (every vector in the cache):")
+    # The machine may be shared: a busy one embeds slower, and says so next to the figures.
+    say(f"warm reindex (every vector in the cache), load average {os.getloadavg()[0]:.1f}:")
     warm = progress()
     started = time.perf_counter()
     rebuilt = reindexing.reindex(scope, progress=warm)
@@ -161,13 +163,16 @@ def run(count: int, *, progress: Callable[[], Timed], say: Say) -> Figures:
     if rebuilt.embedded:
         say(f"  ({rebuilt.embedded} vectors were missing: computed, and timed in the warm run)")
     rows_seconds, rows = warm.phases.get("indexing rows", (warm_seconds, rebuilt.notes))
-    for name, (seconds, total) in warm.phases.items():
-        say(f"  {name:<24} {total:>9,} in {seconds:7.2f} s")
+    _phases(warm, say)
 
     forgotten = forget_sample(scope, SAMPLE)
-    say(f"sampled cold reindex ({forgotten:,} texts taken out of the cache):")
+    say(
+        f"sampled cold reindex ({forgotten:,} texts taken out of the cache), load average"
+        f" {os.getloadavg()[0]:.1f}:"
+    )
     cold = progress()
     reindexing.reindex(scope, progress=cold)
+    _phases(cold, say)
     embedding_seconds, embedded = cold.phases.get("embedding", (0.0, 0))
     return Figures(
         notes=rebuilt.notes,
@@ -176,3 +181,8 @@ def run(count: int, *, progress: Callable[[], Timed], say: Say) -> Figures:
         embedded=embedded,
         embedding_seconds=embedding_seconds,
     )
+
+
+def _phases(timed: Timed, say: Say) -> None:
+    for name, (seconds, total) in timed.phases.items():
+        say(f"  {name:<24} {total:>9,} in {seconds:7.2f} s")
