@@ -23,6 +23,11 @@ from memory.progress import Progress
 # 0004 once, over its rows; the progress bar moves between two.
 CHUNK = 5000
 STAGED = "memory_staged_notes"
+# What the trigger of memory migration 0002 makes of a staged row's text (kept equal to it).
+SEARCH = (
+    "(setweight(to_tsvector('english'::regconfig, coalesce(s.title, '')), 'A')"
+    " || setweight(to_tsvector('english'::regconfig, coalesce(s.body, '')), 'B'))"
+)
 COLUMNS = (
     "path",
     "blob",
@@ -88,12 +93,27 @@ def read(scope: str, files: dict[str, str], progress: Progress | None = None) ->
 
 
 def insert(row: Scope, entries: Sequence[Entry], progress: Progress | None = None) -> None:
-    """The entries as rows of the scope, each with its text's vector when the cache has it.
-    Inside the caller's transaction (the scope's lock held): the staging table goes with it."""
-    if not entries:
-        return
+    """The entries as new rows of the scope (none of their paths indexed yet), each with its
+    text's vector when the cache has it. Inside the caller's transaction (the scope's lock
+    held): the staging table goes with it."""
+    _write(row, entries, progress, keep=False)
+
+
+def replace(row: Scope, entries: Sequence[Entry], progress: Progress | None = None) -> None:
+    """The scope's rows made those of `entries`, as `insert` makes them into an empty scope:
+    a row already equal to the one it would be — every column, its vector the cache's, its
+    words what the trigger of migration 0002 makes of its text — is kept as it is, the others
+    deleted and inserted anew. Inserting a vector into the HNSW index is what a rebuilt row
+    costs most (nine tenths, measured at 20,000 notes); unchanged text costs a comparison."""
+    _write(row, entries, progress, keep=True)
+
+
+def _write(row: Scope, entries: Sequence[Entry], progress: Progress | None, *, keep: bool) -> None:
     progress = progress or Progress.quiet()
+    if not entries and not keep:
+        return
     columns = ", ".join(COLUMNS)
+    same = " AND ".join(f"n.{c} IS NOT DISTINCT FROM s.{c}" for c in COLUMNS)
     with connection.cursor() as cursor:
         # Temporary: this session's alone, so concurrent reindexes of two scopes never meet.
         cursor.execute(
@@ -109,6 +129,20 @@ def insert(row: Scope, entries: Sequence[Entry], progress: Progress | None = Non
         with cursor.copy(f"COPY {STAGED} (n, {columns}, digest) FROM STDIN") as copy:
             for number, row_of in enumerate(_values(entries)):
                 copy.write_row((number, *row_of))
+        cursor.execute(f"ANALYZE {STAGED}")  # no autovacuum on a temporary table
+        if keep:
+            cursor.execute(
+                f"""
+                DELETE FROM memory_note n WHERE n.scope_id = %s AND NOT EXISTS (
+                    SELECT FROM {STAGED} s
+                    LEFT JOIN memory_embeddingcache c ON c.model = %s AND c.digest = s.digest
+                    WHERE s.path = n.path AND {same}
+                      AND n.embedding IS NOT DISTINCT FROM c.vector
+                      AND n.search IS NOT DISTINCT FROM {SEARCH}
+                )
+                """,  # noqa: S608  # constants only; the values are parameters
+                [row.pk, embeddings.MODEL],
+            )
         for start in range(0, len(entries), CHUNK):
             cursor.execute(
                 f"""
@@ -117,8 +151,11 @@ def insert(row: Scope, entries: Sequence[Entry], progress: Progress | None = Non
                 FROM {STAGED} s
                 LEFT JOIN memory_embeddingcache c ON c.model = %s AND c.digest = s.digest
                 WHERE s.n >= %s AND s.n < %s
+                  AND NOT EXISTS (
+                      SELECT FROM memory_note n WHERE n.scope_id = %s AND n.path = s.path
+                  )
                 """,  # noqa: S608  # constants only; the values are parameters
-                [row.pk, embeddings.MODEL, start, start + CHUNK],
+                [row.pk, embeddings.MODEL, start, start + CHUNK, row.pk],
             )
             progress.advance(min(CHUNK, len(entries) - start))
         cursor.execute(f"DROP TABLE {STAGED}")

@@ -251,22 +251,24 @@ def sync(scope: str) -> Scope:
 
 def reindex(scope: str, *, read: bulk.Tree | None = None, progress: Progress | None = None) -> int:
     """The scope's index rebuilt from its repository alone, in one transaction (searches see
-    the old rows until it commits); how many notes it holds. `read`: the scope's notes at one
-    of its commits, read beforehand (`memory.reindexing`: outside the lock); the index is then
-    caught up from that commit to the tip."""
+    the old rows until it commits; a row equal to its rebuilt self is kept: `bulk.replace`);
+    how many notes it holds. `read`: the scope's notes at one of its commits, read beforehand
+    (`memory.reindexing`: outside the lock); the index is then caught up from that commit to
+    the tip."""
     notes.check_scope(scope)
     progress = progress or Progress.quiet()
     with transaction.atomic():
         _lock(scope)
         row, _created = Scope.objects.get_or_create(name=scope)
-        if read is not None:
-            progress.phase("indexing rows", len(read.entries))
-        Note.objects.filter(scope=row).delete()
-        row.head = ""
-        if read is not None:
-            bulk.insert(row, read.entries, progress)
-            row.head = read.tip
-        _catch_up(row, progress)
+        if read is None:
+            tip = repository.head(scope)
+            files = bulk.note_files(scope, tip)
+            progress.phase("reading the repository", len(files))
+            read = bulk.Tree(tip, bulk.read(scope, files, progress))
+        progress.phase("indexing rows", len(read.entries))
+        bulk.replace(row, read.entries, progress)
+        row.head = read.tip
+        _catch_up(row)
         row.save()
     progress.finish()
     return Note.objects.filter(scope=row).count()
@@ -358,7 +360,7 @@ def _lock(scope: str) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"memory:{scope}"])
 
 
-def _catch_up(row: Scope, progress: Progress | None = None) -> None:
+def _catch_up(row: Scope) -> None:
     """Rows equal to the repository's tip: the files that differ from the indexed ones are
     read again (all of them when nothing is indexed), with the vectors the cache has."""
     tip = repository.head(row.name)
@@ -371,12 +373,7 @@ def _catch_up(row: Scope, progress: Progress | None = None) -> None:
     for start in range(0, len(gone), BATCH):
         Note.objects.filter(scope=row, path__in=gone[start : start + BATCH]).delete()
     Note.objects.filter(scope=row, path__in=[p for p in changed if p in indexed]).delete()
-    # The phases of a whole scope read (a reindex); a few changed files are not worth a line.
-    shown = progress if progress is not None and not indexed else Progress.quiet()
-    shown.phase("reading the repository", len(changed))
-    entries = bulk.read(row.name, changed, shown)
-    shown.phase("indexing rows", len(entries))
-    bulk.insert(row, entries, shown)
+    bulk.insert(row, bulk.read(row.name, changed))
     row.head = tip
     row.save(update_fields=["head", "updated_at"])
 

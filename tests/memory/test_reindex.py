@@ -52,6 +52,28 @@ def test_it_rebuilds_the_index_equal_to_the_one_before() -> None:
 
 
 @pytest.mark.django_db
+def test_it_keeps_the_rows_equal_to_the_repository_and_rebuilds_the_others() -> None:
+    store.write(SCOPE, drafts(8), author="run:1", message="eight")
+    embeddings.embed_pending()
+    before = dump()
+    ids = dict(Note.objects.values_list("title", "id"))
+    Note.objects.filter(title="Fact 1").update(title="Tampered")  # its words change with it
+    Note.objects.filter(title="Fact 2").update(confidence=0.9)
+    other = Note.objects.get(title="Fact 4").embedding
+    Note.objects.filter(title="Fact 3").update(embedding=other)
+    Note.objects.filter(title="Fact 5").update(verified_by="owner")
+
+    reindexing.reindex(SCOPE)
+
+    assert dump() == before
+    assert counted() == recounted()
+    after = dict(Note.objects.values_list("title", "id"))
+    assert {title for title in after if after[title] != ids.get(title)} == {
+        "Fact 1", "Fact 2", "Fact 3", "Fact 5"
+    }  # fmt: skip
+
+
+@pytest.mark.django_db
 def test_it_computes_the_vectors_the_cache_lacks_each_text_once() -> None:
     store.write(SCOPE, drafts(12, distinct=5), author="run:1", message="twelve")
     assert not EmbeddingCache.objects.exists()
