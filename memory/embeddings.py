@@ -12,7 +12,7 @@ import ctypes
 import hashlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,12 @@ import numpy as np
 from django.db import connection, transaction
 
 from memory.models import EmbeddingCache, Note
+from memory.progress import Progress
 
 MODEL = "multilingual-e5-small-q4"
 MAX_CHARS = 2000  # the model reads 512 tokens; longer notes are found by their start and title
 BATCH = 64
+LOOKUP = 10_000  # digests per query asking the cache what it holds
 
 _engine_lock = threading.Lock()
 
@@ -69,6 +71,47 @@ def embed_pending(scope: str | None = None) -> int:
                 ignore_conflicts=True,
             )
             done += _fill([note_id for note_id, _t, _b in batch])
+
+
+def uncached(digests: Collection[str], progress: Progress | None = None) -> list[str]:
+    """The digests of `digests` whose vector the cache lacks."""
+    progress = progress or Progress.quiet()
+    wanted = list(digests)
+    lacking = []
+    for start in range(0, len(wanted), LOOKUP):
+        chunk = wanted[start : start + LOOKUP]
+        held = set(
+            EmbeddingCache.objects.filter(model=MODEL, digest__in=chunk).values_list(
+                "digest", flat=True
+            )
+        )
+        lacking += [d for d in chunk if d not in held]
+        progress.advance(len(chunk))
+    return lacking
+
+
+def compute(
+    texts: Mapping[str, str], *, progress: Progress | None = None, batch: int = BATCH
+) -> int:
+    """Vectors of `texts` (digest -> text) into the cache, `batch` texts per engine call and
+    per committed cache write: a process killed here loses one batch at most, and a rerun finds
+    the others in the cache. Shortest first, so a batch's texts cost alike (the engine runs a
+    batch's texts in parallel across its threads: a long one among short ones keeps the others
+    waiting) and the rate the progress bar shows holds for the next batch. How many."""
+    progress = progress or Progress.quiet()
+    order = sorted(texts, key=lambda d: (len(texts[d]), d))
+    for start in range(0, len(order), batch):
+        chunk = order[start : start + batch]
+        vectors = passage_vectors([texts[d] for d in chunk])
+        EmbeddingCache.objects.bulk_create(
+            [
+                EmbeddingCache(model=MODEL, digest=d, vector=vector)
+                for d, vector in zip(chunk, vectors, strict=True)
+            ],
+            ignore_conflicts=True,  # another process cached it meanwhile: the same vector
+        )
+        progress.advance(len(chunk))
+    return len(order)
 
 
 def fill_from_cache(scope: str | None = None) -> int:

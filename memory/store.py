@@ -23,9 +23,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentos.core import scrubber
-from memory import embeddings, notes, repository
+from memory import bulk, embeddings, notes, repository
 from memory.models import Note, Scope
 from memory.notes import NoteError
+from memory.progress import Progress
 
 BATCH = 2000
 
@@ -248,17 +249,28 @@ def sync(scope: str) -> Scope:
         return row
 
 
-def reindex(scope: str) -> int:
-    """The scope's index rebuilt from its repository alone; how many notes it holds."""
+def reindex(scope: str, *, read: bulk.Tree | None = None, progress: Progress | None = None) -> int:
+    """The scope's index rebuilt from its repository alone, in one transaction (searches see
+    the old rows until it commits; a row equal to its rebuilt self is kept: `bulk.replace`);
+    how many notes it holds. `read`: the scope's notes at one of its commits, read beforehand
+    (`memory.reindexing`: outside the lock); the index is then caught up from that commit to
+    the tip."""
     notes.check_scope(scope)
+    progress = progress or Progress.quiet()
     with transaction.atomic():
         _lock(scope)
         row, _created = Scope.objects.get_or_create(name=scope)
-        Note.objects.filter(scope=row).delete()
-        row.head = ""
+        if read is None:
+            tip = repository.head(scope)
+            files = bulk.note_files(scope, tip)
+            progress.phase("reading the repository", len(files))
+            read = bulk.Tree(tip, bulk.read(scope, files, progress))
+        progress.phase("indexing rows", len(read.entries))
+        bulk.replace(row, read.entries, progress)
+        row.head = read.tip
         _catch_up(row)
         row.save()
-    embeddings.fill_from_cache(scope)
+    progress.finish()
     return Note.objects.filter(scope=row).count()
 
 
@@ -350,32 +362,18 @@ def _lock(scope: str) -> None:
 
 def _catch_up(row: Scope) -> None:
     """Rows equal to the repository's tip: the files that differ from the indexed ones are
-    read again (all of them when nothing is indexed)."""
+    read again (all of them when nothing is indexed), with the vectors the cache has."""
     tip = repository.head(row.name)
     if tip == row.head:
         return
-    wanted = {
-        path: blob
-        for path, blob in repository.files(row.name, tip).items()
-        if path.startswith(notes.NOTES_DIR + "/") and path.endswith(".md")
-    }
+    wanted = bulk.note_files(row.name, tip)
     indexed = dict(Note.objects.filter(scope=row).values_list("path", "blob"))
     gone = [path for path in indexed if path not in wanted]
     changed = {path: blob for path, blob in wanted.items() if indexed.get(path) != blob}
     for start in range(0, len(gone), BATCH):
         Note.objects.filter(scope=row, path__in=gone[start : start + BATCH]).delete()
     Note.objects.filter(scope=row, path__in=[p for p in changed if p in indexed]).delete()
-    by_blob: dict[str, list[str]] = {}
-    for path, blob in changed.items():
-        by_blob.setdefault(blob, []).append(path)
-    rows = []
-    for blob, content in repository.read(row.name, list(by_blob)):
-        for path in by_blob[blob]:
-            rows.append(_row(row, notes.parse(content.decode(), path=path), blob))
-        if len(rows) >= BATCH:
-            Note.objects.bulk_create(rows)
-            rows = []
-    Note.objects.bulk_create(rows)
+    bulk.insert(row, bulk.read(row.name, changed))
     row.head = tip
     row.save(update_fields=["head", "updated_at"])
 
