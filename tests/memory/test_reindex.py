@@ -240,3 +240,19 @@ def test_off_a_terminal_a_short_phase_is_its_first_and_last_lines() -> None:
     assert [line.split()[3] for line in written[:2]] == ["0/100", "100/100"]
     assert written[1].endswith("done in 0 s\n")
     assert written[2].startswith("indexing rows")
+
+
+@pytest.mark.django_db
+def test_the_benchmark_times_the_largest_scope_when_told() -> None:
+    store.write("bench/small", drafts(3), author="run:1", message="a few")
+    store.write("bench/large", drafts(12), author="run:1", message="more")
+    embeddings.embed_pending()
+    out = io.StringIO()
+
+    call_command("bench_reindex", "--largest", "--any-database", stdout=out, stderr=io.StringIO())
+
+    said = out.getvalue()
+    assert "reindex benchmark: scope bench/large" in said
+    assert "sampled cold reindex (12 texts out of the cache)" in said
+    assert said.splitlines()[-1].startswith("cold reindex ")
+    assert Note.objects.filter(scope__name="bench/large", embedding__isnull=False).count() == 12

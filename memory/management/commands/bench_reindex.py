@@ -1,6 +1,6 @@
-"""`manage.py bench_reindex --notes N`: `memory_reindex` of a scope of N synthetic notes timed
-warm (every vector cached) and with a sample of its texts to embed, projected to the target of
-100,000 notes in 20 minutes (memory/proving/reindex_bench.py). Only on a dedicated benchmark
+"""`manage.py bench_reindex [--notes N | --largest]`: `memory_reindex` of a scope of N synthetic
+notes (or the database's largest scope) timed warm (every vector cached) and with a sample of
+its texts to embed, projected to the target of 100,000 notes in 20 minutes (memory/proving/reindex_bench.py). Only on a dedicated benchmark
 database: the notes stay, for the next run."""
 
 from __future__ import annotations
@@ -21,12 +21,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--notes", type=int, default=20_000, metavar="N")
         parser.add_argument(
+            "--largest",
+            action="store_true",
+            help="Time the database's largest scope instead of writing N synthetic notes.",
+        )
+        parser.add_argument(
             "--any-database",
             action="store_true",
             help="Write the notes on the configured database even if it is not a benchmark one.",
         )
 
-    def handle(self, *args: Any, notes: int, any_database: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, notes: int, largest: bool, any_database: bool, **options: Any
+    ) -> None:
         if notes < reindex_bench.SAMPLE:
             raise CommandError(f"--notes is at least {reindex_bench.SAMPLE:,} (the sample).")
         dedicated = _dedicated_database()
@@ -37,7 +44,12 @@ class Command(BaseCommand):
             )
         if dedicated:
             bench.call_migrate()  # a new benchmark data dir starts empty
-        figures = reindex_bench.run(notes, progress=self._progress, say=self.stdout.write)
+        scope = None
+        if largest and (scope := reindex_bench.largest_scope()) is None:
+            raise CommandError("--largest: the database holds no notes yet.")
+        figures = reindex_bench.run(
+            notes, progress=self._progress, say=self.stdout.write, scope=scope
+        )
         for line in figures.lines():
             self.stdout.write(line)
 
