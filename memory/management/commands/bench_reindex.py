@@ -1,7 +1,8 @@
 """`manage.py bench_reindex [--notes N | --largest]`: `memory_reindex` of a scope of N synthetic
 notes (or the database's largest scope) timed warm (every vector cached) and with a sample of
-its texts to embed, projected to the target of 100,000 notes in 20 minutes (memory/proving/reindex_bench.py). Only on a dedicated benchmark
-database: the notes stay, for the next run."""
+its texts to embed, projected to the target of 100,000 notes in 20 minutes
+(memory/proving/reindex_bench.py). Only on a dedicated benchmark database: the notes stay, for
+the next run."""
 
 from __future__ import annotations
 
