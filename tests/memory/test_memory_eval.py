@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from memory.proving import devset, evalsets, evaluation
+from memory.proving import devset, evalsets, evaluation, scoring
 from memory.proving.evalsets import DatasetError, Document
 from memory.proving.evaluation import Note
 
@@ -197,7 +197,7 @@ def test_it_ranks_the_first_relevant_result() -> None:
 
 
 def test_it_scores_hit_rate_and_mrr_per_category() -> None:
-    scores = evaluation.Scores()
+    scores = scoring.Scores()
     for category, rank in [("a", 1), ("a", 4), ("a", None), ("b", 2)]:
         scores.add(category, rank)
     assert scores.by_category["a"].hit_rate == pytest.approx(2 / 3)
@@ -207,9 +207,9 @@ def test_it_scores_hit_rate_and_mrr_per_category() -> None:
 
 
 def test_it_takes_the_nearest_rank_95th_percentile() -> None:
-    assert evaluation.p95([float(n) for n in range(1, 101)]) == 95.0
-    assert evaluation.p95([3.0, 1.0, 2.0]) == 3.0
-    assert evaluation.p95([]) == 0.0
+    assert scoring.p95([float(n) for n in range(1, 101)]) == 95.0
+    assert scoring.p95([3.0, 1.0, 2.0]) == 3.0
+    assert scoring.p95([]) == 0.0
 
 
 # --- padding and the run, on a memory of lists --------------------------------------------------
