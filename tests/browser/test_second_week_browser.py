@@ -238,7 +238,7 @@ def the_end_reaches_the_phone(
         "ServiceWorker.deliverPushMessage",
         {"origin": url, "registrationId": registration, "data": json.dumps(payload)},
     )
-    (notification,) = wait_for(lambda: shown(page), timeout=10, message="the notification")
+    (notification,) = wait_for(lambda: shown(page), timeout=30, message="the notification")
     root.refresh_from_db()
     assert root.status in TERMINAL
     assert notification["title"] == str(ENDS[root.status][1]) == "Mission done"
