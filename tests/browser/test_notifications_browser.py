@@ -53,7 +53,7 @@ def test_a_missions_end_reaches_the_phone_opens_the_mission_and_is_chosen_in_set
         "ServiceWorker.deliverPushMessage",
         {"origin": stack.url, "registrationId": registration, "data": json.dumps(payload)},
     )
-    (notification,) = wait_for(lambda: shown(page), timeout=10, message="the notification")
+    (notification,) = wait_for(lambda: shown(page), timeout=30, message="the notification")
     assert notification["title"] == "Mission done"
     assert notification["body"] == "Publish the 1.3 release notes"
     assert notification["url"] == f"/missions/{mission.pk}/"  # what a tap opens
