@@ -206,6 +206,16 @@ def test_the_query_is_embedded_without_the_words_most_of_the_scope_holds(
         author="run:1", message="chat",
     )  # fmt: skip
     embeddings.embed_pending()
+    embedded = _record_embedded_queries(monkeypatch)
+
+    hits = search.search("Which pet does Clara's family have?", scopes=["chat/1"], k=2)
+
+    assert embedded == ["Which pet does family have?"]
+    assert hits[0].title == "Clara: the puppy"  # the pet, and Clara's
+
+
+def _record_embedded_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts the search embeds from now on, in order (each still embedded)."""
     embedded: list[str] = []
     real = embeddings.query_vector
 
@@ -214,11 +224,7 @@ def test_the_query_is_embedded_without_the_words_most_of_the_scope_holds(
         return real(text)
 
     monkeypatch.setattr(embeddings, "query_vector", recording)
-
-    hits = search.search("Which pet does Clara's family have?", scopes=["chat/1"], k=2)
-
-    assert embedded == ["Which pet does family have?"]
-    assert hits[0].title == "Clara: the puppy"  # the pet, and Clara's
+    return embedded
 
 
 def test_a_long_question_is_embedded_in_a_bounded_number_of_words(
@@ -229,14 +235,7 @@ def test_a_long_question_is_embedded_in_a_bounded_number_of_words(
     store.write("chat/2", [Draft("Trip", "We walked to the lighthouse in Porto.")],
                 author="run:1", message="trip")  # fmt: skip
     embeddings.embed_pending()
-    embedded: list[str] = []
-    real = embeddings.query_vector
-
-    def recording(text: str) -> Any:
-        embedded.append(text)
-        return real(text)
-
-    monkeypatch.setattr(embeddings, "query_vector", recording)
+    embedded = _record_embedded_queries(monkeypatch)
     short = "Where did we walk to when we were in Porto on that trip?"
     long = (
         "When we were on that long trip to Portugal with the whole family and the dog, which"
