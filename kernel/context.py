@@ -88,7 +88,7 @@ class RunContext:
     planned: set[int] = field(default_factory=set)  # intents this execution committed ahead
     seq: int = 0
     traced: bool = False  # telemetry on: each step's span needs its start time
-    deferred: journal.Deferred | None = None  # a free read's result, written with the next intent
+    deferred: journal.Deferred | None = None  # a free step's result, written with the next intent
     started_ns: dict[int, int] = field(default_factory=dict)
     meter: Meter = field(init=False)
 
@@ -124,7 +124,7 @@ class RunContext:
         2. Stop if asked to or over budget (`check_stop`); then `ready()`, the step's own check
            before anything is written (a join's children).
         3. Without an intent yet: crash point `before_intent_commit`, commit the intent — with
-           the held-back result of the free read before it (`prior`), or, for a wait (`wait`:
+           the held-back result of the free step before it (`prior`), or, for a wait (`wait`:
            its kind, question and time to expiry), with its `Wait` row instead — note it in
            `records`, crash point `after_intent_commit`.
 
@@ -257,7 +257,8 @@ class RunContext:
             done,
             "executed",
             executions=1,
-            replayable=effect == Effect.READ,
+            # Safe to run again after a crash: its result may ride on the next intent.
+            replayable=effect != Effect.NON_IDEMPOTENT,
             planned=planned,
         )
 
@@ -326,7 +327,9 @@ class RunContext:
         costly = not done.cost.is_zero or bool(planned)
         self.flush_deferred()  # results are written in step order
         if not costly and replayable and settled_by == "executed":
-            # A free read: its result rides on the next intent (one round trip less a turn).
+            # A free step that is safe to run again (a read, an idempotent write, a model call
+            # that cost nothing): its result rides on the next intent, one commit per step. A
+            # crash before that intent runs it again, as its effect class allows (§7).
             self.deferred = journal.Deferred(
                 call.seq, done.result, settled_by, executions, timezone.now()
             )
@@ -425,7 +428,7 @@ class RunContext:
         return deferred
 
     def flush_deferred(self) -> None:
-        """Write a held-back read result now (before any other write of this run's journal)."""
+        """Write a held-back result now (before any other write of this run's journal)."""
         deferred = self._take_deferred()
         if deferred is not None:
             journal.record_deferred(self.fence, deferred)

@@ -37,7 +37,7 @@ POINTS = (
     "claim_locked",  # inside the claim's transaction, before its fence bump commits
     "run_loaded",  # a claimed run read with its journal, before its program runs
     "intent_committed",  # the journal's intent statement (and a wait's row) committed
-    "deferred_committed",  # a held-back read result written on its own
+    "deferred_committed",  # a held-back result (a free, replayable step's) written on its own
     "counters_billed",  # free steps' counters in the ledger, before the run parks or ends
     "wait_expired",  # a due wait marked expired, before its step's result
     "verdict_marked",  # an owner's "it did not happen" marked used, before acting again

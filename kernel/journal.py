@@ -147,8 +147,9 @@ FROM fenced
 RETURNING (SELECT wake_pending FROM fenced)
 """
 
-# The same, also recording the result of the step before it: a free read whose result the
-# context held back (`Deferred`) rides on this statement instead of taking its own round trip.
+# The same, also recording the result of the step before it: a free step safe to run again
+# whose result the context held back (`Deferred`) rides on this statement instead of taking a
+# commit of its own: one commit per step.
 # Both are fenced by the same lock; the intent never commits without that result. It reads
 # `prior` before inserting: `prior` then runs first, and the event id its row takes (the read's
 # `step.completed`) comes before the new intent's `step.started`.
@@ -175,10 +176,13 @@ RETURNING (SELECT wake_pending FROM fenced)
 
 @dataclass(frozen=True)
 class Deferred:
-    """The result of a free, replayable step not written yet: it goes with the next intent.
+    """The result of a free step that is safe to run again (a read, an idempotent write, a
+    model call that cost nothing), not written yet: it goes with the next intent.
 
-    Losing it in a crash is what an asynchronous commit already allows for these steps: the
-    step has an intent and no result, so it runs again (a read).
+    Losing it in a crash is what the step's effect class allows: the step has an intent and no
+    result, so it runs again (a write with the same idempotency key, docs/design.md §7). A step
+    that cost something commits its result with its debit at once: a cap it crosses must stop
+    the run before the next intent is written.
     """
 
     seq: int
@@ -188,7 +192,8 @@ class Deferred:
     finished_at: datetime  # when the step ended, not when its result is written
 
 
-# A held-back result written on its own (before a write that cannot carry it), async commit.
+# A held-back result written on its own (before a write that cannot carry it, or when the
+# execution ends or parks), async commit: the write that follows flushes it with its own.
 _DEFERRED = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
 UPDATE kernel_step SET result = %(prior_result)s, finished_at = %(prior_finished_at)s,

@@ -8,8 +8,9 @@ having read untrusted content (`kernel.exposure.UNTRUSTED`).
 `web_fetch` never gives the acting agent the page. As journaled steps of its run:
 
 1. `web-fetch-page`: marks the tree untrusted, fetches the page, stores it as an artifact — the
-   step's result holds the artifact's hash, never the text. A replay (a crash before the reader
-   was spawned) returns that result: the page is not fetched twice;
+   step's result holds the artifact's hash, never the text. Its result commits with the intent
+   of the reader's spawn (one commit per step, docs/design.md §7): a replay after that returns
+   it, and the page is not fetched twice; a crash before it fetches the page again;
 2. spawns the reader (`missions.web_reader`), a child run without tools whose input holds the
    page as a data block, and joins it (a durable wait);
 3. `web-fetch-answer` checks the reader's answer (its schema, its quotes), and the call's
@@ -112,9 +113,8 @@ def _fetch(ctx: RunContext, worksite: Worksite, arguments: dict[str, Any]) -> st
         )
     fetched = ctx.step(
         StepKind.CHECKPOINT,
-        # Its result is recorded at once, not held back with the next step's intent as a free
-        # read's is: a crash after it never fetches the page again. Storing the page is an
-        # idempotent write (content-addressed); a fetch cut short is asked again.
+        # Storing the page is an idempotent write (content-addressed): a fetch whose result was
+        # not journaled yet is asked again.
         effect=Effect.IDEMPOTENT_WRITE,
         name="web-fetch-page",
         request={"url": url, "render": True} if render else {"url": url},

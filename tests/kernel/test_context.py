@@ -237,7 +237,8 @@ EXPECTED: list[tuple[Any, ...]] = [
     ("mark", "free read", 0),
     ("after_effect_before_result", 8),
     ("after_result_commit", 8),
-    ("mark", "idempotent_write", 2),  # a replay, as above
+    # A replay, as above; its result rides on the next intent (one commit per step).
+    ("mark", "idempotent_write", 1),
     ("before_intent_commit", 9),
     ("after_intent_commit", 9),
     ("claim_locked", 0),
@@ -255,7 +256,7 @@ EXPECTED: list[tuple[Any, ...]] = [
     ("after_intent_commit", 10),
     ("after_effect_before_result", 10),
     ("after_result_commit", 10),
-    ("mark", "spawn", 7),
+    ("mark", "spawn", 6),  # the child's row; the spawn's own result rides on the next intent
     ("before_intent_commit", 11),
     ("after_intent_commit", 11),
     ("after_effect_before_result", 11),

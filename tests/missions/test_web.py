@@ -543,9 +543,10 @@ def test_a_crash_between_the_fetch_and_the_reader_s_spawn_does_not_fetch_twice(
     died: list[int] = []
 
     def hit(point: str, *, run: int, seq: int = 0) -> None:
-        # The worker dies once: the page step has its result, the reader is not spawned yet.
+        # The worker dies once: the page step has its result (committed with the spawn's
+        # intent), the reader is not spawned yet.
         fetched = Step.objects.filter(run_id=run, name="web-fetch-page", result__isnull=False)
-        if point == "before_intent_commit" and not died and fetched.exists():
+        if point == "after_intent_commit" and not died and fetched.exists():
             died.append(seq)
             raise SystemExit("the worker died between the fetch and the spawn")
 
