@@ -14,13 +14,14 @@ def register() -> None:
     # Imported here, not above: Django imports this package (for `ProvingConfig`) while it loads
     # the apps, before `kernel.programs`' models may be imported.
     from kernel.programs import PROGRAMS
-    from kernel.proving import chaos, scripted
+    from kernel.proving import bench, chaos, scripted
 
     for name, program in {
         "chaos.workflow": chaos.workflow,
         "chaos.child": chaos.child,
         "chaos.noop": chaos.noop,
         "chaos.busy": chaos.busy,
+        bench.PAIRED: bench.paired,
         scripted.PROGRAM: scripted.script,
     }.items():
         PROGRAMS.add(name, program)

@@ -1,14 +1,17 @@
 """The kernel benchmark: each kernel figure next to a floor measured in the same run.
 
 Absolute numbers drift between runs on shared machines, ratios do not (docs/design.md §20), so
-every part measures its own floor:
+every part measures its own floor, finely interleaved with it:
 
-1. one step: raw psycopg doing the journal's two commits vs a `chaos.noop` run of free reads
-   (a read's result commits asynchronously, riding on the next intent), and the same run with
-   durable writes (an effect: synchronous result commit, both ends announced in the event
-   stream); each against the same target;
+1. one step: raw psycopg doing the journal's two commits vs `bench.paired` runs, free reads and
+   idempotent writes (each one commit: its result rides on the next intent). The run's program
+   alternates blocks of its own steps with floor blocks of as many steps (`Pairing`): many short
+   pairs, each a ratio; the figure is their median, with their spread. The same again with both
+   sides on `synchronous_commit = off`: the disk taken out, a figure of CPU and round trips.
+   Commits per step are counted on both sides (transaction ids taken, `pg_snapshot_xmax`);
 2. resume: reading a 1,000-step journal and replaying the program through `RunContext`;
-3. throughput at K = 32: 32 threads of the floor vs 32 runs on two `proving_worker` processes.
+3. throughput at K = 32: 32 threads of the floor vs 32 runs on two `proving_worker` processes,
+   alternating round by round.
 
 It writes runs, scratch tables and worker logs: `manage.py bench_kernel` refuses to run outside a
 dedicated data dir (`make bench` uses `.data/bench`).
@@ -44,15 +47,20 @@ from psycopg.types.json import Jsonb
 
 from agentos.core import database
 from kernel import journal, programs, runs, scheduler, statements
-from kernel.context import RunContext
+from kernel.context import Done, RunContext, StepCall
 from kernel.journal import Fence
-from kernel.models import TERMINAL, Account, Run, RunStatus
+from kernel.models import TERMINAL, Account, Effect, Run, RunStatus, StepKind
+from kernel.programs import Outcome
 from kernel.worker import Worker
 
 PROGRAM = "chaos.noop"
+PAIRED = "bench.paired"
 RESUME_STEPS = 1000
-ROUNDS = 5  # floor/kernel alternations; a ratio is the median of theirs
-RATIO_TARGET = 1.3  # kernel µs/step ÷ floor µs/step, at most (free reads and durable writes)
+ROUNDS = 11  # throughput: floor/kernel alternations; a ratio is the median of theirs
+BLOCK_STEPS = 40  # one step: the steps of each block of a pair
+PAIRS = 80  # one step: floor/kernel pairs of blocks per run
+RATIO_TARGET = 0.7  # kernel µs/step ÷ two-commit floor µs/step, at most (reads and writes)
+FLATNESS_TARGET = 1.1  # a run's last quarter of pairs ÷ its first quarter, at most
 RESUME_TARGET_MS = 20.0  # at most
 THROUGHPUT_TARGET = 0.7  # kernel steps/s ÷ floor steps/s at K = 32, at least
 POLL_SECONDS = 0.05
@@ -145,6 +153,21 @@ class FloorRun:
             self.step()
 
 
+def skip_wal_flush(conn: RawConnection) -> None:
+    """This session's commits stop waiting for their WAL flush: the disk out of the figure."""
+    conn.execute("SET synchronous_commit TO off")
+
+
+_HORIZON = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+
+
+def horizon(conn: RawConnection) -> int:
+    """The next transaction id PostgreSQL will give: its growth counts the database's commits
+    of writing transactions, whoever made them (a read-only statement takes none)."""
+    row = conn.execute(_HORIZON, prepare=True).fetchone()
+    return int(row[0]) if row else 0
+
+
 def measure_floor_step(steps: int, *, warmup: int) -> float:
     """µs per step of the floor, sequential, after `warmup` steps on the same connection."""
     with raw_connect() as conn:
@@ -199,19 +222,122 @@ def start_noop(account: Account, steps: int, *, writes: bool = False) -> Run:
     )
 
 
-def execute_one(account: Account, steps: int, *, writes: bool = False) -> float:
-    """Start a run, claim and execute it in this thread; return its wall time in seconds."""
-    run = start_noop(account, steps, writes=writes)
-    started = time.perf_counter()
-    outcome = Worker(lease_seconds=60).work_one()
-    elapsed = time.perf_counter() - started
-    _expect_done([run.pk], outcome)
-    return elapsed
+# --- one step, finely interleaved: blocks of the kernel's steps, each paired with the floor's --
 
 
-def measure_kernel_step(account: Account, steps: int, *, writes: bool = False) -> float:
-    """µs per step of one `chaos.noop` run claimed and executed in this thread."""
-    return execute_one(account, steps, writes=writes) / steps * 1e6
+@dataclass
+class Pairs:
+    """Pairs of blocks, in the run's order: each block's µs/step and commits/step, both sides."""
+
+    kernel_us: list[float] = field(default_factory=list)
+    floor_us: list[float] = field(default_factory=list)
+    kernel_commits: list[float] = field(default_factory=list)
+    floor_commits: list[float] = field(default_factory=list)
+
+    def extend(self, other: Pairs) -> None:
+        self.kernel_us += other.kernel_us
+        self.floor_us += other.floor_us
+        self.kernel_commits += other.kernel_commits
+        self.floor_commits += other.floor_commits
+
+    @property
+    def ratios(self) -> list[float]:
+        return round_ratios(self.kernel_us, self.floor_us)
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def late_early(self) -> float:
+        """The last quarter's median ratio over the first quarter's: a step costs what it did."""
+        quarter = max(1, len(self.ratios) // 4)
+        return statistics.median(self.ratios[-quarter:]) / statistics.median(self.ratios[:quarter])
+
+
+@dataclass
+class Pairing:
+    """What `bench.paired` calls around each block of its steps: time it, then time as many
+    floor steps on the floor's own connection, and count both blocks' commits."""
+
+    floor: FloorRun
+    steps: int
+    pairs: Pairs = field(default_factory=Pairs)
+    mark: int = 0
+
+    def kernel_block_starts(self) -> None:
+        self.mark = horizon(self.floor.conn)
+
+    def kernel_block_ended(self, seconds: float) -> None:
+        ended = horizon(self.floor.conn)
+        self.pairs.kernel_us.append(seconds / self.steps * 1e6)
+        self.pairs.kernel_commits.append((ended - self.mark) / self.steps)
+        started = time.perf_counter()
+        self.floor.steps(self.steps)
+        elapsed = time.perf_counter() - started
+        self.pairs.floor_us.append(elapsed / self.steps * 1e6)
+        self.pairs.floor_commits.append((horizon(self.floor.conn) - ended) / self.steps)
+
+
+# The pairing of the `bench.paired` run executing in this thread (`measure_pairs` sets it).
+_pairing = threading.local()
+
+
+def _nothing(call: StepCall) -> Done:
+    return Done(None)
+
+
+def paired(ctx: RunContext) -> Outcome:
+    """`blocks` blocks of `steps` no-op steps (free reads, or idempotent writes with
+    `"writes": true`), each followed by a floor block (`Pairing`); with `"no_disk": true`, this
+    connection's commits skip their WAL flush, as the floor's do then."""
+    pairing: Pairing = _pairing.current
+    effect = Effect.IDEMPOTENT_WRITE if ctx.input.get("writes") else Effect.READ
+    no_disk = bool(ctx.input.get("no_disk"))
+    if no_disk:
+        statements.execute("SET synchronous_commit TO off", {}, prepare=False)
+    try:
+        index = 0
+        for _ in range(int(ctx.input["blocks"])):
+            pairing.kernel_block_starts()
+            started = time.perf_counter()
+            for _ in range(pairing.steps):
+                ctx.step(
+                    StepKind.CHECKPOINT,
+                    effect=effect,
+                    name="noop",
+                    request={"i": index},
+                    execute=_nothing,
+                )
+                index += 1
+            pairing.kernel_block_ended(time.perf_counter() - started)
+    finally:
+        if no_disk:
+            statements.execute("RESET synchronous_commit", {}, prepare=False)
+    return Outcome(RunStatus.DONE, None)
+
+
+def measure_pairs(
+    account: Account, *, blocks: int, steps: int, writes: bool, no_disk: bool
+) -> Pairs:
+    """One `bench.paired` run claimed and executed in this thread, its floor beside it."""
+    with raw_connect() as conn:
+        conn.execute(_EMPTY)
+        if no_disk:
+            skip_wal_flush(conn)
+        floor = FloorRun.create(conn, run_id=1)
+        floor.steps(steps)  # prepares the floor's statements
+        _pairing.current = Pairing(floor=floor, steps=steps)
+        try:
+            run = runs.start_run(
+                account=account,
+                program=PAIRED,
+                input={"blocks": blocks, "writes": writes, "no_disk": no_disk},
+            )
+            _expect_done([run.pk], Worker(lease_seconds=60).work_one())
+            return _pairing.current.pairs  # type: ignore[no-any-return]
+        finally:
+            del _pairing.current
 
 
 def profile_kernel_step(account: Account, steps: int, *, top: int = 25) -> str:
@@ -405,33 +531,40 @@ def measure_kernel_throughput(pool: WorkerPool, account: Account, k: int, steps:
 
 # --- the whole benchmark --------------------------------------------------------------------
 
+# The one-step variants: (label, idempotent writes?, disk out?).
+VARIANTS = (
+    ("free reads", False, False),
+    ("idempotent writes", True, False),
+    ("free reads, no disk", False, True),
+    ("idempotent writes, no disk", True, True),
+)
+
 
 @dataclass(frozen=True)
 class Report:
-    """Samples of every round; figures are medians. Each ratio is the median of the rounds'
-    ratios: a round measures the floor and the kernel back to back, so a slow spell of the
+    """Every sample; a figure is the median of its samples, with their spread (the middle half:
+    25th to 75th percentile). A one-step ratio is the median of its pairs' ratios: a pair measures
+    a block of the kernel's steps and a block of the floor's back to back, so a slow spell of the
     machine's disk (its fsyncs vary by tens of percent from one second to the next) weighs on
     both sides of one ratio instead of on one side of the medians."""
 
-    steps: int
+    block_steps: int
+    pairs: dict[str, Pairs]  # by VARIANTS' label
+    resume: Resume
     k: int
     k_steps: int
-    floor_us: list[float]
-    kernel_us: list[float]
-    write_us: list[float]
-    resume: Resume
     floor_steps_s: list[float]
     kernel_steps_s: list[float]
 
     @property
     def ratio(self) -> float:
-        return statistics.median(round_ratios(self.kernel_us, self.floor_us))
+        return self.pairs["free reads"].ratio
 
     @property
     def write_ratio(self) -> float:
-        """Steps with an effect: their result commits synchronously, and both ends are
-        announced in the event stream; a target of its own, like the free reads'."""
-        return statistics.median(round_ratios(self.write_us, self.floor_us))
+        """Steps with an effect, both ends announced in the event stream: the figure the
+        target is about (one commit a step against the floor's two)."""
+        return self.pairs["idempotent writes"].ratio
 
     @property
     def throughput_ratio(self) -> float:
@@ -439,47 +572,81 @@ class Report:
 
     def lines(self) -> list[str]:
         resume_met = self.resume.fresh_ms <= RESUME_TARGET_MS
-        return [
-            f"1. One step (intent, then result + ledger), N = {self.steps}",
-            _row("floor, raw psycopg 3, prepared", self.floor_us, "µs/step"),
-            _row(f"kernel, {PROGRAM} in-process", self.kernel_us, "µs/step"),
-            _row("kernel / floor", round_ratios(self.kernel_us, self.floor_us), "",
-                 _target(self.ratio, "≤", RATIO_TARGET)),
-            _row("kernel, the same steps as writes", self.write_us, "µs/step"),
-            _row("writes / floor", round_ratios(self.write_us, self.floor_us), "",
-                 _target(self.write_ratio, "≤", RATIO_TARGET)),
+        count = len(self.pairs["free reads"].ratios)
+        floor = Pairs()  # the durable lines' floors
+        floor.extend(self.pairs["free reads"])
+        floor.extend(self.pairs["idempotent writes"])
+        rows = [
+            f"1. One step: {count} pairs of {self.block_steps}-step blocks per line (the"
+            " kernel's, then as many floor steps); median [25th-75th percentile]",
+            row("floor, raw psycopg 3, prepared", floor.floor_us, "µs/step",
+                 f"commits/step {fig(statistics.median(floor.floor_commits))}"),
+        ]  # fmt: skip
+        for label, writes, disk_out in VARIANTS:
+            pairs = self.pairs[label]
+            rows.append(
+                row(f"{PAIRED}, {label}", pairs.kernel_us, "µs/step",
+                     f"commits/step {fig(statistics.median(pairs.kernel_commits))}"
+                     f"  (floor {fig(statistics.median(pairs.floor_us))} µs)")
+            )  # fmt: skip
+            target = "" if disk_out else _target(pairs.ratio, "≤", RATIO_TARGET)
+            rows.append(row("  / floor", pairs.ratios, "", target))
+            if writes and not disk_out:
+                rows.append(
+                    row("  last quarter / first quarter", [pairs.late_early], "",
+                         _target(pairs.late_early, "≤", FLATNESS_TARGET))
+                )  # fmt: skip
+        rows += [
             f"2. Resume of a {RESUME_STEPS:,}-step run (median)",
-            _row("read + replay, new connection", [self.resume.fresh_ms], "ms",
+            row("read + replay, new connection", [self.resume.fresh_ms], "ms",
                  f"{verdict(resume_met)} (target ≤ {RESUME_TARGET_MS:g} ms)"),
-            _row("read + replay, open connection", [self.resume.warm_ms], "ms"),
-            _row("whole execution, claim to finish", [self.resume.execution_ms], "ms"),
-            f"3. Throughput, K = {self.k} runs x {self.k_steps} steps",
-            _row(f"floor, {self.k} threads, own connections", self.floor_steps_s, "steps/s"),
-            _row("kernel, kernel_worker processes", self.kernel_steps_s, "steps/s"),
-            _row("kernel / floor", round_ratios(self.kernel_steps_s, self.floor_steps_s), "",
+            row("read + replay, open connection", [self.resume.warm_ms], "ms"),
+            row("whole execution, claim to finish", [self.resume.execution_ms], "ms"),
+            f"3. Throughput, K = {self.k} runs x {self.k_steps} steps,"
+            f" {len(self.floor_steps_s)} rounds",
+            row(f"floor, {self.k} threads, own connections", self.floor_steps_s, "steps/s"),
+            row("kernel, kernel_worker processes", self.kernel_steps_s, "steps/s"),
+            row("kernel / floor", round_ratios(self.kernel_steps_s, self.floor_steps_s), "",
                  _target(self.throughput_ratio, "≥", THROUGHPUT_TARGET)),
         ]  # fmt: skip
+        return rows
 
     def summary(self) -> str:
         """The last line, read by scripts: keep its keys stable."""
+        reads, writes = self.pairs["free reads"], self.pairs["idempotent writes"]
         return (
-            f"kernel_step_us={fig(statistics.median(self.kernel_us))}"
-            f" floor_us={fig(statistics.median(self.floor_us))}"
+            f"kernel_step_us={fig(statistics.median(reads.kernel_us))}"
+            f" floor_us={fig(statistics.median(reads.floor_us))}"
             f" ratio={fig(self.ratio)} resume_1000_ms={fig(self.resume.fresh_ms)}"
             f" throughput_ratio_k32={fig(self.throughput_ratio)}"
             f" write_ratio={fig(self.write_ratio)}"
+            f" write_late_early={fig(writes.late_early)}"
+            f" ratio_no_disk={fig(self.pairs['free reads, no disk'].ratio)}"
+            f" write_ratio_no_disk={fig(self.pairs['idempotent writes, no disk'].ratio)}"
+            f" write_commits_per_step={fig(statistics.median(writes.kernel_commits))}"
         )
 
 
 def round_ratios(kernel: list[float], floor: list[float]) -> list[float]:
-    """Each round's kernel figure over that round's floor."""
+    """Each round's (or pair's) kernel figure over its floor."""
     return [k / f for k, f in zip(kernel, floor, strict=True)]
 
 
-def _row(label: str, samples: list[float], unit: str, note: str = "") -> str:
-    """`label  median unit  note  (each round's sample when there are several)`."""
-    rounds = f"  rounds: {' '.join(fig(x) for x in samples)}" if len(samples) > 1 else ""
-    line = f"   {label:<40} {fig(statistics.median(samples)):>7} {unit:<8}{note}{rounds}"
+def quartiles(samples: list[float]) -> tuple[float, float]:
+    """The 25th and 75th percentiles: where the middle half of the samples lies."""
+    if len(samples) < 2:
+        return samples[0], samples[0]
+    low, _, high = statistics.quantiles(samples, n=4)
+    return low, high
+
+
+def row(label: str, samples: list[float], unit: str, note: str = "") -> str:
+    """`label  median unit [spread]  note`: the spread is the middle half of the samples."""
+    spread = ""
+    if len(samples) > 1:
+        low, high = quartiles(samples)
+        spread = f" [{fig(low)}-{fig(high)}]"
+    line = f"   {label:<36} {fig(statistics.median(samples)):>7} {unit:<8}{spread:<16} {note}"
     return line.rstrip()
 
 
@@ -502,7 +669,7 @@ def verdict(met: bool) -> str:
 
 def run(
     *,
-    steps: int = 2000,
+    steps: int = PAIRS * BLOCK_STEPS,
     rounds: int = ROUNDS,
     repeats: int = 7,
     k: int = 32,
@@ -510,27 +677,25 @@ def run(
     workers: int = 2,
     say: Say = print,
 ) -> Report:
-    """Measure everything; floor and kernel alternate over `rounds` rounds, so that a noisy
-    neighbour on the machine weighs on both alike. `say` gets progress lines."""
+    """Measure everything: `steps` per side of each one-step line, in pairs of `BLOCK_STEPS`;
+    throughput over `rounds` floor/kernel alternations. `say` gets progress lines."""
     call_migrate()
     retired = retire_leftovers()
     if retired:
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")
     account = make_account()
-    warmup = max(100, steps // 10)
-    floor_us: list[float] = []
-    kernel_us: list[float] = []
-    write_us: list[float] = []
+    block = min(BLOCK_STEPS, steps)
+    blocks = max(1, steps // block)
     floor_steps_s: list[float] = []
     kernel_steps_s: list[float] = []
+    pairs: dict[str, Pairs] = {}
     with scratch_tables():
-        say(f"one step: {rounds} rounds of {steps} steps, floor then kernel …")
-        measure_floor_step(warmup, warmup=warmup)
-        execute_one(account, warmup)
-        for _ in range(rounds):
-            floor_us.append(measure_floor_step(steps, warmup=warmup))
-            kernel_us.append(measure_kernel_step(account, steps))
-            write_us.append(measure_kernel_step(account, steps, writes=True))
+        say(f"one step: {len(VARIANTS)} runs of {blocks} pairs of {block}-step blocks …")
+        measure_pairs(account, blocks=4, steps=block, writes=True, no_disk=False)  # warm-up
+        for label, writes, disk_out in VARIANTS:
+            pairs[label] = measure_pairs(
+                account, blocks=blocks, steps=block, writes=writes, no_disk=disk_out
+            )
         say(f"resume: a {RESUME_STEPS}-step run, {repeats} times …")
         resume = measure_resume(account, repeats=repeats)
         say(f"throughput: {rounds} rounds of {k} runs x {k_steps} steps, floor then kernel …")
@@ -540,13 +705,11 @@ def run(
                 floor_steps_s.append(measure_floor_throughput(k, k_steps))
                 kernel_steps_s.append(measure_kernel_throughput(pool, account, k, k_steps))
     return Report(
-        steps=steps,
+        block_steps=block,
+        pairs=pairs,
+        resume=resume,
         k=k,
         k_steps=k_steps,
-        floor_us=floor_us,
-        kernel_us=kernel_us,
-        write_us=write_us,
-        resume=resume,
         floor_steps_s=floor_steps_s,
         kernel_steps_s=kernel_steps_s,
     )

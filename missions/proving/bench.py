@@ -1,18 +1,19 @@
 """The engine benchmark: what an agent turn costs over the kernel's floor, and whether it is flat.
 
-The workload (docs/design.md §20): one `agent` run on the instant scripted model, one `noop` tool
-call per turn, 200 turns (the last one answers).
-A turn is two journaled steps (the model call, then the tool call), so its floor is two floor
-steps of `kernel.proving.bench`, measured in the same run, alternating with the engine over the
-rounds.
+The workload (docs/design.md §20): `agent` runs on the instant scripted model, one `noop` tool
+call per turn (the last turn answers). A turn is two journaled steps (the model call, then the
+tool call), so its floor is two floor steps of `kernel.proving.bench`: four commits.
 
-Two figures:
+Figures:
 
-1. per turn: the whole in-process execution (`Worker.work_one`: claim, load, the loop, finish)
-   timed by the client, divided by the turns; against 2 x the floor step;
-2. flatness: each turn's duration read back from the journal, from its model step's `started_at`
-   to the next turn's (DB `now()` stamps, so nothing is added to the hot path to time it). The
-   last turn has no next model step, so the late window stops at the turn before it.
+1. per turn, finely interleaved: many short runs (`PAIR_TURNS` turns), each paired with a floor
+   block of two steps per turn measured just before it; a run's turn is read back from the
+   journal (model intent of turn 1 to the model intent of its last turn, DB `now()` stamps, so
+   nothing is added to the hot path to time it, and no claim or finish is in it). The figure is
+   the median of the pairs' ratios, with their spread; again with both sides on
+   `synchronous_commit = off` (the disk out: CPU and round trips only);
+2. flatness: `TURNS`-turn runs, turns 1-50 against turns 151-199 (journal stamps), and their
+   commits per turn (transaction ids taken, `kernel.proving.bench.horizon`).
 
 It writes runs and scratch tables: `manage.py bench_engine` refuses to run outside a dedicated
 data dir, like `bench_kernel` (`make bench` uses `.data/bench`).
@@ -38,16 +39,19 @@ from kernel.proving import bench as kernel_bench
 from kernel.worker import Worker
 from missions.models import Mission, Project
 
-TURNS = 200
-ROUNDS = 7  # floor/engine alternations; the ratio is the median of theirs
+TURNS = 200  # turns of each flatness run
+ROUNDS = 3  # flatness runs
+PAIRS = 40  # floor/engine pairs of the per-turn figure, for each line
+PAIR_TURNS = 20  # turns timed in each run of a pair
 TOOL = "noop"
-RATIO_TARGET = 1.5  # engine µs/turn ÷ (2 x floor µs/step), at most
+RATIO_TARGET = 1.2  # engine µs/turn ÷ (2 x floor µs/step), at most
 FLATNESS_TARGET = 1.1  # mean turn of the last quarter ÷ of the first quarter, at most
 WARMUP_TURNS = 20
 FLOOR_WARMUP = 200  # floor steps before each floor measurement, on its connection
 
 Say = Callable[[str], None]
 BenchError = kernel_bench.BenchError
+Pairs = kernel_bench.Pairs
 fig = kernel_bench.fig
 verdict = kernel_bench.verdict
 
@@ -183,34 +187,55 @@ def flatness(turns: list[Turn]) -> Flatness:
 # --- the whole benchmark --------------------------------------------------------------------
 
 
+def measure_pairs(mission: Mission, *, pairs: int, turns: int, no_disk: bool) -> Pairs:
+    """`pairs` pairs: a floor block of two steps per turn, then an agent run of `turns` + 1
+    turns executed in this thread, its first `turns` turns timed from the journal."""
+    from django.db import connection
+
+    out = Pairs()
+    with kernel_bench.raw_connect() as conn:
+        conn.execute("TRUNCATE bench_step, bench_run")
+        if no_disk:
+            kernel_bench.skip_wal_flush(conn)
+            with connection.cursor() as cursor:  # the engine's: this thread's connection
+                cursor.execute("SET synchronous_commit TO off")
+        floor = kernel_bench.FloorRun.create(conn, run_id=1)
+        floor.steps(FLOOR_WARMUP)
+        try:
+            for _ in range(pairs):
+                started = time.perf_counter()
+                floor.steps(2 * turns)
+                out.floor_us.append((time.perf_counter() - started) / turns * 1e6)
+                agent, _ = execute_agent(mission, turns + 1, work_one)
+                recorded = journal_turns(agent.pk)
+                out.kernel_us.append(
+                    _us(recorded[turns].model_started - recorded[0].model_started) / turns
+                )
+        finally:
+            if no_disk:
+                with connection.cursor() as cursor:
+                    cursor.execute("RESET synchronous_commit")
+    return out
+
+
 @dataclass(frozen=True)
 class Report:
-    """Samples of every round; figures are medians. The ratio is the median of the rounds'
-    ratios: each round's run and its floor are measured back to back, so a slow spell of the
-    machine's disk (its fsyncs vary by tens of percent from one second to the next) weighs on
-    both sides of one ratio instead of on one side of the medians."""
+    """Every sample; a figure is the median of its samples, with their spread (25th to 75th
+    percentile). A ratio is the median of its pairs' ratios: each pair's run and its floor are
+    measured back to back, so a slow spell of the machine's disk weighs on both sides of one
+    ratio instead of on one side of the medians."""
 
     turns: int
-    floor_step_us: list[float]
-    engine_turn_us: list[float]
-    journal_turn_us: list[float]
+    pair_turns: int
+    durable: Pairs  # per turn (kernel_us: the engine's) against two floor steps
+    no_disk: Pairs
+    whole_turn_us: list[float]  # flatness runs: the whole execution over its turns
+    commits_per_turn: list[float]
     flatness: list[Flatness]
 
     @property
-    def engine(self) -> float:
-        return statistics.median(self.engine_turn_us)
-
-    @property
-    def turn_floor(self) -> float:
-        return 2 * statistics.median(self.floor_step_us)
-
-    @property
-    def ratios(self) -> list[float]:
-        return kernel_bench.round_ratios(self.engine_turn_us, [2 * x for x in self.floor_step_us])
-
-    @property
     def ratio(self) -> float:
-        return statistics.median(self.ratios)
+        return self.durable.ratio
 
     @property
     def late_early(self) -> float:
@@ -227,22 +252,27 @@ class Report:
     def lines(self) -> list[str]:
         middle = sorted(self.flatness, key=lambda f: f.ratio)[len(self.flatness) // 2]
         e1, e2, l1, l2 = middle.window
-        floor = [2 * x for x in self.floor_step_us]
         rows = [
-            f"1. One turn (model step + one {TOOL} tool step), {self.turns} turns per run",
-            _row("floor step, raw psycopg 3, 2 commits", self.floor_step_us, "µs/step"),
-            _row("turn floor = 2 x floor step", floor, "µs/turn"),
-            _row("engine, agent run in-process", self.engine_turn_us, "µs/turn"),
-            _row(
-                f"  same, journal stamps, turns 1-{self.turns - 1}", self.journal_turn_us, "µs/turn"
-            ),
-            _row("engine / turn floor", self.ratios, "", _target(self.ratio, RATIO_TARGET)),
-            "2. Flatness: turn k = model intent of k → model intent of k+1 (journal stamps)",
+            f"1. One turn (model step + one {TOOL} tool step): {len(self.durable.ratios)} runs of"
+            f" {self.pair_turns} turns per line, each after a floor block of"
+            f" {2 * self.pair_turns} steps; median [25th-75th percentile]",
+            _row("turn floor = 2 floor steps, 4 commits", self.durable.floor_us, "µs/turn"),
+            _row("engine, journal stamps", self.durable.kernel_us, "µs/turn"),
+            _row("  engine / turn floor", self.durable.ratios, "",
+                 _target(self.ratio, RATIO_TARGET)),
+            _row("turn floor, no disk", self.no_disk.floor_us, "µs/turn"),
+            _row("engine, no disk", self.no_disk.kernel_us, "µs/turn"),
+            _row("  engine / turn floor, no disk", self.no_disk.ratios, ""),
+            f"2. Flatness: {len(self.flatness)} runs of {self.turns} turns; turn k = model intent"
+            " of k → model intent of k+1 (journal stamps)",
+            _row("whole execution / turns", self.whole_turn_us, "µs/turn"),
+            _row("commits per turn (floor: 4)", self.commits_per_turn, ""),
             _row(f"turns {e1}-{e2}", [f.early.turn for f in self.flatness], "µs/turn"),
             _row(f"turns {l1}-{l2}", [f.late.turn for f in self.flatness], "µs/turn"),
-            _row("late / early", [self.late_early], "", _target(self.late_early, FLATNESS_TARGET)),
-            "   by phase (median round), early → late µs:",
-        ]
+            _row("late / early", [f.ratio for f in self.flatness], "",
+                 _target(self.late_early, FLATNESS_TARGET)),
+            "   by phase (median run), early → late µs:",
+        ]  # fmt: skip
         for name in ("model", "tools", "between"):
             early, late = getattr(middle.early, name), getattr(middle.late, name)
             rows.append(f"     {name:<8} {fig(early):>7} → {fig(late):>7}  x{fig(late / early)}")
@@ -251,55 +281,61 @@ class Report:
     def summary(self) -> str:
         """The last line, read by scripts: keep its keys stable."""
         return (
-            f"engine_turn_us={fig(self.engine)} turn_floor_us={fig(self.turn_floor)}"
+            f"engine_turn_us={fig(statistics.median(self.durable.kernel_us))}"
+            f" turn_floor_us={fig(statistics.median(self.durable.floor_us))}"
             f" turn_ratio={fig(self.ratio)} late_early={fig(self.late_early)}"
+            f" turn_ratio_no_disk={fig(self.no_disk.ratio)}"
+            f" commits_per_turn={fig(statistics.median(self.commits_per_turn))}"
         )
 
 
 def _row(label: str, samples: list[float], unit: str, note: str = "") -> str:
-    rounds = f"  rounds: {' '.join(fig(x) for x in samples)}" if len(samples) > 1 else ""
-    line = f"   {label:<40} {fig(statistics.median(samples)):>7} {unit:<8}{note}{rounds}"
-    return line.rstrip()
+    return kernel_bench.row(label, samples, unit, note)
 
 
 def _target(value: float, target: float) -> str:
     return f"{verdict(value <= target)} (target ≤ {target:g})"
 
 
-def run(*, turns: int = TURNS, rounds: int = ROUNDS, say: Say = print) -> Report:
-    """Warm up, then alternate floor and engine over `rounds` rounds, so that a noisy
-    neighbour on the machine weighs on both alike. `say` gets progress lines."""
+def run(
+    *, turns: int = TURNS, rounds: int = ROUNDS, pairs: int = PAIRS, say: Say = print
+) -> Report:
+    """Warm up, then the per-turn pairs (durable, then no disk), then `rounds` flatness runs of
+    `turns` turns. `say` gets progress lines."""
     kernel_bench.call_migrate()
     retired = kernel_bench.retire_leftovers()  # `work_one` claims the oldest runnable run
     if retired:
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")
     mission = make_mission()
-    floor_step_us: list[float] = []
-    engine_turn_us: list[float] = []
-    journal_turn_us: list[float] = []
+    pair_turns = min(PAIR_TURNS, turns - 1)
+    whole: list[float] = []
+    commits: list[float] = []
     flat: list[Flatness] = []
     with kernel_bench.scratch_tables():
-        say(f"warm-up, then {rounds} rounds: {2 * turns} floor steps, one {turns}-turn run …")
-        kernel_bench.measure_floor_step(FLOOR_WARMUP, warmup=FLOOR_WARMUP)
+        say(f"warm-up, then 2 x {pairs} runs of {pair_turns} turns, each after its floor …")
         execute_agent(mission, WARMUP_TURNS, work_one)
-        for _ in range(rounds):
-            floor_step_us.append(kernel_bench.measure_floor_step(2 * turns, warmup=FLOOR_WARMUP))
-            agent, elapsed = execute_agent(mission, turns, work_one)
-            engine_turn_us.append(elapsed / turns * 1e6)
-            recorded = journal_turns(agent.pk)
-            if len(recorded) != turns:
-                raise BenchError(
-                    f"run {agent.pk} journaled {len(recorded)} model steps, not {turns}"
-                )
-            journal_turn_us.append(
-                _us(recorded[-1].model_started - recorded[0].model_started) / (turns - 1)
-            )
-            flat.append(flatness(recorded))
+        durable = measure_pairs(mission, pairs=pairs, turns=pair_turns, no_disk=False)
+        no_disk = measure_pairs(mission, pairs=pairs, turns=pair_turns, no_disk=True)
+        say(f"flatness: {rounds} runs of {turns} turns …")
+        with kernel_bench.raw_connect() as conn:
+            for _ in range(rounds):
+                before = kernel_bench.horizon(conn)
+                agent, elapsed = execute_agent(mission, turns, work_one)
+                commits.append((kernel_bench.horizon(conn) - before) / turns)
+                whole.append(elapsed / turns * 1e6)
+                recorded = journal_turns(agent.pk)
+                if len(recorded) != turns:
+                    raise BenchError(
+                        f"run {agent.pk} journaled {len(recorded)} model steps, not {turns}"
+                    )
+                flat.append(flatness(recorded))
     return Report(
         turns=turns,
-        floor_step_us=floor_step_us,
-        engine_turn_us=engine_turn_us,
-        journal_turn_us=journal_turn_us,
+        pair_turns=pair_turns,
+        durable=durable,
+        no_disk=no_disk,
+        whole_turn_us=whole,
+        commits_per_turn=commits,
         flatness=flat,
     )
 

@@ -19,9 +19,17 @@ class Command(BaseCommand):
     help = "Benchmark the kernel's step, resume and throughput against floors measured alongside."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--steps", type=int, default=2000, help="Steps of the sequential runs.")
         parser.add_argument(
-            "--rounds", type=int, default=bench.ROUNDS, help="Floor/kernel alternations."
+            "--steps",
+            type=int,
+            default=bench.PAIRS * bench.BLOCK_STEPS,
+            help="Steps per side of each one-step line, in pairs of blocks.",
+        )
+        parser.add_argument(
+            "--rounds",
+            type=int,
+            default=bench.ROUNDS,
+            help="Throughput rounds (floor, then kernel).",
         )
         parser.add_argument("--repeats", type=int, default=7, help="Resumes measured (median).")
         parser.add_argument(

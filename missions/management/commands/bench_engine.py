@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--turns", type=int, default=bench.TURNS, help="Turns of each run.")
         parser.add_argument(
-            "--rounds", type=int, default=bench.ROUNDS, help="Floor/engine alternations."
+            "--rounds", type=int, default=bench.ROUNDS, help="Flatness runs (of --turns turns)."
         )
         parser.add_argument(
             "--profile", action="store_true", help="Print a cProfile of one run, even if met."
