@@ -22,6 +22,7 @@ from kernel.models import (
     DailySpend,
     Event,
     GlobalBudget,
+    ProviderSpend,
     Run,
     Step,
     Wait,
@@ -125,6 +126,13 @@ class ChaosEffectAdmin(ReadOnlyAdmin):
 class DailySpendAdmin(ReadOnlyAdmin):
     list_display = ["day", "usd_micros", "tokens"]
     ordering = ["-day"]
+
+
+@admin.register(ProviderSpend)
+class ProviderSpendAdmin(ReadOnlyAdmin):
+    list_display = ["day", "provider", "usd_micros"]
+    list_filter = ["provider"]
+    ordering = ["-day", "provider"]
 
 
 @admin.register(WorkerBeat)

@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from agentos.core import audit
 from agentos.core.models import AuditEvent
 from kernel.exceptions import KernelError
-from kernel.models import DailySpend, GlobalBudget, Run, Step, StepKind
+from kernel.models import DailySpend, GlobalBudget, ProviderSpend, Run
 
 
 @dataclass(frozen=True)
@@ -219,15 +219,11 @@ def set_provider_caps(
 
 
 def provider_spent(provider: str, since: datetime) -> int:
-    """What the model calls of `provider` cost since `since`, micro-dollars, from the journal's
-    model steps (their request names the provider). Only runs alive since then can hold them:
-    that filter reaches their steps through the (run, seq) index, not by reading every step."""
-    alive = Run.objects.filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
-    spent = Step.objects.filter(
-        run_id__in=alive.values("id"),
-        kind=StepKind.MODEL_CALL,
-        finished_at__gte=since,
-        request__provider=provider,
+    """What the model calls of `provider` cost since `since` (a UTC midnight: a day's or a
+    month's start), micro-dollars: the provider's days (`ProviderSpend`), debited with each model
+    step's result. A few rows, whatever the journal's size: this is read as an execution starts."""
+    spent = ProviderSpend.objects.filter(
+        provider=provider, day__gte=since.astimezone(UTC).date()
     ).aggregate(total=Sum("usd_micros"))["total"]
     return int(spent or 0)
 

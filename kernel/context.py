@@ -53,6 +53,12 @@ def _in_thread(execute: Executor, call: StepCall) -> Done:
         connection.close()  # this pool thread's own connection, if the executor opened one
 
 
+def _provider(request: Any) -> str | None:
+    """The provider a model call's request names (its spend caps count by it), if any."""
+    provider = request.get("provider") if isinstance(request, dict) else None
+    return provider if isinstance(provider, str) else None
+
+
 class Begun(NamedTuple):
     """A step past the intent protocol (`RunContext._begin`)."""
 
@@ -336,13 +342,14 @@ class RunContext:
             debit = None
         else:
             debit = self._write_result(
-                call, done, settled_by, executions, costly, replayable, planned
+                call, kind, done, settled_by, executions, costly, replayable, planned
             )
         return self._after_record(call, kind, done, settled_by, costly, planned, debit)
 
     def _write_result(
         self,
         call: StepCall,
+        kind: str,
         done: Done,
         settled_by: str,
         executions: int,
@@ -376,6 +383,7 @@ class RunContext:
             replayable=replayable,
             planned=planned,
             ledgers=meter.tree_capped is not False,
+            provider=_provider(call.request) if kind == StepKind.MODEL_CALL else None,
         )
 
     def _after_record(

@@ -79,6 +79,16 @@ day AS (
     RETURNING usd_micros)"""
 
 
+# A model call's cost, by its provider and the UTC day: what the provider spend caps read.
+_DEBIT_PROVIDER = """,
+provider AS (
+    INSERT INTO kernel_providerspend (day, provider, usd_micros)
+    SELECT (now() AT TIME ZONE 'UTC')::date, %(provider)s, %(usd_micros)s
+    WHERE EXISTS (SELECT 1 FROM step)
+    ON CONFLICT (day, provider) DO UPDATE
+        SET usd_micros = kernel_providerspend.usd_micros + EXCLUDED.usd_micros)"""
+
+
 # The intents of the read steps a result already names (the tool calls a model asked for), in
 # the same transaction as that result: one commit less per turn. Only reads, where an intent
 # recorded for a step that then never ran costs nothing on replay (a non-idempotent step would
@@ -97,10 +107,17 @@ planned AS (
 
 @functools.cache
 def statement(
-    *, account: bool, day: bool, replayable: bool, planned: bool = False, ledgers: bool = True
+    *,
+    account: bool,
+    day: bool,
+    replayable: bool,
+    planned: bool = False,
+    ledgers: bool = True,
+    provider: bool = False,
 ) -> str:
     """The debit statement of a result with these parts. `replayable`: its commit skips the WAL
-    flush (see the journal's replayable result); `ledgers`: the debited runs' totals come back."""
+    flush (see the journal's replayable result); `ledgers`: the debited runs' totals come back;
+    `provider`: a model call's cost goes to its provider's day too."""
     async_commit = " AND set_config('synchronous_commit', 'off', true) = 'off'"
     # Assembled from constant parts only; every value travels as a bound parameter.
     return (
@@ -110,6 +127,7 @@ def statement(
         )
         + (_DEBIT_ACCOUNT if account else "")
         + (_DEBIT_DAY if day else "")
+        + (_DEBIT_PROVIDER if provider else "")
         + (_PLANNED if planned else "")
         + "\nSELECT (SELECT count(*) FROM step), "
         + ("(SELECT json_agg(runs) FROM runs), " if ledgers else "NULL, ")

@@ -344,6 +344,7 @@ def record_result(
     replayable: bool = False,
     planned: list[tuple[int, str, str, Any]] | None = None,
     ledgers: bool = True,
+    provider: str | None = None,
 ) -> Debit | None:
     """Record the one result of step `seq` with its ledger update; return the new totals.
 
@@ -351,6 +352,7 @@ def record_result(
     Without `ledgers` (no cap anywhere in the run's tree), the debited runs' totals are not
     returned (`Debit.runs` is empty); the account's and the day's still are when debited.
     `planned` (seq, kind, name, request) are read steps whose intents commit with this result.
+    `provider`: the model provider whose call this was, debited by the day for its spend caps.
     Returns None when nothing needed debiting. Raises `LeaseLost` when the fence moved and
     `KernelError` when the step has no intent or already has a result.
     """
@@ -376,6 +378,7 @@ def record_result(
         tokens=cost.tokens,
         debit_ids=debit_ids or [fence.run_id],
         account=account_id,
+        provider=provider,
     )
     # Counting a free read (a tool call) is as replayable as the read itself.
     if planned:
@@ -397,6 +400,7 @@ def record_result(
         replayable=replayable and cost.is_zero and not planned,
         planned=bool(planned),
         ledgers=ledgers,
+        provider=provider is not None and cost.usd_micros > 0,
     )
     row = statements.execute(sql, params).fetchone()
     written, runs, accounts, day = row or (0, None, None, None)

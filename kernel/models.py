@@ -388,6 +388,24 @@ class DailySpend(models.Model):
         return f"{self.day}: {self.usd_micros} µ$"
 
 
+class ProviderSpend(models.Model):
+    """What one model provider's calls cost on one UTC day: debited with each model step's
+    result (`kernel.debits`), read by the provider spend caps (`kernel.budgets.provider_spent`)
+    in a few rows, not by summing the journal's steps of the month."""
+
+    day = models.DateField()
+    provider = models.TextField()
+    usd_micros = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "provider"], name="provider_spend_once_a_day")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.provider}: {self.usd_micros} µ$"
+
+
 class ChaosEffect(models.Model):
     """The chaos workload's external world: one row per application of a side effect.
 

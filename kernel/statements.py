@@ -98,7 +98,7 @@ _TYPE_OF = {
     **dict.fromkeys(("seq", "prior_seq", "executions", "prior_executions", "turns",
                      "tool_calls"), "int4"),
     **dict.fromkeys(("kind", "effect", "name", "hash", "settled_by", "prior_settled_by",
-                     "wait_kind"), "text"),
+                     "wait_kind", "provider"), "text"),
     **dict.fromkeys(("request", "result", "prior_result", "question", "planned"), "jsonb"),
     **dict.fromkeys(("prior_finished_at", "due_at"), "timestamptz"),
     "debit_ids": "int8[]",

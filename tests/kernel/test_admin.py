@@ -11,6 +11,7 @@ from kernel.models import (
     DailySpend,
     Event,
     GlobalBudget,
+    ProviderSpend,
     Run,
     RunStatus,
     Step,
@@ -68,8 +69,9 @@ def test_it_lists_each_kernel_record(owner_client: Client, model: str) -> None:
 def test_it_lists_budgets_and_spend(owner_client: Client) -> None:
     GlobalBudget.objects.create(daily_usd_micros=5_000_000)
     DailySpend.objects.create(day=NOW.date(), usd_micros=12)
+    ProviderSpend.objects.create(day=NOW.date(), provider="anthropic", usd_micros=12)
 
-    for model in ["globalbudget", "dailyspend"]:
+    for model in ["globalbudget", "dailyspend", "providerspend"]:
         assert owner_client.get(reverse(f"admin:kernel_{model}_changelist")).status_code == 200
 
 

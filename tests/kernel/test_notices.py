@@ -3,7 +3,7 @@ wall time, the day's spend; through a real worker, the notice rows and their eve
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 import time_machine
@@ -16,7 +16,7 @@ from kernel import budgets
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext
 from kernel.exceptions import KernelError
-from kernel.models import BudgetNotice, Effect, Event, GlobalBudget, StepKind
+from kernel.models import BudgetNotice, Effect, Event, GlobalBudget, ProviderSpend, StepKind
 from kernel.programs import PROGRAMS, Outcome
 from kernel.worker import Worker
 from tests.kernel.factories import make_account, make_mission, start
@@ -232,3 +232,24 @@ def test_it_tells_the_owner_once_at_80_percent_of_a_providers_cap() -> None:
     assert [event.data["message"] for event in events()] == [
         "Spend on anthropic has reached 80 % of its daily cap."
     ]
+
+
+def test_a_providers_spend_is_kept_by_the_day_and_read_from_there() -> None:
+    run = start("test.model_caller", {"provider": "openai", "calls": 3})
+    assert work() == ["done"]
+
+    now = timezone.now().astimezone(UTC)
+    today = now.date()
+    assert list(ProviderSpend.objects.values_list("day", "provider", "usd_micros")) == [
+        (today, "openai", 3000)
+    ]
+    run.refresh_from_db()
+    assert run.usd_micros == 3000
+    # An earlier day of the month counts toward the month's cap, not toward today's.
+    month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    earlier = today - timedelta(days=1) if today.day > 1 else today - timedelta(days=40)
+    ProviderSpend.objects.create(day=earlier, provider="openai", usd_micros=500)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    assert budgets.provider_spent("openai", midnight) == 3000
+    assert budgets.provider_spent("openai", month) == (3500 if today.day > 1 else 3000)
+    assert budgets.provider_spent("anthropic", month) == 0
