@@ -26,12 +26,13 @@ dedicated data dir, like the other benchmarks (`make bench` uses `.data/bench`).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kernel import artifacts, runs
@@ -40,6 +41,7 @@ from kernel.proving import bench as kernel_bench
 from kernel.worker import Worker
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import a2a_call, launch, web
+from missions.engine import relief
 from missions.models import Mission, Project
 from missions.proving import cache_wire
 from missions.proving.cache_wire import AnthropicServer, CacheServer, Call, OpenAIServer, Reply
@@ -48,7 +50,6 @@ from tools.builtin import CODING_TOOLS
 TURNS = 30
 REPEATS = 3
 TARGET = 0.90
-CACHE_AWARE = True
 # Tokens: small enough that the thread is cleared, then compacted, well inside the 30 turns.
 WINDOW = 36_000
 CHUNK = 3000  # bytes of the artifact each turn reads
@@ -99,23 +100,23 @@ def log(seed: int) -> bytes:
     return "\n".join(lines).encode()
 
 
-def script(sha256: str) -> cache_wire.Script:
+def script(sha256: str, turns: int = TURNS, chunk: int = CHUNK) -> cache_wire.Script:
     """The model's answers: a request with tools is a turn (a few words and the next part of the
     log, then the answer at the last); one without is the compaction (its summary)."""
-    turns = 0
+    asked = 0
 
     def answer(body: dict[str, Any], answered: int) -> Reply:
-        nonlocal turns
+        nonlocal asked
         if not body.get("tools"):
             return Reply(SUMMARY)
-        turns += 1
-        if turns >= TURNS:
+        asked += 1
+        if asked >= turns:
             return Reply("Done: the gaps between svc warnings did not grow.")
         return Reply(
-            f"Part {turns} read; the warnings so far are in order. Reading the next part.",
+            f"Part {asked} read; the warnings so far are in order. Reading the next part.",
             Call(
                 "read_artifact",
-                {"sha256": sha256, "offset": (turns - 1) * CHUNK, "length": CHUNK},
+                {"sha256": sha256, "offset": (asked - 1) * chunk, "length": chunk},
             ),
         )
 
@@ -156,6 +157,7 @@ class Measured:
     whole: Tokens  # the run's ledger
     compacted_before: list[int]  # the turns compactions came before
     turns: list[tuple[int, Tokens]]
+    cleared: bool = False  # old tool results were cleared from the thread the server read
 
 
 def measure(run: Run) -> Measured:
@@ -170,13 +172,8 @@ def measure(run: Run) -> Measured:
         elif step.kind == StepKind.COMPACTION:
             compaction = compaction + spent
             compacted.append(int(step.request["turn"]))
-    if not compacted:
-        raise BenchError(
-            f"run {run.pk} never compacted: the workload no longer crosses a compaction boundary"
-            f" (WINDOW = {WINDOW})"
-        )
     rewrites = set(compacted)  # each compaction's next turn writes the new prefix
-    boundary = compacted[0]
+    boundary = compacted[0] if compacted else len(turns)
     after_2 = sum((t for n, t in turns if n > 2 and n not in rewrites), Tokens())
     after = sum((t for n, t in turns if n > boundary and n not in rewrites), Tokens())
     rewrite = sum((t for n, t in turns if n in rewrites), Tokens())
@@ -205,21 +202,29 @@ def pointed_at(provider: str, server: CacheServer) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def run_one(provider: str, *, window: int = WINDOW, turns: int = TURNS) -> Measured:
-    """One mission on `provider`'s cache server; its figures, checked against the server's."""
+def run_one(
+    provider: str,
+    *,
+    window: int = WINDOW,
+    turns: int = TURNS,
+    chunk: int = CHUNK,
+    cache_aware: bool = True,
+) -> Measured:
+    """One mission on `provider`'s cache server; its figures, checked against the server's.
+    `cache_aware` False: a run as started before `Spec.cache_aware_clearing`."""
     project, _ = Project.objects.get_or_create(name="prompt-cache benchmark")
     mission = Mission.objects.create(project=project, goal="Read the service log and report.")
     data = log(mission.pk)
     sha256 = hashlib.sha256(data).hexdigest()
     server_type = AnthropicServer if provider == "anthropic" else OpenAIServer
-    server = server_type(script(sha256))
+    server = server_type(script(sha256, turns, chunk))
     with cache_wire.serving(server), pointed_at(provider, server):
         run = runs.start_run(
             account=mission,
             program="agent",
             input={
                 "goal": (
-                    f"Read the service log in artifact {sha256}, {CHUNK} bytes at a time, and"
+                    f"Read the service log in artifact {sha256}, {chunk} bytes at a time, and"
                     " report whether the gaps between warnings grew."
                 ),
                 "provider": provider,
@@ -230,7 +235,7 @@ def run_one(provider: str, *, window: int = WINDOW, turns: int = TURNS) -> Measu
                 "memory_as_data": True,
                 "data_framing": True,
                 "stalls": True,
-                "cache_aware_clearing": CACHE_AWARE,
+                "cache_aware_clearing": cache_aware,
                 "max_turns": turns + 5,  # the script, not the cap, ends the run
                 "context_window": window,
             },
@@ -245,7 +250,9 @@ def run_one(provider: str, *, window: int = WINDOW, turns: int = TURNS) -> Measu
             f"{provider} run {run.pk} did not answer after {turns} turns: outcomes {outcomes},"
             f" status {run.status!r}, error {run.error!r}, output {run.output!r}"
         )
-    measured = measure(run)
+    # The compaction request's transcript has old results cleared whatever the run: turns only.
+    sent = json.dumps([body for body in server.bodies if body.get("tools")])
+    measured = replace(measure(run), cleared=json.dumps(relief.CLEARED)[1:-1] in sent)
     billed = Tokens(
         sum(b.uncached for b in server.billed),
         sum(b.cache_read for b in server.billed),
@@ -346,6 +353,12 @@ def run(*, repeats: int = REPEATS, say: Say = print) -> Report:
         for provider in PROVIDERS:
             say(f"{provider}: {repeats} missions of {TURNS} turns …")
             measured[provider] = [run_one(provider) for _ in range(repeats)]
+            for m in measured[provider]:
+                if not m.compacted_before:
+                    raise BenchError(
+                        f"a {provider} mission never compacted: the workload no longer crosses"
+                        f" a compaction boundary (WINDOW = {WINDOW})"
+                    )
     finally:
         quiet.setLevel(level)
     return Report(measured)
