@@ -4,9 +4,15 @@ The workload: one 30-turn `agent` run per provider, through the real engine, the
 the real SDK, against a local server that bills the prompt cache as the provider does
 (`cache_wire`). The run is launched as a mission's run is (data in blocks, memory as data, the
 stall watch, thinking on), with project instructions and a set of tools that make its frozen
-prefix a few thousand tokens. Turns 1 to 29 each say a few words and read the next 3,000 bytes
-of an artifact (`read_artifact`); turn 30 answers. The model's window is small enough
-(`WINDOW`) that the thread is cleared of old tool results, then compacted, inside the 30 turns.
+prefix about 4,500 tokens. Turns 1 to 29 each say a few words and read the next 3,000 bytes
+of an artifact (`read_artifact`), about 900 tokens a turn; turn 30 answers. The model's window
+(`WINDOW`) is small enough that the thread passes the clearing threshold, then is compacted once,
+in the middle of the 30 turns.
+
+What bounds the figures: every turn's new tokens are read once uncached (OpenAI) or written
+(Anthropic), so a turn's share is at most 1 - 900 / its prompt. Right after a compaction the
+prompt is the frozen prefix and the summary: with this prefix, about 0.84 the turn after, 0.9
+five turns later. A workload of larger reads per turn, or a smaller prefix, reads less.
 
 Figures, each a share of input tokens (uncached + cache read + cache written) that were cache
 reads, summed over the turns it names:
@@ -50,7 +56,7 @@ from tools.builtin import CODING_TOOLS
 TURNS = 30
 REPEATS = 3
 TARGET = 0.90
-# Tokens: small enough that the thread is cleared, then compacted, well inside the 30 turns.
+# Tokens: compaction (past 55 %) comes once, around turn 18; clearing's threshold (40 %) is passed.
 WINDOW = 36_000
 CHUNK = 3000  # bytes of the artifact each turn reads
 PROVIDERS = ("anthropic", "openai")
