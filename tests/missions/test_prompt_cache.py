@@ -4,9 +4,18 @@ does (`missions.proving.cache_wire`, the workload of `manage.py bench_cache`).""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from kernel import runs
+from kernel.models import Effect
+from kernel.worker import Worker
+from missions.engine import relief
 from missions.proving import cache_bench
+from tests.kernel.factories import make_mission
+from tools import registry
+from tools.base import Risk, Tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,3 +46,39 @@ def test_a_run_started_before_cache_aware_clearing_clears_and_misses_the_cache(
 
     assert measured.cleared
     assert measured.after_turn_2.share < cache_bench.TARGET
+
+
+def test_a_provider_without_a_prompt_cache_still_has_old_results_cleared() -> None:
+    """Nothing cached to keep: clearing stays the first relief (`Window._keeps_cache`)."""
+    tool = Tool(
+        name="page",
+        description="A page of text.",
+        input_schema={"type": "object"},
+        effect=Effect.READ,
+        risk=Risk.READ,
+        run=lambda call, arguments: "word " * 400,
+    )
+    turns: list[dict[str, Any]] = [
+        {"text": f"Page {n}.", "tool_calls": [{"name": "page", "arguments": {}}]}
+        for n in range(1, 10)
+    ]
+    turns.append({"echo_context": True})
+    with registry.TOOLS.registered(tool.name, tool):
+        run = runs.start_run(
+            account=make_mission(),
+            program="agent",
+            input={
+                "goal": "Read the pages.",
+                "provider": "scripted",
+                "model": "scripted",
+                "tools": ["page"],
+                "script": {"turns": turns},
+                "context_window": 12000,
+                "cache_aware_clearing": True,
+            },
+        )
+        assert Worker(lease_seconds=30).run_until_idle() == ["done"]
+
+    run.refresh_from_db()
+    assert isinstance(run.output, dict)
+    assert run.output["answer"].count(relief.CLEARED) >= relief.CLEAR_BATCH
