@@ -212,6 +212,8 @@ def _input(parent: Spec, contract: dict[str, Any], route: Route) -> dict[str, An
             else {}
         ),
         **({"sensitive": True} if parent.sensitive else {}),
+        # Only when set, likewise: a child of a run without it keeps its former input.
+        **({"cache_aware_clearing": True} if parent.cache_aware_clearing else {}),
         "contract": contract,
         "criteria": [
             {

@@ -132,6 +132,8 @@ def start_mission(
         "max_turns": max_turns,
         # Going round in circles: a re-plan, then a question to the owner (engine `stalls`).
         "stalls": True,
+        # Old tool results kept until compaction on a provider that caches prompts (`window`).
+        "cache_aware_clearing": True,
         "sandbox_level": level,
         # The enabled MCP tools of its servers and its project's, frozen (`tools.mcp.toolset`).
         "mcp_tools": mcp_toolset.freeze(servers),

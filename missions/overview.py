@@ -71,6 +71,14 @@ def tokens_of(run: Run) -> int:
     return run.input_tokens + run.output_tokens + run.cache_read_tokens + run.cache_write_tokens
 
 
+def cache_share_of(run: Run) -> int | None:
+    """The percentage of the run's input tokens (uncached, read from the prompt cache and
+    written to it; its sub-runs' included, as its ledger counts them) that were cache reads,
+    rounded down so that it never reads better than it was; None before any input."""
+    prompt = run.input_tokens + run.cache_read_tokens + run.cache_write_tokens
+    return 100 * run.cache_read_tokens // prompt if prompt else None
+
+
 # --- Home: running missions -----------------------------------------------------------------
 
 

@@ -76,6 +76,7 @@ def _live(run: Run) -> dict[str, Any]:
         "role": overview.role_of(run),
         "model": overview.model_of(run),
         "tokens": overview.tokens_of(run),
+        "cache_share": overview.cache_share_of(run),
         "trigger": str(contract.get("trigger") or ""),
         "forked_from": forked if isinstance(forked, dict) else None,
         "worktree": retention.keeping(run)

@@ -106,6 +106,11 @@ class Spec:
     # run's start and at each resume; the watch on its mission's units. Off for runs started
     # before it was recorded: its steps in the middle of their journal would not match.
     resume: bool = False
+    # Old tool results are not cleared on our side when the provider caches prompts: each
+    # clearing rewrites the cached thread (`window.Window._keeps_cache`); compaction relieves
+    # the window. Off for runs started before it was recorded: a replay must clear where their
+    # first execution did.
+    cache_aware_clearing: bool = False
 
     @classmethod
     def from_input(cls, data: Any) -> Spec:

@@ -91,6 +91,7 @@ class Window:
         clearing = (
             self.size > relief.CLEAR_AT * self.limit
             and not self.server_clearing
+            and not self._keeps_cache()
             and relief.clearable(self.conversation.items)
         )
         if self.size > (relief.CLEAR_AT if clearing else relief.COMPACT_AT) * self.limit:
@@ -115,6 +116,16 @@ class Window:
                     f" compaction ({self.size} tokens estimated)"
                 )
         return None
+
+    def _keeps_cache(self) -> bool:
+        """Whether old tool results stay until compaction: for runs that weigh the prompt cache
+        (`Spec.cache_aware_clearing`) on a provider that has one. A clearing rewrites the cached
+        thread from its first cleared result: every token after it is written again (at 1.25
+        times the input price on Anthropic) instead of read (a tenth), which costs more than
+        reading the cleared results from the cache until compaction, the band clearing buys
+        being a few turns' growth. Cleared every few turns, a thread of large results had a
+        third of its input written again."""
+        return self.spec.cache_aware_clearing and self.provider.caches_prompts
 
     def take(self, response: dict[str, Any]) -> None:
         """Append a recorded model response: the owner's messages it delivered, then its items."""

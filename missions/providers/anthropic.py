@@ -84,6 +84,7 @@ CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 class AnthropicProvider:
     name = "anthropic"
     counts_tokens = True
+    caches_prompts = True  # breakpoints we place (`_Request`), read at a tenth of the price
     clearing_capability: str | None = CLEAR_TOOL_USES
 
     def __init__(
@@ -181,10 +182,10 @@ class AnthropicProvider:
 
 @dataclass(frozen=True)
 class _Request:
-    """A request but for the model's name and limits: the messages (with a cache breakpoint
-    after the last), the frozen prefix (tools and system, with theirs), thinking and effort, and
-    context editing. The same for a response and for its token count, so the count is of the
-    request that will be sent."""
+    """A request but for the model's name and limits: the messages (with cache breakpoints
+    after the last and where the previous turn's request ended), the frozen prefix (tools and
+    system, with theirs), thinking and effort, and context editing. The same for a response and
+    for its token count, so the count is of the request that will be sent."""
 
     messages: list[MessageParam]
     system: str | list[TextBlockParam] | anthropic.Omit
@@ -210,6 +211,14 @@ class _Request:
             # from the cache and pays full price only for what it appends (a one-off
             # compaction request would only pay the cache write).
             messages = [*messages[:-1], _with_breakpoint(messages[-1])]
+            # And one where the previous turn's request ended (its last breakpoint, the message
+            # before the latest answer): the API looks for an earlier entry only about 20 blocks
+            # back from a breakpoint, and a turn of many parallel tool calls appends more, which
+            # would miss the whole thread and write it again.
+            answered = [i for i, message in enumerate(messages) if message["role"] == "assistant"]
+            if answered and answered[-1] > 0:
+                previous = answered[-1] - 1
+                messages[previous] = _with_breakpoint(messages[previous])
         if options.cache_prefix:
             # Breakpoints after the last tool and after the system prompt: tools + system are
             # frozen for the whole run (docs/design.md §12), so every turn after the first reads

@@ -219,6 +219,9 @@ class Provider(Protocol):
     name: str
     # Whether `count_tokens` asks the provider's counting endpoint (else it is an estimate).
     counts_tokens: bool
+    # Whether the provider keeps a prompt cache that a request sharing an earlier one's prefix
+    # reads from at a fraction of the input price (the window keeps the thread unchanged then).
+    caches_prompts: bool
     # The model-listing capability saying a model can have old tool results cleared on the
     # provider's side (the adapter then honours `Options.server_clearing`); None: not offered.
     clearing_capability: str | None

@@ -76,6 +76,9 @@ _CONTEXT_WORDS = re.compile(
 class CompatibleProvider:
     name = NAME
     counts_tokens = False  # Chat Completions has no counting endpoint: the loop estimates
+    # Whether the owner's server caches prefixes is not known: old tool results are cleared as
+    # for a provider without a cache.
+    caches_prompts = False
     clearing_capability: str | None = None
 
     def __init__(

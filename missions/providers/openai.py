@@ -85,6 +85,7 @@ _INCOMPLETE_STOPS: dict[str, StopReason] = {
 class OpenAIProvider:
     name = "openai"
     counts_tokens = True
+    caches_prompts = True  # automatic, by prefix, from 1,024 tokens
     clearing_capability: str | None = None  # the Responses API clears nothing on its side
 
     def __init__(

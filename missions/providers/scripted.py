@@ -45,6 +45,7 @@ LABEL = "[scripted offline model] "
 class ScriptedProvider:
     name = NAME
     counts_tokens = False
+    caches_prompts = False
     clearing_capability: str | None = None
 
     def __init__(self, script: dict[str, Any]) -> None:

@@ -447,6 +447,22 @@ def test_it_shows_a_run_timeline(owner_client: Client) -> None:
     assert "every 10s" not in content
 
 
+def test_it_shows_the_share_of_a_runs_input_read_from_the_prompt_cache(
+    owner_client: Client,
+) -> None:
+    usage = {"input_tokens": 150, "cache_read_tokens": 1700, "cache_write_tokens": 151}
+    _, run = launch([{"text": "The notes are written.", "usage": usage}])
+
+    before = text_of(owner_client.get(f"/runs/{run.pk}/"))
+    assert work() == ["done"]
+    after = text_of(owner_client.get(f"/runs/{run.pk}/"))
+
+    assert 'id="run-cache-share">no input yet<' in before
+    # 1,700 of 2,001 is 84.96 %: rounded down, never better than it was.
+    assert 'id="run-cache-share">84 % of input tokens read from the prompt cache<' in after
+    assert "1,700 read, 151 written" in after
+
+
 def test_it_shows_a_wait_under_way_with_a_link_to_answer(owner_client: Client) -> None:
     run = waiting_run()
     question = Question.objects.get(run=run)

@@ -110,10 +110,18 @@ def test_it_resumes_after_a_kill_without_asking_the_model_again(tmp_path: Path) 
         assert json.dumps(later["tools"]) == json.dumps(earlier["tools"])
         grown = without_breakpoints(later["messages"])[: len(earlier["messages"])]
         assert json.dumps(grown) == json.dumps(without_breakpoints(earlier["messages"]))
-    for body in requests:
-        *before, last_block = [b for m in body["messages"] for b in m["content"]]
-        assert last_block["cache_control"] == {"type": "ephemeral"}
-        assert not any("cache_control" in block for block in before)
+    for previous, body in zip([None, *requests], requests, strict=False):
+        # Breakpoints on the last block, and where the previous request ended (its last one).
+        marked = [
+            (index, len(message["content"]) - 1 == position)
+            for index, message in enumerate(body["messages"])
+            for position, block in enumerate(message["content"])
+            if block.get("cache_control") == {"type": "ephemeral"}
+        ]
+        ends = [len(body["messages"]) - 1]
+        if previous is not None:
+            ends.insert(0, len(previous["messages"]) - 1)
+        assert marked == [(index, True) for index in ends]
     model_steps = Step.objects.filter(run=run, kind="model_call")
     assert [s.executions for s in model_steps] == [1, 1, 1, 1]
     # The tool call after the kill had its intent committed with the model's answer (a planned

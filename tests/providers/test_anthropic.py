@@ -281,6 +281,8 @@ def test_it_puts_cache_breakpoints_on_the_last_tool_and_the_system_prompt(
 def test_it_moves_a_cache_breakpoint_to_the_end_of_the_conversation_each_turn(
     provider: AnthropicProvider, server: WireServer
 ) -> None:
+    """And keeps one where the previous turn's request ended (the message before the latest
+    answer), so that a turn appending many blocks still reads the thread (`test_cache`)."""
     thread = conversation()
     thread.items += [
         {
@@ -303,7 +305,9 @@ def test_it_moves_a_cache_breakpoint_to_the_end_of_the_conversation_each_turn(
     assert turn[-1]["content"] == [
         {"type": "tool_result", "tool_use_id": "t1", "content": "noon", "cache_control": ephemeral}
     ]
-    assert json.dumps(turn[:-1]) == json.dumps(thread.items[:-1])  # earlier messages untouched
+    # Where the previous turn's request ended, the thread's own message otherwise unchanged.
+    assert turn[0]["content"] == [{**thread.items[0]["content"][0], "cache_control": ephemeral}]
+    assert json.dumps(turn[1]) == json.dumps(thread.items[1])  # the answer untouched
     assert json.dumps(compaction) == recorded  # a one-off request: no cache write for it
     assert json.dumps(thread.items) == recorded  # the thread stays as recorded
 
