@@ -46,10 +46,25 @@ def supervisor_case(*, say: Callable[[str], None] = print, quick: bool = False) 
             for run_id, point, seq in _supervisor_targets(twin, expected, quick=quick)
         ]
         ended: dict[int, tuple[Any, ...]] = {}  # children that had ended: what they were then
+        twin_names = _names(twin.pk)
+        reached: set[tuple[int, str, int]] = set()  # targets a worker died at
         while not Run.objects.filter(pk=root.pk, finished_at__isnull=False).exists():
             if len(case.workers) > len(targets) + 2:
                 raise CaseFailed(f"{len(case.workers)} workers and the mission has not ended")
-            process = case.worker(targets)
+            # Each target dies once: the seqs move (`_aligned`), so the targets reached are
+            # told by the worker that reached them, not by their seq.
+            left = [(r, p, s) for r, p, s in targets if (r.pk, p, s) not in reached]
+            plan = _aligned(left, root.pk, twin_names)
+            aimed = {
+                f"{run.pk}-{point}-{at_seq}": (run.pk, point, seq)
+                for (run, point, seq), (_, _, at_seq) in zip(left, plan, strict=True)
+            }
+            # A marker of the same name left by another target, reached at this seq before the
+            # seqs moved, would keep this one from firing (a marker means "fired already").
+            for key in aimed:
+                (case.data / "fired" / key).unlink(missing_ok=True)
+            before = _fired(case)
+            process = case.worker(plan)
             _died_or_ended(case, process, root)
             if process.poll() is None:
                 case.stop(process)  # the mission ended: no target was left on its way
@@ -57,13 +72,11 @@ def supervisor_case(*, say: Callable[[str], None] = print, quick: bool = False) 
             if process.returncode != -signal.SIGKILL:
                 raise CaseFailed(f"a worker exited {process.returncode}{case.log(process)}")
             case.report.kills += 1
+            reached.update(aimed[key] for key in _fired(case) - before if key in aimed)
             for child, state in _ended_children(root).items():
                 ended.setdefault(child, state)
-        fired = {path.name for path in (case.data / "fired").iterdir()}
-        case.report.targets_fired = sum(
-            1 for run, point, seq in targets if f"{run.pk}-{point}-{seq}" in fired
-        )
-        missed = [f"{r.pk}:{p}@{s}" for r, p, s in targets if f"{r.pk}-{p}-{s}" not in fired]
+        case.report.targets_fired = len(reached)
+        missed = [f"{r.pk}:{p}@{s}" for r, p, s in targets if (r.pk, p, s) not in reached]
         case.expect(not missed, f"targets never reached: {', '.join(missed)}")
         case.run_ids.extend(_family(root))
         got = scenarios.observe(root)
@@ -85,6 +98,42 @@ def _scenario_root(case: Lab) -> Run:
     _, run = scenarios.launch_mission(project, trigger="chaos")
     case.run_ids.append(run.pk)
     return run
+
+
+def _fired(case: Lab) -> set[str]:
+    """The targets the workers died at so far, as they were planned (run-point-seq)."""
+    return {path.name for path in (case.data / "fired").iterdir()}
+
+
+def _names(run_id: int) -> list[str]:
+    """The run's steps by name, in seq order."""
+    return list(Step.objects.filter(run_id=run_id).order_by("seq").values_list("name", flat=True))
+
+
+def _aligned(
+    targets: list[tuple[Run, str, int]], root_id: int, twin_names: list[str]
+) -> list[tuple[Run, str, int]]:
+    """The targets at the seqs the killed mission's supervisor will give the twin's steps.
+
+    A worker killed mid-run makes the next execution take the resume routine (a
+    `resume:resumed` read) at its next turn, which the crash-free twin never took: each moves
+    the supervisor's later steps one seq on. Walking both journals, each such step the twin
+    lacks shifts the targets past it; the other runs' targets stay as they are."""
+    killed = _names(root_id)
+    moved: dict[int, int] = {}  # twin seq -> seq in the killed run, over the journals' common part
+    extra = twin_index = 0
+    for index, name in enumerate(killed):
+        if twin_index < len(twin_names) and name == twin_names[twin_index]:
+            twin_index += 1
+            moved[twin_index] = index + 1
+        elif name == "resume:resumed":
+            extra += 1
+        else:
+            break
+    return [
+        (run, point, moved.get(seq, seq + extra) if run.pk == root_id else seq)
+        for run, point, seq in targets
+    ]
 
 
 def _family(root: Run) -> list[int]:
