@@ -76,9 +76,10 @@ nodes: $(VENV)/.installed-run ## Three SSH test nodes on this machine (root), re
 	$(BIN)/python manage.py migrate --no-input --verbosity 0
 	$(BIN)/python manage.py testnodes
 
-bench: system-deps $(VENV)/.installed-dev ## Kernel, engine and MCP benchmarks vs their floors, on their own database (.data/bench)
+bench: system-deps $(VENV)/.installed-dev ## Kernel, engine, prompt-cache and MCP benchmarks vs their floors and targets, on their own database (.data/bench)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_kernel $(BENCH_ARGS)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_engine $(BENCH_ARGS)
+	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_cache
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_mcp
 
 # Its own data dir, not .data/bench: the kernel's benchmark starts and stops that database.
