@@ -116,7 +116,7 @@ def live_steps(wanted: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
             run_id__in=run_ids, kind=WaitKind.HUMAN, seq__in={seq for _r, seq in wanted}
         )
     }
-    shown = []
+    shown: list[tuple[int, int, str]] = []
     for key in wanted:
         step = steps.get(key)
         run = found.get(key[0])

@@ -37,7 +37,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -66,6 +66,7 @@ RUNS = 10
 STEPS = 40  # per run and round: ~6 s of streaming at the pace below
 PACE_MS = (100, 200)  # a step's duration, spread evenly over this range
 ROUNDS = 3
+WARMUP_STEPS = 4
 TARGET_MS = 50.0  # p95, at most
 CLOCK_TOLERANCE_MS = 2.0  # browser clock vs ours: beyond this the deltas mean nothing
 SHOW_TIMEOUT = 30.0  # after the runs end, for the last steps to be shown
@@ -270,7 +271,8 @@ OBSERVER = """
         const now = stamp();
         if (typeof event.data !== "string" || !event.data.startsWith('{"type": "step"')) return;
         const msg = JSON.parse(event.data);
-        if (!msg.html.includes("step-open") && !(msg.seq in seen.arrived)) seen.arrived[msg.seq] = now;
+        if (msg.html.includes("step-open") || msg.seq in seen.arrived) return;
+        seen.arrived[msg.seq] = now;
       });
     }
   };
@@ -341,10 +343,10 @@ def open_run_page(page: Page, run_id: int) -> None:
 
 def clock_offset_ms(page: Page) -> float:
     """The browser's clock minus ours, at a moment both read (the smallest of a few tries)."""
-    offsets = []
+    offsets: list[tuple[float, float]] = []
     for _ in range(5):
         before = time.time()
-        theirs = page.evaluate("performance.timeOrigin + performance.now()") / 1000
+        theirs = float(page.evaluate("performance.timeOrigin + performance.now()")) / 1000
         after = time.time()
         offsets.append((theirs - (before + after) / 2, after - before))
     offset, _spread = min(offsets, key=lambda pair: pair[1])
@@ -518,8 +520,14 @@ def _row(label: str, per_round: list[float], overall: float, note: str = "") -> 
 
 
 def run(
-    *, runs_count: int = RUNS, steps: int = STEPS, rounds: int = ROUNDS, say: Say = print
+    *,
+    runs_count: int = RUNS,
+    steps: int = STEPS,
+    rounds: int = ROUNDS,
+    say: Say = print,
+    chromium: Browser | None = None,
 ) -> Report:
+    """Measure; `chromium` is a browser already started (the tests'), else one is started."""
     kernel_bench.call_migrate()
     retired = kernel_bench.retire_leftovers()
     if retired:
@@ -527,20 +535,23 @@ def run(
     account = make_account()
     session_key = owner_session()
     say("starting daphne and Chromium …")
-    with web_server() as web, browser() as chromium:
-        context = owner_context(chromium, web, session_key)
-        pages = [context.new_page() for _ in range(runs_count)]
-        # Warm-up: every path once (daphne's first requests, the tabs' first sockets).
-        measure_round(pages, account, runs_count=runs_count, steps=4)
-        offset = clock_offset_ms(pages[0])
-        if abs(offset) > CLOCK_TOLERANCE_MS:
-            raise BenchError(f"the browser's clock is {offset:.1f} ms off ours")
-        found = []
-        for index in range(rounds):
-            say(f"round {index + 1}/{rounds}: {runs_count} runs x {steps} steps …")
-            found.append(measure_round(pages, account, runs_count=runs_count, steps=steps))
-            web.check_alive()
-        context.close()
+    started = nullcontext(chromium) if chromium is not None else browser()
+    with web_server() as web, started as watching:
+        context = owner_context(watching, web, session_key)
+        try:
+            pages = [context.new_page() for _ in range(runs_count)]
+            # Warm-up: every path once (daphne's first requests, the tabs' first sockets).
+            measure_round(pages, account, runs_count=runs_count, steps=WARMUP_STEPS)
+            offset = clock_offset_ms(pages[0])
+            if abs(offset) > CLOCK_TOLERANCE_MS:
+                raise BenchError(f"the browser's clock is {offset:.1f} ms off ours")
+            found = []
+            for index in range(rounds):
+                say(f"round {index + 1}/{rounds}: {runs_count} runs x {steps} steps …")
+                found.append(measure_round(pages, account, runs_count=runs_count, steps=steps))
+                web.check_alive()
+        finally:
+            context.close()
     return Report(runs=runs_count, steps=steps, rounds=found, clock_offset_ms=offset)
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from agentos import stream_tap
 from agentos.asgi import application
 from kernel import journal, runs, stream
 from kernel.models import Event, Run, RunStatus, Wait
@@ -206,6 +207,9 @@ async def test_it_refuses_a_cursor_from_the_future_and_stays_usable() -> None:
         ({"type": "resume"}, "invalid_cursor"),
         ({"type": "subscribe"}, "invalid_message"),
         ([1, 2], "invalid_message"),
+        ({"type": "watch", "runs": "7"}, "invalid_watch"),
+        ({"type": "watch", "runs": [7, True]}, "invalid_watch"),
+        ({"type": "watch", "runs": list(range(1, 30))}, "invalid_watch"),
     ],
 )
 async def test_it_answers_a_bad_message_and_stays_open(message: Any, code: str) -> None:
@@ -224,6 +228,67 @@ async def test_it_answers_a_bad_message_and_stays_open(message: Any, code: str) 
     assert (answer["type"], answer["code"]) == ("error", code)
     assert malformed["code"] == "invalid_message"
     assert event["number"] == 1
+
+
+async def next_of(socket: WebsocketCommunicator, kind: str) -> dict[str, Any]:
+    while (message := await socket.receive_json_from(timeout=20))["type"] != kind:
+        pass
+    return message  # type: ignore[no-any-return]  # JSON from the socket
+
+
+async def test_it_pushes_the_steps_of_watched_runs_as_the_run_page_shows_them() -> None:
+    """A run page swaps its steps in from the socket, without a request: after the events that
+    changed a step of a run it watches, the socket sends that step rendered, once per batch,
+    never older than the event; a socket watching another run gets only the events."""
+    client = await sync_to_async(owner_client)()
+    watching = await open_socket(client)
+    other = await open_socket(client)
+    (run_id,) = await sync_to_async(start_story)(1, steps=1)
+    await watching.send_json_to({"type": "watch", "runs": [run_id]})
+    await other.send_json_to({"type": "watch", "runs": [run_id + 1000]})
+    for socket in (watching, other):
+        await socket.send_json_to({"type": "resume", "after": "now"})
+    await in_thread(work)
+
+    shown: dict[int, str] = {}
+    while len(shown) < 3 or "step-open" in shown[3]:
+        step = await next_of(watching, "step")
+        assert step["run"] == run_id
+        shown[step["seq"]] = step["html"]
+    await next_of(other, "event")
+    left = []
+    while not other.output_queue.empty():
+        left.append(await other.receive_json_from())
+    for socket in (watching, other):
+        await socket.disconnect()
+
+    assert 'id="step-1"' in shown[1]
+    assert "Looking." in shown[1]  # the model's text, as the timeline shows it
+    assert "no such file" in shown[2]  # the tool call's output
+    assert 'id="step-3"' in shown[3]
+    assert "step-open" not in shown[3]  # its last push shows it done
+    assert not [message for message in left if message["type"] == "step"]
+
+
+async def test_it_serves_every_socket_of_the_process_from_one_tap() -> None:
+    """Three open sockets, one reader: the tap numbers and reads the stream once for all of
+    them, and each gets every event (from the tap's window, not a query of its own)."""
+    client = await sync_to_async(owner_client)()
+    sockets = [await open_socket(client) for _ in range(3)]
+    for socket in sockets:
+        await socket.send_json_to({"type": "resume", "after": 0})  # nothing yet
+    tap = stream_tap.tap()
+    await sync_to_async(append)(3)
+    received = [[await next_event(socket) for _ in range(3)] for socket in sockets]
+    listeners = len(tap.listeners)
+    for socket in sockets:
+        await socket.disconnect()
+
+    assert listeners == 3
+    assert all([event["data"]["index"] for event in events] == [0, 1, 2] for events in received)
+    numbers = [event["number"] for event in received[0]]
+    assert tap.after(numbers[0] - 1, 10) is None  # all left: the tap stopped and forgot
+    assert tap.task is None
 
 
 async def test_it_shows_an_approval_request_when_it_opens() -> None:
