@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from typing import NamedTuple, Protocol
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 
+from agentos import events as events_api
 from kernel import stream
 from missions import run_views
 
@@ -51,26 +54,41 @@ class Listener(Protocol):
     watching: frozenset[int]
 
 
+class Framed(NamedTuple):
+    """An event, and the frame that carries it to every socket (encoded once for all)."""
+
+    event: stream.StreamEvent
+    frame: str
+
+
 class Shown(NamedTuple):
     """A step of a watched run as the run page shows it, sent after the event `number`."""
 
     number: int
     run: int
     seq: int
-    html: str
+    frame: str  # the `step` message
 
 
 class Look(NamedTuple):
     snapshot: str
-    events: list[stream.StreamEvent]
+    events: list[Framed]
     head: int | None  # on the first look only: where the window starts
     shown: list[Shown]
+
+
+def event_frame(event: stream.StreamEvent) -> str:
+    return json.dumps({"type": "event", **events_api.wire(event)}, cls=DjangoJSONEncoder)
+
+
+def step_frame(run_id: int, seq: int, html: str) -> str:
+    return json.dumps({"type": "step", "run": run_id, "seq": seq, "html": html})
 
 
 class Tap:
     def __init__(self) -> None:
         self.listeners: set[Listener] = set()
-        self.events: deque[stream.StreamEvent] = deque(maxlen=WINDOW)
+        self.events: deque[Framed] = deque(maxlen=WINDOW)
         self.shown: dict[int, list[Shown]] = {}  # by the number of the event they follow
         self.head: int | None = None  # the number of the window's last event; None: not read yet
         self.snapshot: str | None = None  # the transactions running when it last sequenced
@@ -102,7 +120,7 @@ class Tap:
         self.shown.clear()
         self.head = self.snapshot = None
 
-    def after(self, cursor: int, limit: int) -> list[stream.StreamEvent] | None:
+    def after(self, cursor: int, limit: int) -> list[Framed] | None:
         """The events after `cursor` from the window (at most `limit`), [] when the cursor is at
         the tap's head, None when the window cannot say (the cursor is before it, or ahead)."""
         if self.head is None:
@@ -113,12 +131,12 @@ class Tap:
         start = cursor - before_first
         return list(islice(self.events, start, start + limit))
 
-    def steps_after(self, events: list[stream.StreamEvent], runs: frozenset[int]) -> list[Shown]:
+    def steps_after(self, events: list[Framed], runs: frozenset[int]) -> list[Shown]:
         """The steps rendered after these events (taken from the window), of the runs given."""
         return [
             shown
-            for event in events
-            for shown in self.shown.get(event["number"], ())
+            for framed in events
+            for shown in self.shown.get(framed.event["number"], ())
             if shown.run in runs
         ]
 
@@ -149,7 +167,7 @@ class Tap:
 
     def _keep(self, look: Look) -> None:
         self.events.extend(look.events)
-        self.head = look.events[-1]["number"]
+        self.head = look.events[-1].event["number"]
         for shown in look.shown:
             self.shown.setdefault(shown.number, []).append(shown)
         before_first = self.head - len(self.events)
@@ -182,10 +200,10 @@ def _look(after: int | None, snapshot: str | None, watched: frozenset[int]) -> L
             if event["kind"].startswith("step.") and event["run"] in watched and event["seq"]:
                 last[(event["run"], event["seq"])] = event["number"]
         shown = [
-            Shown(last[(run_id, seq)], run_id, seq, html)
+            Shown(last[(run_id, seq)], run_id, seq, step_frame(run_id, seq, html))
             for run_id, seq, html in run_views.live_steps(list(last))
         ]
-        return Look(now, events, None, shown)
+        return Look(now, [Framed(event, event_frame(event)) for event in events], None, shown)
     except Exception:
         # A connection the database dropped (a restart): the next look opens a new one.
         connection.close()

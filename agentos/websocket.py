@@ -276,25 +276,29 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         or the next poll."""
         full = False
         while True:
-            events = self.tap.after(self.cursor, PAGE_SIZE)
-            steps = None if events is None else self.tap.steps_after(events, self.watching)
-            if events is None:
+            framed = self.tap.after(self.cursor, PAGE_SIZE)
+            if framed is not None:
+                # From the tap's window: encoded once for every socket.
+                for event, frame in framed:
+                    await self.send(text_data=frame)
+                    self.cursor = event["number"]
+                steps = self.tap.steps_after(framed, self.watching)
+                count = len(framed)
+            else:
                 try:
                     events = await _next_page(self.cursor, sequence=not full)
                 except Exception:
                     # The database is away (restart, failover): keep the socket, try again.
                     logger.exception("event stream: reading events failed")
                     events = []
-            for event in events:
-                await self.send_json({"type": "event", **events_api.wire(event)})
-                self.cursor = event["number"]
-            if steps is None:
+                for event in events:
+                    await self.send_json({"type": "event", **events_api.wire(event)})
+                    self.cursor = event["number"]
                 steps = await self._render_steps(events)
+                count = len(events)
             for shown in steps:
-                await self.send_json(
-                    {"type": "step", "run": shown.run, "seq": shown.seq, "html": shown.html}
-                )
-            full = len(events) == PAGE_SIZE
+                await self.send(text_data=shown.frame)
+            full = count == PAGE_SIZE
             if full:
                 continue
             with contextlib.suppress(TimeoutError):
@@ -322,7 +326,10 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             # The events went out: the page refreshes its timeline from them.
             logger.exception("event stream: rendering steps failed")
             return []
-        return [stream_tap.Shown(self.cursor, run_id, seq, html) for run_id, seq, html in shown]
+        return [
+            stream_tap.Shown(self.cursor, run_id, seq, stream_tap.step_frame(run_id, seq, html))
+            for run_id, seq, html in shown
+        ]
 
     async def _watch(self, runs: Any) -> None:
         valid = (

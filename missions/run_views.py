@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST, require_safe
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
-from kernel.models import TERMINAL, Run, Step, Wait, WaitKind
+from kernel.models import TERMINAL, Run, Step, StepKind, Wait, WaitKind
 from missions import forks, overview, steering, timeline
 from missions.engine import outage
 from missions.errors import MissionError
@@ -101,19 +101,27 @@ def _live(run: Run) -> dict[str, Any]:
 def live_steps(wanted: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
     """`(run, seq, html)` of each step in `wanted` that exists, as the run page's timeline shows
     it now: what the event stream pushes to the pages watching those runs, to be swapped in
-    without a request (`agentos.websocket`). Two queries, whatever the count."""
+    without a request (`agentos.websocket`). Two queries whatever the count, three when one of
+    them asks the owner."""
     if not wanted:
         return []
     run_ids = {run_id for run_id, _seq in wanted}
-    found = Run.objects.select_related("account").in_bulk(run_ids)
+    found = Run.objects.in_bulk(run_ids)
     steps = {
         (step.run_id, step.seq): step
         for step in Step.objects.filter(run_id__in=run_ids, seq__in={seq for _r, seq in wanted})
     }
+    asking = [step for step in steps.values() if step.kind == StepKind.WAIT_HUMAN]
     waits = {
         (wait.run_id, wait.seq): wait
-        for wait in Wait.objects.filter(
-            run_id__in=run_ids, kind=WaitKind.HUMAN, seq__in={seq for _r, seq in wanted}
+        for wait in (
+            Wait.objects.filter(
+                run_id__in={step.run_id for step in asking},
+                kind=WaitKind.HUMAN,
+                seq__in={step.seq for step in asking},
+            )
+            if asking
+            else ()
         )
     }
     shown: list[tuple[int, int, str]] = []
