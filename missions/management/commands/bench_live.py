@@ -22,7 +22,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--runs", type=int, default=live_bench.RUNS, help="Runs at once.")
         parser.add_argument(
-            "--steps", type=int, default=live_bench.STEPS, help="Steps of each run, per round."
+            "--steps-per-run",
+            type=int,
+            default=live_bench.STEPS,
+            help="Steps of each run, per round.",
         )
         parser.add_argument("--rounds", type=int, default=live_bench.ROUNDS, help="Rounds.")
         parser.add_argument(
@@ -31,20 +34,21 @@ class Command(BaseCommand):
             help="Run on the configured database even if it is not a dedicated bench one.",
         )
         # `make bench` passes the same BENCH_ARGS to every benchmark: accept (and ignore) the
-        # kernel's own option.
-        parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
+        # kernel's own options (its --steps are steps of one run measured alone).
+        for kernel_only in ("--steps", "--repeats"):
+            parser.add_argument(kernel_only, type=int, help=argparse.SUPPRESS)
 
     def handle(
         self,
         *args: Any,
         runs: int,
-        steps: int,
+        steps_per_run: int,
         rounds: int,
         any_database: bool,
         **options: Any,
     ) -> None:
-        if runs < 1 or steps < 2 or rounds < 1:
-            raise CommandError("--runs and --rounds must be positive, --steps at least 2.")
+        if runs < 1 or steps_per_run < 2 or rounds < 1:
+            raise CommandError("--runs and --rounds must be positive, --steps-per-run at least 2.")
         # It writes runs and an owner's session: never on the owner's data by accident.
         if not any_database and not live_bench.is_dedicated_database():
             raise CommandError(
@@ -55,7 +59,7 @@ class Command(BaseCommand):
         say = self.stdout.write
         say(f"live path benchmark, data dir {settings.DATA_DIR}")
         try:
-            report = live_bench.run(runs_count=runs, steps=steps, rounds=rounds, say=say)
+            report = live_bench.run(runs_count=runs, steps=steps_per_run, rounds=rounds, say=say)
         except live_bench.BenchError as error:
             raise CommandError(str(error)) from error
         for line in report.lines():
