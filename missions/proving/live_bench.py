@@ -458,6 +458,9 @@ class Report:
     steps: int
     rounds: list[Round]
     clock_offset_ms: float
+    # The machine's 1-minute load average before and after: these figures are for a machine
+    # with nothing else to do, and a shared one says so here.
+    load: tuple[float, float]
 
     def _all(self, which: str) -> list[float]:
         return [x for r in self.rounds for x in getattr(r, which)]
@@ -474,7 +477,9 @@ class Report:
         lines = [
             f"{self.runs} runs streaming at once, {self.steps} steps each (a step every"
             f" {PACE_MS[0]}-{PACE_MS[1]} ms), one tab per run page; {len(self.rounds)} rounds",
-            f"   clock check: browser - benchmark = {fig(self.clock_offset_ms)} ms",
+            f"   clock check: browser - benchmark = {fig(self.clock_offset_ms)} ms;"
+            f" load average {self.load[0]:.2f} before, {self.load[1]:.2f} after"
+            f" ({os.cpu_count()} cores)",
         ]
         for label, which, targeted in (
             ("result commit → step shown done", "done_ms", True),
@@ -534,6 +539,7 @@ def run(
     account = make_account()
     session_key = owner_session()
     analyze()
+    load_before = os.getloadavg()[0]
     say("starting daphne and Chromium …")
     started = nullcontext(chromium) if chromium is not None else browser()
     with web_server() as web, started as watching:
@@ -552,7 +558,13 @@ def run(
                 web.check_alive()
         finally:
             context.close()
-    return Report(runs=runs_count, steps=steps, rounds=found, clock_offset_ms=offset)
+    return Report(
+        runs=runs_count,
+        steps=steps,
+        rounds=found,
+        clock_offset_ms=offset,
+        load=(load_before, os.getloadavg()[0]),
+    )
 
 
 def is_dedicated_database() -> bool:
