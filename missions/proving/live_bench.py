@@ -9,9 +9,11 @@ step events (`kernel.stream`) and sends them on the owner's WebSocket (`/ws/even
 run page swaps the step in (`static/console.js`).
 
 The owner's browser: headless Chromium (Playwright), signed in with a session of the owner made
-directly in the benchmark's database, one tab per run page. Ten tabs is the most the owner can
-watch, and the heaviest case for the path: every tab's socket carries the whole stream, and
-each must pick out and show its own run's steps.
+directly in the benchmark's database, one window with a tab per run page, as an owner following
+ten runs would open them. Every tab counts, the nine behind the front one too (Chromium runs
+their renderers at a lower priority): each tab's socket carries the whole stream, and each must
+pick out and show its own run's steps. (Ten windows side by side, each painting, measured slower
+still on two cores: more than an owner watches.)
 
 Latency of one step = when its tab's DOM first shows it (a `MutationObserver` stamps
 `performance.timeOrigin + performance.now()`) minus when the commit that made it visible
