@@ -73,7 +73,9 @@ class Shown(NamedTuple):
 class Look(NamedTuple):
     snapshot: str
     events: list[Framed]
-    head: int | None  # on the first look only: where the window starts
+    # Where the window starts: on the first look, and when the numbers went back (a database
+    # restored from a backup numbers from its own head again).
+    head: int | None
     shown: list[Shown]
 
 
@@ -154,6 +156,8 @@ class Tap:
                 continue
             self.snapshot = look.snapshot
             if look.head is not None:
+                self.events.clear()
+                self.shown.clear()
                 self.head = look.head
             if look.events:
                 self._keep(look)
@@ -177,7 +181,7 @@ class Tap:
 
 def _look(after: int | None, snapshot: str | None, watched: frozenset[int]) -> Look:
     """On the tap's thread: (the snapshot now, the events after `after`, the head when `after`
-    is None, the watched steps those events changed).
+    is None or above it, the watched steps those events changed).
 
     Nothing can have become visible while the same transactions run as at the last look: a
     commit, or the end of an older transaction holding numbering back, changes the snapshot.
@@ -194,6 +198,9 @@ def _look(after: int | None, snapshot: str | None, watched: frozenset[int]) -> L
         if after is None:
             return Look(now, [], stream.head(), [])
         events = stream.page(after, PAGE_SIZE)
+        if not events:
+            current = stream.head()
+            return Look(now, [], current if current < after else None, [])
         # Each changed step once, after the last of its events in this page.
         last: dict[tuple[int, int], int] = {}
         for event in events:

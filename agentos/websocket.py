@@ -17,6 +17,9 @@ Server to client, one JSON object per frame, told apart by `type`:
 - `{"type": "step", "run", "seq", "html"}`: after the events that changed a step of a watched
   run, that step as the run page's timeline shows it (`missions.run_views.live_steps`), for the
   page to swap in without a request;
+- `{"type": "cursor", "number": n}`: to a socket that watches runs, at most every
+  `CURSOR_SECONDS`, the number of the last event of the stream it went past (events of other
+  runs are not sent to it): what to resume after;
 - `{"type": "error", "code", "message", ...}`: the socket stays open.
 
 Client to server: `{"type": "resume", "after": N}`, N the number of the last event it has (0
@@ -26,10 +29,13 @@ database in pages, then streams each event as it is numbered: the process's tap
 milliseconds, at once on any doorbell (the channel layer may drop those; the tap does not depend
 on them), and each socket also looks every `POLL_SECONDS`. A client that reconnects with its
 last number misses nothing and gets nothing twice. A later `resume` replaces the cursor.
-`{"type": "watch", "runs": [id, ...]}` names the runs whose steps the page shows (at most
-`MAX_WATCHED`; a later `watch` replaces the list). Errors: `cursor_ahead` (N above the head:
-the client's state comes from another database, or it made N up), `invalid_cursor`,
-`invalid_watch`, `invalid_message`, `unavailable` (the database did not answer: resume again).
+`{"type": "watch", "runs": [id, ...]}` names the runs the page shows (at most `MAX_WATCHED`; a
+later `watch` replaces the list, an empty one watches none): from then on the socket sends their
+steps rendered, and of the stream only their events and those of no run (a run page needs no
+other; ten runs streaming would otherwise send every tab every run's events). Errors:
+`cursor_ahead` (N above the head: the client's state comes from another database, or it made N
+up), `invalid_cursor`, `invalid_watch`, `invalid_message`, `unavailable` (the database did not
+answer: resume again).
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ POLL_SECONDS = 0.25
 PAGE_SIZE = stream_tap.PAGE_SIZE
 # Runs one socket may watch (`watch`): a page shows one run, a few at most.
 MAX_WATCHED = 20
+# How often a socket that watches runs is told how far the stream went past its events.
+CURSOR_SECONDS = 1.0
 
 
 def _address(scope: dict[str, Any]) -> str | None:
@@ -191,6 +199,8 @@ def _is_verified_owner(scope: dict[str, Any]) -> bool:
 
 class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels has no hints
     cursor: int = 0
+    told: int = 0  # the number of the last event sent, or cursor message
+    told_at: float = 0.0
     pump: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
@@ -266,6 +276,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             return
         else:
             self.cursor = after
+        self.told = self.cursor
         self.pump = asyncio.create_task(self._stream())
 
     async def _stream(self) -> None:
@@ -280,7 +291,9 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             if framed is not None:
                 # From the tap's window: encoded once for every socket.
                 for event, frame in framed:
-                    await self.send(text_data=frame)
+                    if self._wants(event):
+                        await self.send(text_data=frame)
+                        self.told = event["number"]
                     self.cursor = event["number"]
                 steps = self.tap.steps_after(framed, self.watching)
                 count = len(framed)
@@ -292,7 +305,9 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                     logger.exception("event stream: reading events failed")
                     events = []
                 for event in events:
-                    await self.send_json({"type": "event", **events_api.wire(event)})
+                    if self._wants(event):
+                        await self.send_json({"type": "event", **events_api.wire(event)})
+                        self.told = event["number"]
                     self.cursor = event["number"]
                 steps = await self._render_steps(events)
                 count = len(events)
@@ -301,9 +316,22 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             full = count == PAGE_SIZE
             if full:
                 continue
+            await self._tell_cursor()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
             self.wake.clear()
+
+    def _wants(self, event: stream.StreamEvent) -> bool:
+        """Every event, unless the page watches runs: then theirs and those of no run."""
+        return not self.watching or event["run"] is None or event["run"] in self.watching
+
+    async def _tell_cursor(self) -> None:
+        """Past events it was not sent (of runs it does not watch), at most every
+        `CURSOR_SECONDS`: where to resume, so that a reconnect does not page through them."""
+        now = asyncio.get_running_loop().time()
+        if self.told < self.cursor and now - self.told_at >= CURSOR_SECONDS:
+            await self.send_json({"type": "cursor", "number": self.cursor})
+            self.told, self.told_at = self.cursor, now
 
     async def _render_steps(self, events: list[stream.StreamEvent]) -> list[stream_tap.Shown]:
         """The steps of watched runs these events changed (read from the database, not from the

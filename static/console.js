@@ -3,8 +3,9 @@
 // turned into `agentos:<what changed>` DOM events), stream events (`agentos:run-<id>`,
 // `agentos:mission-<id>`, `agentos:runs`), model deltas (`agentos:delta-<run>`, and the text
 // appended to `[data-delta-for="<run>"]`) and the steps of the runs the page watches
-// (`[data-watch-run="<run>"]`: swapped into its timeline as the server rendered them). Pages
-// also poll slowly, so they work without it.
+// (`[data-watch-run="<run>"]`: swapped into its timeline as the server rendered them; such a
+// page is sent only its runs' events, and now and then where the stream is). Pages also poll
+// slowly, so they work without it.
 // Loaded with <script src defer> (strict CSP, no inline code), so the DOM is parsed when this runs.
 // Everything is inside one IIFE so the page gets no new globals.
 (() => {
@@ -202,6 +203,11 @@
         onEvent(msg);
       } else if (msg.type === "step") {
         onStep(msg);
+      } else if (msg.type === "cursor") {
+        // A page that watches runs is sent only their events: where the stream is, all the same.
+        if (Number.isSafeInteger(msg.number) && (lastNumber === null || msg.number > lastNumber)) {
+          lastNumber = msg.number;
+        }
       } else if (msg.type === "delta") {
         onDelta(msg);
       } else if (msg.type === "error") {

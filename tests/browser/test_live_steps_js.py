@@ -109,3 +109,26 @@ def test_it_puts_back_what_a_stale_refresh_lost(page: Page, server: Server) -> N
     )
 
     shows(page, ["step-1", "step-3 open", "step-4"])
+
+
+def test_it_resumes_after_where_the_stream_went_past_its_runs(page: Page, server: Server) -> None:
+    """A watching page is sent only its runs' events; a reconnect resumes after the number the
+    server last told it, not after its own run's last event."""
+    said_hello(page, server)
+    server.send(type="event", number=41, kind="step.completed", run=7, mission=3, seq=2, data={})
+    server.send(type="cursor", number=90)
+    server.send(type="step", run=7, seq=5, html=step(5, "five"))  # once the cursor is taken
+    shows(page, ["step-1", "step-3", "step-5"])
+
+    server.sockets[-1].close()
+
+    wait_for(
+        lambda: len(server.sockets) == 2 and len(server.received) == 4,
+        timeout=10,
+        message="the page to reconnect, resume and watch",
+        pause=in_page(page),
+    )
+    assert server.received[2:] == [
+        {"type": "resume", "after": 90},
+        {"type": "watch", "runs": [7]},
+    ]

@@ -239,13 +239,12 @@ async def next_of(socket: WebsocketCommunicator, kind: str) -> dict[str, Any]:
 async def test_it_pushes_the_steps_of_watched_runs_as_the_run_page_shows_them() -> None:
     """A run page swaps its steps in from the socket, without a request: after the events that
     changed a step of a run it watches, the socket sends that step rendered, once per batch,
-    never older than the event; a socket watching another run gets only the events."""
+    never older than the event; a socket watching no run gets only the events."""
     client = await sync_to_async(owner_client)()
     watching = await open_socket(client)
     other = await open_socket(client)
     (run_id,) = await sync_to_async(start_story)(1, steps=1)
     await watching.send_json_to({"type": "watch", "runs": [run_id]})
-    await other.send_json_to({"type": "watch", "runs": [run_id + 1000]})
     for socket in (watching, other):
         await socket.send_json_to({"type": "resume", "after": "now"})
     await in_thread(work)
@@ -268,6 +267,37 @@ async def test_it_pushes_the_steps_of_watched_runs_as_the_run_page_shows_them() 
     assert 'id="step-3"' in shown[3]
     assert "step-open" not in shown[3]  # its last push shows it done
     assert not [message for message in left if message["type"] == "step"]
+
+
+async def test_a_socket_that_watches_runs_is_sent_only_theirs_and_where_the_stream_is() -> None:
+    """Ten runs streaming would send every run page every run's events: a page watching runs
+    gets theirs and those of no run, then (once idle) the number the stream went past."""
+    client = await sync_to_async(owner_client)()
+    socket = await open_socket(client)
+    (watched,) = await sync_to_async(start_story)(1)
+    await socket.send_json_to({"type": "watch", "runs": [watched]})
+    await socket.send_json_to({"type": "resume", "after": 0})
+    await in_thread(work)
+    await sync_to_async(append)(1)
+    # The stream ends with another run's events: the socket is told where it went past them.
+    (other,) = await sync_to_async(start_story)(1)
+    await in_thread(work)
+    head = await in_thread(lambda: (stream.sequence(), stream.head())[1])
+
+    received: list[dict[str, Any]] = []
+    while not received or received[-1]["type"] != "cursor" or received[-1]["number"] < head:
+        message = await socket.receive_json_from(timeout=20)
+        if message["type"] in ("event", "cursor"):
+            received.append(message)
+    await socket.disconnect()
+
+    events = [message for message in received if message["type"] == "event"]
+    assert {event["run"] for event in events} == {watched, None}
+    assert [event["kind"] for event in events if event["run"] is None] == ["tick"]
+    assert [event["number"] for event in events] == sorted(event["number"] for event in events)
+    assert received[-1] == {"type": "cursor", "number": head}
+    table_runs = await sync_to_async(lambda: {row[2] for row in table()})()
+    assert other in table_runs  # its events were numbered, and not sent
 
 
 async def test_it_serves_every_socket_of_the_process_from_one_tap() -> None:
