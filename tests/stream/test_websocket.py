@@ -246,7 +246,7 @@ async def test_it_pushes_the_steps_of_watched_runs_as_the_run_page_shows_them() 
     (run_id,) = await sync_to_async(start_story)(1, steps=1)
     await watching.send_json_to({"type": "watch", "runs": [run_id]})
     for socket in (watching, other):
-        await socket.send_json_to({"type": "resume", "after": "now"})
+        await socket.send_json_to({"type": "resume", "after": 0})  # all of it: the run's start
     await in_thread(work)
 
     shown: dict[int, str] = {}
