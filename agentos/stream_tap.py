@@ -21,11 +21,10 @@ exactly as the database would. Doorbells still wake the tap at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
+import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from typing import NamedTuple, Protocol
 
@@ -88,39 +87,53 @@ def step_frame(run_id: int, seq: int, html: str) -> str:
 
 
 class Tap:
+    """The stream's reader: a thread of its own (so one connection, kept open from look to
+    look) looks, and hands what it read to the event loop, which keeps the window and wakes
+    the sockets. Looking from the thread, not from the loop, costs an idle console one query
+    per tick and no task, future or thread hop."""
+
     def __init__(self) -> None:
         self.listeners: set[Listener] = set()
         self.events: deque[Framed] = deque(maxlen=WINDOW)
         self.shown: dict[int, list[Shown]] = {}  # by the number of the event they follow
         self.head: int | None = None  # the number of the window's last event; None: not read yet
-        self.snapshot: str | None = None  # the transactions running when it last sequenced
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-        # One thread, so one connection, kept open from look to look (a new connection per
-        # look would cost more than the look).
-        self.thread: ThreadPoolExecutor | None = None
+        self.watched: frozenset[int] = frozenset()  # every listener's runs, read by the thread
+        self.rung = threading.Event()  # look now, not at the next tick
+        self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
 
     def join(self, listener: Listener) -> None:
         self.listeners.add(listener)
-        if self.task is None or self.task.done():
-            self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-tap")
-            self.task = asyncio.get_running_loop().create_task(self._run(self.thread))
+        self.watch_changed()
+        if self.thread is None:
+            self.stopping = threading.Event()
+            self.thread = threading.Thread(
+                target=self._run,
+                args=(asyncio.get_running_loop(), self.stopping),
+                name="stream-tap",
+                daemon=True,
+            )
+            self.thread.start()
 
     async def leave(self, listener: Listener) -> None:
         self.listeners.discard(listener)
-        if self.listeners or self.task is None:
+        self.watch_changed()
+        if self.listeners or self.thread is None:
             return
-        task, self.task, thread, self.thread = self.task, None, self.thread, None
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        if thread is not None:
-            # After any look still running on it: the thread's connection goes with it.
-            await asyncio.get_running_loop().run_in_executor(thread, _close)
-            thread.shutdown(wait=False)
+        thread, self.thread = self.thread, None
+        self.stopping.set()
+        self.rung.set()
+        # After the look under way, if any: the thread's connection closes with it.
+        await asyncio.to_thread(thread.join, 30)
         self.events.clear()
         self.shown.clear()
-        self.head = self.snapshot = None
+        self.head = None
+
+    def watch_changed(self) -> None:
+        self.watched = frozenset().union(*(listener.watching for listener in self.listeners))
+
+    def ring(self) -> None:
+        self.rung.set()
 
     def after(self, cursor: int, limit: int) -> list[Framed] | None:
         """The events after `cursor` from the window (at most `limit`), [] when the cursor is at
@@ -142,41 +155,55 @@ class Tap:
             if shown.run in runs
         ]
 
-    async def _run(self, thread: ThreadPoolExecutor) -> None:
-        """1. look; 2. keep what was read and wake the sockets; 3. sleep a tick (or until rung),
-        unless a full page says there is more."""
-        loop = asyncio.get_running_loop()
-        while self.listeners:
-            watched = frozenset().union(*(listener.watching for listener in self.listeners))
-            try:
-                look = await loop.run_in_executor(thread, _look, self.head, self.snapshot, watched)
-            except Exception:
-                logger.exception("event stream: the tap's read failed")
-                await asyncio.sleep(RETRY_SECONDS)
-                continue
-            self.snapshot = look.snapshot
-            if look.head is not None:
-                self.events.clear()
-                self.shown.clear()
-                self.head = look.head
-            if look.events:
-                self._keep(look)
-                for listener in self.listeners:
-                    listener.wake.set()
-            if len(look.events) == PAGE_SIZE:
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), TICK_SECONDS)
-            self.wake.clear()
+    def _run(self, loop: asyncio.AbstractEventLoop, stopping: threading.Event) -> None:
+        """On the tap's thread: 1. look; 2. hand what was read to the loop; 3. sleep a tick (or
+        until rung), unless a full page says there is more."""
+        head: int | None = None
+        snapshot: str | None = None
+        try:
+            while not stopping.is_set():
+                try:
+                    look = _look(head, snapshot, self.watched)
+                except Exception:
+                    logger.exception("event stream: the tap's read failed")
+                    stopping.wait(RETRY_SECONDS)
+                    continue
+                snapshot = look.snapshot
+                if look.head is not None:
+                    head = look.head
+                if look.events:
+                    head = look.events[-1].event["number"]
+                if look.events or look.head is not None:
+                    try:
+                        loop.call_soon_threadsafe(self._deliver, look, stopping)
+                    except RuntimeError:  # the loop is closed: nobody listens any more
+                        return
+                if len(look.events) == PAGE_SIZE:
+                    continue
+                self.rung.wait(TICK_SECONDS)
+                self.rung.clear()
+        finally:
+            connection.close()
 
-    def _keep(self, look: Look) -> None:
-        self.events.extend(look.events)
-        self.head = look.events[-1].event["number"]
-        for shown in look.shown:
-            self.shown.setdefault(shown.number, []).append(shown)
-        before_first = self.head - len(self.events)
-        for number in [number for number in self.shown if number <= before_first]:
-            del self.shown[number]
+    def _deliver(self, look: Look, stopping: threading.Event) -> None:
+        """On the loop: keep what the thread read and wake the sockets (unless this thread was
+        stopped meanwhile: a new one starts from the head)."""
+        if stopping is not self.stopping or stopping.is_set():
+            return
+        if look.head is not None:
+            self.events.clear()
+            self.shown.clear()
+            self.head = look.head
+        if look.events:
+            self.events.extend(look.events)
+            self.head = look.events[-1].event["number"]
+            for shown in look.shown:
+                self.shown.setdefault(shown.number, []).append(shown)
+            before_first = self.head - len(self.events)
+            for number in [number for number in self.shown if number <= before_first]:
+                del self.shown[number]
+            for listener in self.listeners:
+                listener.wake.set()
 
 
 def _look(after: int | None, snapshot: str | None, watched: frozenset[int]) -> Look:
@@ -215,11 +242,6 @@ def _look(after: int | None, snapshot: str | None, watched: frozenset[int]) -> L
         # A connection the database dropped (a restart): the next look opens a new one.
         connection.close()
         raise
-
-
-def _close() -> None:
-    # Here, not `connection.close` handed over: the proxy resolves in the thread that reads it.
-    connection.close()
 
 
 _taps: dict[asyncio.AbstractEventLoop, Tap] = {}

@@ -371,6 +371,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             )
             return
         self.watching = frozenset(runs)
+        self.tap.watch_changed()
 
     async def _stop_pump(self) -> None:
         if self.pump is not None:
@@ -386,7 +387,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     async def doorbell(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": event["kind"]})
         # Something changed: the stream looks now rather than at its next tick.
-        self.tap.wake.set()
+        self.tap.ring()
         if self.pump is not None:
             self.wake.set()
 

@@ -318,7 +318,7 @@ async def test_it_serves_every_socket_of_the_process_from_one_tap() -> None:
     assert all([event["data"]["index"] for event in events] == [0, 1, 2] for events in received)
     numbers = [event["number"] for event in received[0]]
     assert tap.after(numbers[0] - 1, 10) is None  # all left: the tap stopped and forgot
-    assert tap.task is None
+    assert tap.thread is None
 
 
 async def test_it_shows_an_approval_request_when_it_opens() -> None:
