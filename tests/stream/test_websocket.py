@@ -321,6 +321,33 @@ async def test_it_serves_every_socket_of_the_process_from_one_tap() -> None:
     assert tap.thread is None
 
 
+def forget_events() -> None:
+    """What a database restored from an older backup looks like to a running server."""
+    Event.objects.all().delete()
+
+
+async def test_the_tap_starts_again_at_the_head_when_the_numbers_go_back() -> None:
+    client = await sync_to_async(owner_client)()
+    first = await open_socket(client)
+    await first.send_json_to({"type": "resume", "after": 0})
+    await sync_to_async(append)(3)
+    assert [(await next_event(first))["number"] for _ in range(3)] == [1, 2, 3]
+    tap = stream_tap.tap()
+
+    await sync_to_async(forget_events)()
+    await sync_to_async(wait_for)(
+        lambda: tap.head == 0, timeout=10, message="the tap to see the numbers go back"
+    )
+    await sync_to_async(journal.append_event)("after the restore")
+    second = await open_socket(client)
+    await second.send_json_to({"type": "resume", "after": 0})
+    event = await next_event(second)
+    for socket in (first, second):
+        await socket.disconnect()
+
+    assert (event["number"], event["kind"]) == (1, "after the restore")
+
+
 async def test_it_shows_an_approval_request_when_it_opens() -> None:
     client = await sync_to_async(owner_client)()
     socket = await open_socket(client)
