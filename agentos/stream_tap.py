@@ -1,9 +1,9 @@
 """One reader of the event stream per server process, shared by every open socket.
 
-Each socket used to number and read the stream itself, every `POLL_SECONDS`, on a new database
-connection each time (`CONN_MAX_AGE = 0`): a step reached the owner a quarter of a second after
-its commit, and ten open tabs made ten sequencers queueing on one lock. The tap does it once for
-all (docs/design.md §11), on a thread and a connection of its own:
+A socket that numbered and read the stream itself would do it on a new database connection each
+time (`CONN_MAX_AGE = 0`), and ten open tabs would be ten sequencers queueing on one lock; a
+step would reach the owner only at that socket's next poll. The tap does it once for all
+(docs/design.md §11), on a thread and a connection of its own:
 
 1. every `TICK_SECONDS`, it asks the database whether any transaction ended since it last
    looked (`pg_current_snapshot()`, no table read: an idle console costs almost nothing);
