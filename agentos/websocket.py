@@ -14,16 +14,28 @@ Server to client, one JSON object per frame, told apart by `type`:
 - `{"type": "delta", "run", "seq", "channel": "text" | "reasoning", "offset", "text"}`: model
   output while a step runs, ephemeral (never replayed; `step.completed` carries the whole
   text; `offset` is where the chunk starts in that step's text, so a gap shows);
+- `{"type": "step", "run", "seq", "html"}`: after the events that changed a step of a watched
+  run, that step as the run page's timeline shows it (`missions.run_views.live_steps`), for the
+  page to swap in without a request;
+- `{"type": "cursor", "number": n}`: to a socket that watches runs, at most every
+  `CURSOR_SECONDS`, the number of the last event of the stream it went past (events of other
+  runs are not sent to it): what to resume after;
 - `{"type": "error", "code", "message", ...}`: the socket stays open.
 
 Client to server: `{"type": "resume", "after": N}`, N the number of the last event it has (0
 for everything), or `"after": "now"` to start at the current head. The server replays from the
-database in pages, then streams each event as it is numbered: it polls every `POLL_SECONDS`,
-and at once on any doorbell (the channel layer may drop those; the poll does not depend on
-them). A client that reconnects with its last number misses nothing and gets nothing twice.
-A later `resume` replaces the cursor. Errors: `cursor_ahead` (N above the head: the client's
-state comes from another database, or it made N up), `invalid_cursor`, `invalid_message`,
-`unavailable` (the database did not answer: resume again).
+database in pages, then streams each event as it is numbered: the process's tap
+(`agentos.stream_tap`) numbers and reads new events for all its sockets every few
+milliseconds, at once on any doorbell (the channel layer may drop those; the tap does not depend
+on them), and each socket also looks every `POLL_SECONDS`. A client that reconnects with its
+last number misses nothing and gets nothing twice. A later `resume` replaces the cursor.
+`{"type": "watch", "runs": [id, ...]}` names the runs the page shows (at most `MAX_WATCHED`; a
+later `watch` replaces the list, an empty one watches none): from then on the socket sends their
+steps rendered, and of the stream only their events and those of no run (a run page needs no
+other; ten runs streaming would otherwise send every tab every run's events). Errors:
+`cursor_ahead` (N above the head: the client's state comes from another database, or it made N
+up), `invalid_cursor`, `invalid_watch`, `invalid_message`, `unavailable` (the database did not
+answer: resume again).
 """
 
 from __future__ import annotations
@@ -49,19 +61,25 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
 from agentos import events as events_api
+from agentos import stream_tap
 from agentos.core import audit, tokens
 from agentos.core.models import AuditEvent, Scope
 from kernel import stream
 from kernel.bus import OWNER_GROUP
+from missions import run_views
 
 logger = logging.getLogger(__name__)
 
 # Close codes in the 4000-4999 private range, so the client can tell why it was refused.
 CLOSE_UNAUTHENTICATED = 4401
-# How often an open stream looks for newly numbered events without a doorbell, and how many
-# events it reads per query while replaying.
+# How often an open stream looks for newly numbered events without being woken (the tap wakes it
+# far sooner), and how many events it reads per query while replaying.
 POLL_SECONDS = 0.25
-PAGE_SIZE = 200
+PAGE_SIZE = stream_tap.PAGE_SIZE
+# Runs one socket may watch (`watch`): a page shows one run, a few at most.
+MAX_WATCHED = 20
+# How often a socket that watches runs is told how far the stream went past its events.
+CURSOR_SECONDS = 1.0
 
 
 def _address(scope: dict[str, Any]) -> str | None:
@@ -181,6 +199,8 @@ def _is_verified_owner(scope: dict[str, Any]) -> bool:
 
 class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels has no hints
     cursor: int = 0
+    told: int = 0  # the number of the last event sent, or cursor message
+    told_at: float = 0.0
     pump: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
@@ -198,12 +218,17 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.wake = asyncio.Event()
+        self.watching: frozenset[int] = frozenset()
+        self.tap = stream_tap.tap()
         await self.channel_layer.group_add(OWNER_GROUP, self.channel_name)
         await self.accept()
+        self.tap.join(self)
         await self.send_json({"type": "hello"})
 
     async def disconnect(self, code: int) -> None:
         await self._stop_pump()
+        if hasattr(self, "tap"):  # refused sockets never joined it
+            await self.tap.leave(self)
         await self.channel_layer.group_discard(OWNER_GROUP, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -218,8 +243,11 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         await self.receive_json(content)
 
     async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
+        if content.get("type") == "watch":
+            await self._watch(content.get("runs"))
+            return
         if content.get("type") != "resume":
-            await self._error("invalid_message", "The only message a client sends is 'resume'.")
+            await self._error("invalid_message", "A client sends 'resume' or 'watch'.")
             return
         # The old cursor's pump stops first: nothing from it arrives after the new cursor.
         await self._stop_pump()
@@ -248,29 +276,102 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             return
         else:
             self.cursor = after
+        self.told = self.cursor
         self.pump = asyncio.create_task(self._stream())
 
     async def _stream(self) -> None:
-        """1. read the next page after the cursor (numbering new events first when the last
-        page was not full); 2. send it, moving the cursor; 3. when caught up, sleep until a
-        doorbell or the next poll."""
+        """1. take the events after the cursor from the process's tap (`agentos.stream_tap`),
+        else read the next page from the database (numbering new events first when the last
+        page was not full); 2. send them, moving the cursor, with the steps of watched runs as
+        the timeline shows them; 3. when caught up, sleep until the tap or a doorbell wakes it,
+        or the next poll."""
         full = False
         while True:
-            try:
-                events = await _next_page(self.cursor, sequence=not full)
-            except Exception:
-                # The database is away (restart, failover): keep the socket, try again.
-                logger.exception("event stream: reading events failed")
-                events = []
-            for event in events:
-                await self.send_json({"type": "event", **events_api.wire(event)})
-                self.cursor = event["number"]
-            full = len(events) == PAGE_SIZE
+            framed = self.tap.after(self.cursor, PAGE_SIZE)
+            if framed is not None:
+                # From the tap's window: encoded once for every socket.
+                for event, frame in framed:
+                    if self._wants(event):
+                        await self.send(text_data=frame)
+                        self.told = event["number"]
+                    self.cursor = event["number"]
+                steps = self.tap.steps_after(framed, self.watching)
+                count = len(framed)
+            else:
+                try:
+                    events = await _next_page(self.cursor, sequence=not full)
+                except Exception:
+                    # The database is away (restart, failover): keep the socket, try again.
+                    logger.exception("event stream: reading events failed")
+                    events = []
+                for event in events:
+                    if self._wants(event):
+                        await self.send_json({"type": "event", **events_api.wire(event)})
+                        self.told = event["number"]
+                    self.cursor = event["number"]
+                steps = await self._render_steps(events)
+                count = len(events)
+            for shown in steps:
+                await self.send(text_data=shown.frame)
+            full = count == PAGE_SIZE
             if full:
                 continue
+            await self._tell_cursor()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
             self.wake.clear()
+
+    def _wants(self, event: stream.StreamEvent) -> bool:
+        """Every event, unless the page watches runs: then theirs and those of no run."""
+        return not self.watching or event["run"] is None or event["run"] in self.watching
+
+    async def _tell_cursor(self) -> None:
+        """Past events it was not sent (of runs it does not watch), at most every
+        `CURSOR_SECONDS`: where to resume, so that a reconnect does not page through them."""
+        now = asyncio.get_running_loop().time()
+        if self.told < self.cursor and now - self.told_at >= CURSOR_SECONDS:
+            await self.send_json({"type": "cursor", "number": self.cursor})
+            self.told, self.told_at = self.cursor, now
+
+    async def _render_steps(self, events: list[stream.StreamEvent]) -> list[stream_tap.Shown]:
+        """The steps of watched runs these events changed (read from the database, not from the
+        tap), each once, as the run page shows them now: never older than the event, which was
+        numbered after its commit."""
+        wanted = list(
+            dict.fromkeys(
+                (event["run"], event["seq"])
+                for event in events
+                if event["kind"].startswith("step.")
+                and event["run"] in self.watching
+                and event["seq"] is not None
+            )
+        )
+        if not wanted:
+            return []
+        try:
+            shown = await _live_steps(wanted)
+        except Exception:
+            # The events went out: the page refreshes its timeline from them.
+            logger.exception("event stream: rendering steps failed")
+            return []
+        return [
+            stream_tap.Shown(self.cursor, run_id, seq, stream_tap.step_frame(run_id, seq, html))
+            for run_id, seq, html in shown
+        ]
+
+    async def _watch(self, runs: Any) -> None:
+        valid = (
+            isinstance(runs, list)
+            and len(runs) <= MAX_WATCHED
+            and all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in runs)
+        )
+        if not valid:
+            await self._error(
+                "invalid_watch", f"'runs' is a list of at most {MAX_WATCHED} run ids."
+            )
+            return
+        self.watching = frozenset(runs)
+        self.tap.watch_changed()
 
     async def _stop_pump(self) -> None:
         if self.pump is not None:
@@ -285,7 +386,8 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
 
     async def doorbell(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": event["kind"]})
-        # Something changed: the stream looks now rather than at its next poll.
+        # Something changed: the stream looks now rather than at its next tick.
+        self.tap.ring()
         if self.pump is not None:
             self.wake.set()
 
@@ -301,6 +403,11 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
 def _current_head() -> int:
     stream.sequence()
     return stream.head()
+
+
+@database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints
+def _live_steps(wanted: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    return run_views.live_steps(wanted)
 
 
 @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no type hints

@@ -44,7 +44,8 @@ from typing import Any, TypedDict
 
 from django.db import connection, transaction
 
-from kernel.models import Event, Run, Wait
+from kernel import statements
+from kernel.models import Wait
 
 # The advisory lock key of the sequencer ("agentos event stream", any constant would do).
 SEQUENCER_LOCK = 0x61676E7473747265
@@ -148,9 +149,10 @@ def sequence() -> int:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SEQUENCER_LOCK])
         # A separate statement: its snapshot is taken after the lock, so it sees the numbers
-        # the previous sequencer committed.
-        cursor.execute(_SEQUENCE)
-        row = cursor.fetchone()
+        # the previous sequencer committed. Prepared once per connection: planning it cost as
+        # much as running it, and the live stream runs it every few milliseconds
+        # (`agentos.stream_tap`).
+        row = statements.execute(_SEQUENCE, {}).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -162,30 +164,37 @@ def head() -> int:
     return int(row[0]) if row else 0
 
 
+# One query: the account of a step event (stored without it) comes from its run, which never
+# changes account. The live stream reads a page every few milliseconds (`agentos.stream_tap`).
+_PAGE = """
+SELECT e.number, e.at, e.kind, coalesce(e.account_id, r.account_id), e.run_id, e.seq, e.trust,
+    e.data
+FROM kernel_event e LEFT JOIN kernel_run r ON e.account_id IS NULL AND r.id = e.run_id
+WHERE e.number > %(after)s
+ORDER BY e.number
+LIMIT %(limit)s
+"""
+
+
 def page(after: int, limit: int) -> list[StreamEvent]:
     """Numbered events with `number > after`, in number order, at most `limit` of them."""
-    events = list(Event.objects.filter(number__gt=after).order_by("number")[:limit])
-    if not events:
+    rows = statements.query(_PAGE, {"after": after, "limit": limit}).fetchall()
+    if not rows:
         return []
-    # Step events leave the account to the reader: runs never change account.
-    missing = {e.run_id for e in events if e.account_id is None and e.run_id is not None}
-    accounts: dict[int | None, int] = dict(
-        Run.objects.filter(pk__in=missing).values_list("pk", "account_id")
-    )
-    waits = _wait_summaries([e.data.get("wait") for e in events if e.kind == "wait.opened"])
+    waits = _wait_summaries([row[7].get("wait") for row in rows if row[2] == "wait.opened"])
     return [
         StreamEvent(
-            number=e.number or 0,  # never 0: filtered on number > after
-            at=e.at,
-            kind=e.kind,
-            account=e.account_id if e.account_id is not None else accounts.get(e.run_id),
-            run=e.run_id,
-            seq=e.seq,
-            trust=e.trust,
-            data=e.data,
-            wait=waits.get(e.data.get("wait")) if e.kind == "wait.opened" else None,
+            number=number,
+            at=at,
+            kind=kind,
+            account=account,
+            run=run,
+            seq=seq,
+            trust=trust,
+            data=data,
+            wait=waits.get(data.get("wait")) if kind == "wait.opened" else None,
         )
-        for e in events
+        for number, at, kind, account, run, seq, trust, data in rows
     ]
 
 

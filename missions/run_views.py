@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -22,7 +23,7 @@ from django.views.decorators.http import require_POST, require_safe
 from agentos.core.shell import SCREENS_BY_SLUG, owner_required
 from kernel import programs, runs, versions
 from kernel.exceptions import KernelError
-from kernel.models import TERMINAL, Run, Step
+from kernel.models import TERMINAL, Run, Step, StepKind, Wait, WaitKind
 from missions import forks, overview, steering, timeline
 from missions.engine import outage
 from missions.errors import MissionError
@@ -96,6 +97,47 @@ def _live(run: Run) -> dict[str, Any]:
         "timeline": timeline.timeline(run),
         "collected_at": timezone.now(),
     }
+
+
+def live_steps(wanted: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    """`(run, seq, html)` of each step in `wanted` that exists, as the run page's timeline shows
+    it now: what the event stream pushes to the pages watching those runs, to be swapped in
+    without a request (`agentos.websocket`). Two queries whatever the count, three when one of
+    them asks the owner."""
+    if not wanted:
+        return []
+    run_ids = {run_id for run_id, _seq in wanted}
+    found = Run.objects.in_bulk(run_ids)
+    steps = {
+        (step.run_id, step.seq): step
+        for step in Step.objects.filter(run_id__in=run_ids, seq__in={seq for _r, seq in wanted})
+    }
+    asking = [step for step in steps.values() if step.kind == StepKind.WAIT_HUMAN]
+    waits = {
+        (wait.run_id, wait.seq): wait
+        for wait in (
+            Wait.objects.filter(
+                run_id__in={step.run_id for step in asking},
+                kind=WaitKind.HUMAN,
+                seq__in={step.seq for step in asking},
+            )
+            if asking
+            else ()
+        )
+    }
+    shown: list[tuple[int, int, str]] = []
+    for key in wanted:
+        step = steps.get(key)
+        run = found.get(key[0])
+        if step is None or run is None:
+            continue
+        entry = timeline.entry(step, waits.get(key))
+        entry.abandoned = not entry.finished and run.is_terminal
+        html = render_to_string(
+            "missions/step.html", {"e": entry, "run": run, "fork_gone": forks.worktree_gone(run)}
+        )
+        shown.append((key[0], key[1], html))
+    return shown
 
 
 def _unfinished_below(run: Run) -> int:

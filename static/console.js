@@ -1,8 +1,11 @@
 // agentos console: live event stream + service worker registration.
 // Server messages: `hello` (then we send `resume`), doorbells (`{"type": "<what changed>"}`,
 // turned into `agentos:<what changed>` DOM events), stream events (`agentos:run-<id>`,
-// `agentos:mission-<id>`, `agentos:runs`) and model deltas (`agentos:delta-<run>`, and the text
-// appended to `[data-delta-for="<run>"]`). Pages also poll slowly, so they work without it.
+// `agentos:mission-<id>`, `agentos:runs`), model deltas (`agentos:delta-<run>`, and the text
+// appended to `[data-delta-for="<run>"]`) and the steps of the runs the page watches
+// (`[data-watch-run="<run>"]`: swapped into its timeline as the server rendered them; such a
+// page is sent only its runs' events, and now and then where the stream is). Pages also poll
+// slowly, so they work without it.
 // Loaded with <script src defer> (strict CSP, no inline code), so the DOM is parsed when this runs.
 // Everything is inside one IIFE so the page gets no new globals.
 (() => {
@@ -94,6 +97,95 @@
     el.append(document.createTextNode(text));
   }
 
+  // Steps of the runs this page shows, rendered by the server (`step` messages) and swapped in
+  // at once. The newest state of each is kept until a refresh of the timeline shows it: a refresh
+  // rendered before it (its request crossed the message) must not take a step back.
+  const pushed = new Map(); // "run:seq" -> {run, seq, html, done}
+  const MAX_PUSHED = 500;
+
+  function watchedRuns() {
+    const ids = [];
+    for (const el of document.querySelectorAll("[data-watch-run]")) {
+      const id = Number(el.dataset.watchRun);
+      if (isId(id) && !ids.includes(id)) ids.push(id);
+    }
+    return ids;
+  }
+
+  function watch(socket) {
+    const runs = watchedRuns();
+    if (!runs.length) return;
+    try {
+      socket.send(JSON.stringify({ type: "watch", runs }));
+    } catch {
+      // Closed meanwhile: the reconnect sends it again.
+    }
+  }
+
+  function isOpen(li) {
+    return li.classList.contains("step-open");
+  }
+
+  function swapStep(card, entry) {
+    const swap = (target, style) =>
+      window.htmx.swap(target, entry.html, { swapStyle: style, swapDelay: 0, settleDelay: 0 });
+    const current = card.querySelector("#step-" + entry.seq);
+    if (current) {
+      swap(current, "outerHTML");
+      return;
+    }
+    let list = card.querySelector("ol.timeline");
+    if (!list) {
+      list = document.createElement("ol");
+      list.className = "timeline";
+      const empty = card.querySelector(".empty");
+      if (empty) empty.replaceWith(list);
+      else card.append(list);
+    }
+    // In seq order: a step may be shown before an older one's result.
+    const later = Array.from(list.children).find((li) => Number(li.dataset.seq) > entry.seq);
+    if (later) swap(later, "beforebegin");
+    else swap(list, "beforeend");
+  }
+
+  function onStep(msg) {
+    if (!isId(msg.run) || !isId(msg.seq) || typeof msg.html !== "string") return;
+    if (!window.htmx || typeof window.htmx.swap !== "function") return; // the refresh shows it
+    const card = document.querySelector('[data-watch-run="' + msg.run + '"]');
+    if (!card) return;
+    const probe = document.createElement("template");
+    probe.innerHTML = msg.html;
+    const li = probe.content.firstElementChild;
+    if (!li) return;
+    const entry = { run: msg.run, seq: msg.seq, html: msg.html, done: !isOpen(li) };
+    const current = card.querySelector("#step-" + msg.seq);
+    if (current && !isOpen(current) && !entry.done) return; // never back to under way
+    const key = msg.run + ":" + msg.seq;
+    pushed.delete(key);
+    pushed.set(key, entry);
+    if (pushed.size > MAX_PUSHED) pushed.delete(pushed.keys().next().value);
+    swapStep(card, entry);
+  }
+
+  // A refreshed timeline: put back what the socket brought after it was rendered.
+  function reapply(card) {
+    const run = Number(card.dataset.watchRun);
+    for (const [key, entry] of pushed) {
+      if (entry.run !== run) continue;
+      const current = card.querySelector("#step-" + entry.seq);
+      if (current && !isOpen(current)) {
+        pushed.delete(key); // shown done by the refresh itself: nothing left to guard
+      } else if (!current || entry.done) {
+        swapStep(card, entry);
+      }
+    }
+  }
+
+  document.addEventListener("htmx:load", (event) => {
+    const card = event.target;
+    if (card instanceof Element && card.dataset.watchRun) reapply(card);
+  });
+
   function onMessage(socket, event) {
     let msg;
     try {
@@ -106,8 +198,16 @@
     try {
       if (msg.type === "hello") {
         resume(socket);
+        watch(socket);
       } else if (msg.type === "event") {
         onEvent(msg);
+      } else if (msg.type === "step") {
+        onStep(msg);
+      } else if (msg.type === "cursor") {
+        // A page that watches runs is sent only their events: where the stream is, all the same.
+        if (Number.isSafeInteger(msg.number) && (lastNumber === null || msg.number > lastNumber)) {
+          lastNumber = msg.number;
+        }
       } else if (msg.type === "delta") {
         onDelta(msg);
       } else if (msg.type === "error") {

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from agentos import stream_tap
 from agentos.asgi import application
 from kernel import journal, runs, stream
 from kernel.models import Event, Run, RunStatus, Wait
@@ -206,6 +207,9 @@ async def test_it_refuses_a_cursor_from_the_future_and_stays_usable() -> None:
         ({"type": "resume"}, "invalid_cursor"),
         ({"type": "subscribe"}, "invalid_message"),
         ([1, 2], "invalid_message"),
+        ({"type": "watch", "runs": "7"}, "invalid_watch"),
+        ({"type": "watch", "runs": [7, True]}, "invalid_watch"),
+        ({"type": "watch", "runs": list(range(1, 30))}, "invalid_watch"),
     ],
 )
 async def test_it_answers_a_bad_message_and_stays_open(message: Any, code: str) -> None:
@@ -224,6 +228,124 @@ async def test_it_answers_a_bad_message_and_stays_open(message: Any, code: str) 
     assert (answer["type"], answer["code"]) == ("error", code)
     assert malformed["code"] == "invalid_message"
     assert event["number"] == 1
+
+
+async def next_of(socket: WebsocketCommunicator, kind: str) -> dict[str, Any]:
+    while (message := await socket.receive_json_from(timeout=20))["type"] != kind:
+        pass
+    return message  # type: ignore[no-any-return]  # JSON from the socket
+
+
+async def test_it_pushes_the_steps_of_watched_runs_as_the_run_page_shows_them() -> None:
+    """A run page swaps its steps in from the socket, without a request: after the events that
+    changed a step of a run it watches, the socket sends that step rendered, once per batch,
+    never older than the event; a socket watching no run gets only the events."""
+    client = await sync_to_async(owner_client)()
+    watching = await open_socket(client)
+    other = await open_socket(client)
+    (run_id,) = await sync_to_async(start_story)(1, steps=1)
+    await watching.send_json_to({"type": "watch", "runs": [run_id]})
+    for socket in (watching, other):
+        await socket.send_json_to({"type": "resume", "after": 0})  # all of it: the run's start
+    await in_thread(work)
+
+    shown: dict[int, str] = {}
+    while len(shown) < 3 or "step-open" in shown[3]:
+        step = await next_of(watching, "step")
+        assert step["run"] == run_id
+        shown[step["seq"]] = step["html"]
+    await next_of(other, "event")
+    left = []
+    while not other.output_queue.empty():
+        left.append(await other.receive_json_from())
+    for socket in (watching, other):
+        await socket.disconnect()
+
+    assert 'id="step-1"' in shown[1]
+    assert "Looking." in shown[1]  # the model's text, as the timeline shows it
+    assert "no such file" in shown[2]  # the tool call's output
+    assert 'id="step-3"' in shown[3]
+    assert "step-open" not in shown[3]  # its last push shows it done
+    assert not [message for message in left if message["type"] == "step"]
+
+
+async def test_a_socket_that_watches_runs_is_sent_only_theirs_and_where_the_stream_is() -> None:
+    """Ten runs streaming would send every run page every run's events: a page watching runs
+    gets theirs and those of no run, then (once idle) the number the stream went past."""
+    client = await sync_to_async(owner_client)()
+    socket = await open_socket(client)
+    (watched,) = await sync_to_async(start_story)(1)
+    await socket.send_json_to({"type": "watch", "runs": [watched]})
+    await socket.send_json_to({"type": "resume", "after": 0})
+    await in_thread(work)
+    await sync_to_async(append)(1)
+    # The stream ends with another run's events: the socket is told where it went past them.
+    (other,) = await sync_to_async(start_story)(1)
+    await in_thread(work)
+    head = await in_thread(lambda: (stream.sequence(), stream.head())[1])
+
+    received: list[dict[str, Any]] = []
+    while not received or received[-1]["type"] != "cursor" or received[-1]["number"] < head:
+        message = await socket.receive_json_from(timeout=20)
+        if message["type"] in ("event", "cursor"):
+            received.append(message)
+    await socket.disconnect()
+
+    events = [message for message in received if message["type"] == "event"]
+    assert {event["run"] for event in events} == {watched, None}
+    assert [event["kind"] for event in events if event["run"] is None] == ["tick"]
+    assert [event["number"] for event in events] == sorted(event["number"] for event in events)
+    assert received[-1] == {"type": "cursor", "number": head}
+    table_runs = await sync_to_async(lambda: {row[2] for row in table()})()
+    assert other in table_runs  # its events were numbered, and not sent
+
+
+async def test_it_serves_every_socket_of_the_process_from_one_tap() -> None:
+    """Three open sockets, one reader: the tap numbers and reads the stream once for all of
+    them, and each gets every event (from the tap's window, not a query of its own)."""
+    client = await sync_to_async(owner_client)()
+    sockets = [await open_socket(client) for _ in range(3)]
+    for socket in sockets:
+        await socket.send_json_to({"type": "resume", "after": 0})  # nothing yet
+    tap = stream_tap.tap()
+    await sync_to_async(append)(3)
+    received = [[await next_event(socket) for _ in range(3)] for socket in sockets]
+    listeners = len(tap.listeners)
+    for socket in sockets:
+        await socket.disconnect()
+
+    assert listeners == 3
+    assert all([event["data"]["index"] for event in events] == [0, 1, 2] for events in received)
+    numbers = [event["number"] for event in received[0]]
+    assert tap.after(numbers[0] - 1, 10) is None  # all left: the tap stopped and forgot
+    assert tap.thread is None
+
+
+def forget_events() -> None:
+    """What a database restored from an older backup looks like to a running server."""
+    Event.objects.all().delete()
+
+
+async def test_the_tap_starts_again_at_the_head_when_the_numbers_go_back() -> None:
+    client = await sync_to_async(owner_client)()
+    first = await open_socket(client)
+    await first.send_json_to({"type": "resume", "after": 0})
+    await sync_to_async(append)(3)
+    assert [(await next_event(first))["number"] for _ in range(3)] == [1, 2, 3]
+    tap = stream_tap.tap()
+
+    await sync_to_async(forget_events)()
+    await sync_to_async(wait_for)(
+        lambda: tap.head == 0, timeout=10, message="the tap to see the numbers go back"
+    )
+    await sync_to_async(journal.append_event)("after the restore")
+    second = await open_socket(client)
+    await second.send_json_to({"type": "resume", "after": 0})
+    event = await next_event(second)
+    for socket in (first, second):
+        await socket.disconnect()
+
+    assert (event["number"], event["kind"]) == (1, "after the restore")
 
 
 async def test_it_shows_an_approval_request_when_it_opens() -> None:
