@@ -44,7 +44,7 @@ node_modules/.installed: package.json package-lock.json
 # dir); the timing-sensitive ones (marked serial in tests/conftest.py) run after them, alone.
 TEST_WORKERS ?= 2
 
-test: system-deps $(VENV)/.installed-dev node_modules/.installed ## Run the whole test suite (browser tests need Chromium: see .ci/run)
+test: system-deps $(VENV)/.installed-dev node_modules/.installed ## Run the whole test suite (root installs Chromium and the test nodes' programs)
 	@scripts/system-deps --tests
 	@status=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS) \
@@ -76,10 +76,13 @@ nodes: $(VENV)/.installed-run ## Three SSH test nodes on this machine (root), re
 	$(BIN)/python manage.py migrate --no-input --verbosity 0
 	$(BIN)/python manage.py testnodes
 
-bench: system-deps $(VENV)/.installed-dev ## Kernel, engine, prompt-cache and MCP benchmarks vs their floors and targets, on their own database (.data/bench)
+bench: system-deps $(VENV)/.installed-dev ## Kernel, engine, prompt-cache, live-path and MCP benchmarks vs their floors and targets, on their own database (.data/bench)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_kernel $(BENCH_ARGS)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_engine $(BENCH_ARGS)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_cache
+	@# Chromium, for the live path's benchmark.
+	@scripts/system-deps --tests
+	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_live $(BENCH_ARGS)
 	AGENTOS_DATA_DIR=.data/bench $(BIN)/python manage.py bench_mcp
 
 # Its own data dir, not .data/bench: the kernel's benchmark starts and stops that database.
