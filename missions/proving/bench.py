@@ -40,7 +40,7 @@ from kernel.worker import Worker
 from missions.models import Mission, Project
 
 TURNS = 200  # turns of each flatness run
-ROUNDS = 3  # flatness runs
+ROUNDS = 7  # flatness runs; late/early is the median of theirs
 PAIRS = 40  # floor/engine pairs of the per-turn figure, for each line
 PAIR_TURNS = 20  # turns timed in each run of a pair
 TOOL = "noop"
