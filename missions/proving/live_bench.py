@@ -58,7 +58,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from agentos.core import database, owner
-from kernel import runs, stream
+from kernel import runs
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext, StepCall
 from kernel.models import Account, Effect, Run, RunStatus, StepKind
@@ -380,31 +380,12 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-CATCH_UP_SECONDS = 600.0
-
-
-def catch_up() -> int:
-    """Number what the stream has not numbered yet; return how many events that was.
-
-    The other benchmarks write their steps with no server running, so no stream tap numbers
-    them: a live stack numbers each step as it lands. Left to the tap, that backlog (tens of
-    thousands of steps a `make bench`) would be numbered under the clock and vacuumed after."""
-    numbered = 0
-    deadline = time.monotonic() + CATCH_UP_SECONDS
-    while (batch := stream.sequence()) > 0:
-        numbered += batch
-        if time.monotonic() > deadline:
-            raise BenchError(f"the event stream still behind after {CATCH_UP_SECONDS:.0f} s")
-    return numbered
-
-
 def analyze() -> None:
     """Statistics of the tables the sequencer reads, as a database that runs for longer than this
     benchmark has them from autovacuum (its first pass comes a minute after the start): without
-    them the planner scans every step for the few not yet announced. Vacuumed first: numbering a
-    backlog leaves its rows' old versions behind (`catch_up`)."""
+    them the planner scans every step for the few not yet announced."""
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE kernel_step, kernel_event, kernel_run")
+        cursor.execute("ANALYZE kernel_step, kernel_event, kernel_run")
 
 
 def make_account() -> Account:
@@ -562,9 +543,6 @@ def run(
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")
     account = make_account()
     session_key = owner_session()
-    backlog = catch_up()
-    if backlog:
-        say(f"numbered {backlog:,} events the other benchmarks left to the stream")
     analyze()
     load_before = os.getloadavg()[0]
     say("starting daphne and Chromium …")
