@@ -31,19 +31,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
-from psycopg.rows import TupleRow
-from psycopg.types.json import Jsonb
 
 from agentos.core import database
 from kernel import journal, programs, runs, scheduler, statements
@@ -51,6 +47,16 @@ from kernel.context import Done, RunContext, StepCall
 from kernel.journal import Fence
 from kernel.models import TERMINAL, Account, Effect, Run, RunStatus, StepKind
 from kernel.programs import Outcome
+from kernel.proving.figures import fig, judged, round_ratios, row, verdict
+from kernel.proving.floor import (
+    FloorRun,
+    empty,
+    horizon,
+    measure_floor_throughput,
+    raw_connect,
+    scratch_tables,
+    skip_wal_flush,
+)
 from kernel.worker import Worker
 
 PROGRAM = "chaos.noop"
@@ -67,139 +73,10 @@ POLL_SECONDS = 0.05
 RUNS_TIMEOUT = 300.0
 
 Say = Callable[[str], None]
-RawConnection = psycopg.Connection[TupleRow]
 
 
 class BenchError(Exception):
     """The benchmark could not measure (a run failed, workers did not come up): not a miss."""
-
-
-# --- the floor: raw psycopg, the journal's two commits per step ------------------------------
-
-# Scratch tables with the columns that cost: jsonb request and result, timestamps, the foreign
-# key and the one-intent-per-seq unique index of kernel_step.
-_CREATE = (
-    "DROP TABLE IF EXISTS bench_step, bench_run",
-    "CREATE TABLE bench_run (id bigint PRIMARY KEY, steps integer NOT NULL DEFAULT 0,"
-    " updated_at timestamptz)",
-    "CREATE TABLE bench_step (id bigserial PRIMARY KEY,"
-    " run_id bigint NOT NULL REFERENCES bench_run (id), seq integer NOT NULL,"
-    " kind varchar(20) NOT NULL, request jsonb NOT NULL, started_at timestamptz NOT NULL,"
-    " result jsonb, finished_at timestamptz, UNIQUE (run_id, seq))",
-)
-_DROP = "DROP TABLE IF EXISTS bench_step, bench_run"
-# Each measurement starts from empty tables, so rounds compare alike.
-_EMPTY = "TRUNCATE bench_step, bench_run"
-
-# Commit 1: the intent.
-_FLOOR_INTENT = (
-    "INSERT INTO bench_step (run_id, seq, kind, request, started_at)"
-    " VALUES (%s, %s, 'checkpoint', %s, now())"
-)
-# Commit 2: the result and the run's state in one statement (one transaction, one round trip:
-# the fewest a client can do for it, which is what makes it a floor).
-_FLOOR_RESULT = (
-    "WITH step AS (UPDATE bench_step SET result = %s, finished_at = now()"
-    " WHERE run_id = %s AND seq = %s AND finished_at IS NULL RETURNING run_id)"
-    " UPDATE bench_run SET steps = steps + 1, updated_at = now()"
-    " WHERE id = (SELECT run_id FROM step)"
-)
-
-
-def raw_connect() -> RawConnection:
-    """A psycopg connection of our own, to the database Django uses, in autocommit."""
-    params = connection.get_connection_params()
-    # Django's cursor factory (client-side binding) and adapters context are not the floor's.
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    # Django's `prepare_threshold=None` would make `prepare=True` a no-op: the floor prepares.
-    params["prepare_threshold"] = statements.EXPLICIT_PREPARES_ONLY
-    return psycopg.connect(**params, autocommit=True)
-
-
-@contextmanager
-def scratch_tables() -> Iterator[None]:
-    with raw_connect() as conn:
-        for statement in _CREATE:
-            conn.execute(statement)
-        try:
-            yield
-        finally:
-            conn.execute(_DROP)
-
-
-@dataclass
-class FloorRun:
-    """One floor "run": a bench_run row and its steps, written over one connection."""
-
-    conn: RawConnection
-    run_id: int
-    seq: int = 0
-
-    @classmethod
-    def create(cls, conn: RawConnection, run_id: int) -> FloorRun:
-        conn.execute("INSERT INTO bench_run (id) VALUES (%s)", (run_id,))
-        return cls(conn, run_id)
-
-    def step(self) -> None:
-        self.seq += 1
-        self.conn.execute(
-            _FLOOR_INTENT, (self.run_id, self.seq, Jsonb({"i": self.seq})), prepare=True
-        )
-        self.conn.execute(_FLOOR_RESULT, (Jsonb(None), self.run_id, self.seq), prepare=True)
-
-    def steps(self, count: int) -> None:
-        for _ in range(count):
-            self.step()
-
-
-def skip_wal_flush(conn: RawConnection) -> None:
-    """This session's commits stop waiting for their WAL flush: the disk out of the figure."""
-    conn.execute("SET synchronous_commit TO off")
-
-
-_HORIZON = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
-
-
-def horizon(conn: RawConnection) -> int:
-    """The next transaction id PostgreSQL will give: its growth counts the database's commits
-    of writing transactions, whoever made them (a read-only statement takes none)."""
-    row = conn.execute(_HORIZON, prepare=True).fetchone()
-    return int(row[0]) if row else 0
-
-
-def measure_floor_step(steps: int, *, warmup: int) -> float:
-    """µs per step of the floor, sequential, after `warmup` steps on the same connection."""
-    with raw_connect() as conn:
-        conn.execute(_EMPTY)
-        run = FloorRun.create(conn, run_id=1)
-        run.steps(warmup)
-        started = time.perf_counter()
-        run.steps(steps)
-        return (time.perf_counter() - started) / steps * 1e6
-
-
-def measure_floor_throughput(k: int, steps: int) -> float:
-    """Steps/s of `k` threads, each a floor run on its own connection, started together."""
-    with raw_connect() as conn:
-        conn.execute(_EMPTY)
-    barrier = threading.Barrier(k + 1)
-
-    def one(index: int) -> None:
-        with raw_connect() as conn:
-            run = FloorRun.create(conn, run_id=index + 1)
-            run.step()  # prepares the statements: the floor is the steady state
-            barrier.wait(timeout=60)
-            run.steps(steps)
-
-    with ThreadPoolExecutor(k) as pool:
-        futures = [pool.submit(one, index) for index in range(k)]
-        barrier.wait(timeout=60)
-        started = time.perf_counter()
-        for future in futures:
-            future.result()
-        elapsed = time.perf_counter() - started
-    return k * steps / elapsed
 
 
 # --- the kernel ---------------------------------------------------------------------------
@@ -322,7 +199,7 @@ def measure_pairs(
 ) -> Pairs:
     """One `bench.paired` run claimed and executed in this thread, its floor beside it."""
     with raw_connect() as conn:
-        conn.execute(_EMPTY)
+        empty(conn)
         if no_disk:
             skip_wal_flush(conn)
         floor = FloorRun.create(conn, run_id=1)
@@ -589,12 +466,12 @@ class Report:
                      f"commits/step {fig(statistics.median(pairs.kernel_commits))}"
                      f"  (floor {fig(statistics.median(pairs.floor_us))} µs)")
             )  # fmt: skip
-            target = "" if disk_out else _target(pairs.ratio, "≤", RATIO_TARGET)
+            target = "" if disk_out else judged(pairs.ratio, "≤", RATIO_TARGET)
             rows.append(row("  / floor", pairs.ratios, "", target))
             if writes and not disk_out:
                 rows.append(
                     row("  last quarter / first quarter", [pairs.late_early], "",
-                         _target(pairs.late_early, "≤", FLATNESS_TARGET))
+                         judged(pairs.late_early, "≤", FLATNESS_TARGET))
                 )  # fmt: skip
         rows += [
             f"2. Resume of a {RESUME_STEPS:,}-step run (median)",
@@ -607,7 +484,7 @@ class Report:
             row(f"floor, {self.k} threads, own connections", self.floor_steps_s, "steps/s"),
             row("kernel, kernel_worker processes", self.kernel_steps_s, "steps/s"),
             row("kernel / floor", round_ratios(self.kernel_steps_s, self.floor_steps_s), "",
-                 _target(self.throughput_ratio, "≥", THROUGHPUT_TARGET)),
+                 judged(self.throughput_ratio, "≥", THROUGHPUT_TARGET)),
         ]  # fmt: skip
         return rows
 
@@ -625,46 +502,6 @@ class Report:
             f" write_ratio_no_disk={fig(self.pairs['idempotent writes, no disk'].ratio)}"
             f" write_commits_per_step={fig(statistics.median(writes.kernel_commits))}"
         )
-
-
-def round_ratios(kernel: list[float], floor: list[float]) -> list[float]:
-    """Each round's (or pair's) kernel figure over its floor."""
-    return [k / f for k, f in zip(kernel, floor, strict=True)]
-
-
-def quartiles(samples: list[float]) -> tuple[float, float]:
-    """The 25th and 75th percentiles: where the middle half of the samples lies."""
-    if len(samples) < 2:
-        return samples[0], samples[0]
-    low, _, high = statistics.quantiles(samples, n=4)
-    return low, high
-
-
-def row(label: str, samples: list[float], unit: str, note: str = "") -> str:
-    """`label  median unit [spread]  note`: the spread is the middle half of the samples."""
-    spread = ""
-    if len(samples) > 1:
-        low, high = quartiles(samples)
-        spread = f" [{fig(low)}-{fig(high)}]"
-    line = f"   {label:<36} {fig(statistics.median(samples)):>7} {unit:<8}{spread:<16} {note}"
-    return line.rstrip()
-
-
-def _target(value: float, sense: str, target: float) -> str:
-    met = value <= target if sense == "≤" else value >= target
-    return f"{verdict(met)} (target {sense} {target:g})"
-
-
-def fig(value: float, digits: int = 3) -> str:
-    """`digits` significant digits, never in exponent form (1234, 987, 1.25, 0.812)."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
-
-
-def verdict(met: bool) -> str:
-    return "met" if met else "MISSED"
 
 
 def run(

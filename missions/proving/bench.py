@@ -13,7 +13,7 @@ Figures:
    the median of the pairs' ratios, with their spread; again with both sides on
    `synchronous_commit = off` (the disk out: CPU and round trips only);
 2. flatness: `TURNS`-turn runs, turns 1-50 against turns 151-199 (journal stamps), and their
-   commits per turn (transaction ids taken, `kernel.proving.bench.horizon`).
+   commits per turn (transaction ids taken, `kernel.proving.floor.horizon`).
 
 It writes runs and scratch tables: `manage.py bench_engine` refuses to run outside a dedicated
 data dir, like `bench_kernel` (`make bench` uses `.data/bench`).
@@ -32,10 +32,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
 from kernel import runs
 from kernel.models import Run, RunStatus, Step, StepKind
 from kernel.proving import bench as kernel_bench
+from kernel.proving import floor as floor_side
+from kernel.proving.figures import fig, row, verdict
 from kernel.worker import Worker
 from missions.models import Mission, Project
 
@@ -52,8 +55,6 @@ FLOOR_WARMUP = 200  # floor steps before each floor measurement, on its connecti
 Say = Callable[[str], None]
 BenchError = kernel_bench.BenchError
 Pairs = kernel_bench.Pairs
-fig = kernel_bench.fig
-verdict = kernel_bench.verdict
 
 
 # --- the workload ---------------------------------------------------------------------------
@@ -190,16 +191,14 @@ def flatness(turns: list[Turn]) -> Flatness:
 def measure_pairs(mission: Mission, *, pairs: int, turns: int, no_disk: bool) -> Pairs:
     """`pairs` pairs: a floor block of two steps per turn, then an agent run of `turns` + 1
     turns executed in this thread, its first `turns` turns timed from the journal."""
-    from django.db import connection
-
     out = Pairs()
-    with kernel_bench.raw_connect() as conn:
-        conn.execute("TRUNCATE bench_step, bench_run")
+    with floor_side.raw_connect() as conn:
+        floor_side.empty(conn)
         if no_disk:
-            kernel_bench.skip_wal_flush(conn)
+            floor_side.skip_wal_flush(conn)
             with connection.cursor() as cursor:  # the engine's: this thread's connection
                 cursor.execute("SET synchronous_commit TO off")
-        floor = kernel_bench.FloorRun.create(conn, run_id=1)
+        floor = floor_side.FloorRun.create(conn, run_id=1)
         floor.steps(FLOOR_WARMUP)
         try:
             for _ in range(pairs):
@@ -256,20 +255,20 @@ class Report:
             f"1. One turn (model step + one {TOOL} tool step): {len(self.durable.ratios)} runs of"
             f" {self.pair_turns} turns per line, each after a floor block of"
             f" {2 * self.pair_turns} steps; median [25th-75th percentile]",
-            _row("turn floor = 2 floor steps, 4 commits", self.durable.floor_us, "µs/turn"),
-            _row("engine, journal stamps", self.durable.kernel_us, "µs/turn"),
-            _row("  engine / turn floor", self.durable.ratios, "",
+            row("turn floor = 2 floor steps, 4 commits", self.durable.floor_us, "µs/turn"),
+            row("engine, journal stamps", self.durable.kernel_us, "µs/turn"),
+            row("  engine / turn floor", self.durable.ratios, "",
                  _target(self.ratio, RATIO_TARGET)),
-            _row("turn floor, no disk", self.no_disk.floor_us, "µs/turn"),
-            _row("engine, no disk", self.no_disk.kernel_us, "µs/turn"),
-            _row("  engine / turn floor, no disk", self.no_disk.ratios, ""),
+            row("turn floor, no disk", self.no_disk.floor_us, "µs/turn"),
+            row("engine, no disk", self.no_disk.kernel_us, "µs/turn"),
+            row("  engine / turn floor, no disk", self.no_disk.ratios, ""),
             f"2. Flatness: {len(self.flatness)} runs of {self.turns} turns; turn k = model intent"
             " of k → model intent of k+1 (journal stamps)",
-            _row("whole execution / turns", self.whole_turn_us, "µs/turn"),
-            _row("commits per turn (floor: 4)", self.commits_per_turn, ""),
-            _row(f"turns {e1}-{e2}", [f.early.turn for f in self.flatness], "µs/turn"),
-            _row(f"turns {l1}-{l2}", [f.late.turn for f in self.flatness], "µs/turn"),
-            _row("late / early", [f.ratio for f in self.flatness], "",
+            row("whole execution / turns", self.whole_turn_us, "µs/turn"),
+            row("commits per turn (floor: 4)", self.commits_per_turn, ""),
+            row(f"turns {e1}-{e2}", [f.early.turn for f in self.flatness], "µs/turn"),
+            row(f"turns {l1}-{l2}", [f.late.turn for f in self.flatness], "µs/turn"),
+            row("late / early", [f.ratio for f in self.flatness], "",
                  _target(self.late_early, FLATNESS_TARGET)),
             "   by phase (median run), early → late µs:",
         ]  # fmt: skip
@@ -287,10 +286,6 @@ class Report:
             f" turn_ratio_no_disk={fig(self.no_disk.ratio)}"
             f" commits_per_turn={fig(statistics.median(self.commits_per_turn))}"
         )
-
-
-def _row(label: str, samples: list[float], unit: str, note: str = "") -> str:
-    return kernel_bench.row(label, samples, unit, note)
 
 
 def _target(value: float, target: float) -> str:
@@ -311,17 +306,17 @@ def run(
     whole: list[float] = []
     commits: list[float] = []
     flat: list[Flatness] = []
-    with kernel_bench.scratch_tables():
+    with floor_side.scratch_tables():
         say(f"warm-up, then 2 x {pairs} runs of {pair_turns} turns, each after its floor …")
         execute_agent(mission, WARMUP_TURNS, work_one)
         durable = measure_pairs(mission, pairs=pairs, turns=pair_turns, no_disk=False)
         no_disk = measure_pairs(mission, pairs=pairs, turns=pair_turns, no_disk=True)
         say(f"flatness: {rounds} runs of {turns} turns …")
-        with kernel_bench.raw_connect() as conn:
+        with floor_side.raw_connect() as conn:
             for _ in range(rounds):
-                before = kernel_bench.horizon(conn)
+                before = floor_side.horizon(conn)
                 agent, elapsed = execute_agent(mission, turns, work_one)
-                commits.append((kernel_bench.horizon(conn) - before) / turns)
+                commits.append((floor_side.horizon(conn) - before) / turns)
                 whole.append(elapsed / turns * 1e6)
                 recorded = journal_turns(agent.pk)
                 if len(recorded) != turns:

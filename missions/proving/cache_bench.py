@@ -44,6 +44,7 @@ from typing import Any
 from kernel import artifacts, runs
 from kernel.models import Run, RunStatus, Step, StepKind
 from kernel.proving import bench as kernel_bench
+from kernel.proving.figures import fig, verdict
 from kernel.worker import Worker
 from memory.tools import MEMORY_TOOL_NAMES
 from missions import a2a_call, launch, web
@@ -80,7 +81,6 @@ SUMMARY = (
 
 Say = Callable[[str], None]
 BenchError = kernel_bench.BenchError
-fig = kernel_bench.fig
 
 
 def instructions() -> str:
@@ -336,11 +336,7 @@ class Report:
 def _row(label: str, samples: list[float], targeted: bool = False) -> str:
     median = statistics.median(samples)
     spread = f"{fig(min(samples))}-{fig(max(samples))}"
-    note = (
-        f"{kernel_bench.verdict(min(samples) >= TARGET)} (target ≥ {TARGET:g})"
-        if targeted
-        else "(no target)"
-    )
+    note = f"{verdict(min(samples) >= TARGET)} (target ≥ {TARGET:g})" if targeted else "(no target)"
     return f"    {label:<30} median {fig(median):>6}  spread {spread:<13} {note}"
 
 

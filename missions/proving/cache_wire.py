@@ -28,6 +28,7 @@ answered), a text and at most one tool call. Token-counting requests (`/v1/messa
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import threading
@@ -243,8 +244,9 @@ def _common_prefix(a: bytes, b: bytes) -> int:
 # --- The servers --------------------------------------------------------------------------------
 
 
-class CacheServer:
-    """A threaded HTTP server on 127.0.0.1; `billed` lists every model request's usage."""
+class CacheServer(abc.ABC):
+    """A threaded HTTP server on 127.0.0.1; `billed` lists every model request's usage. Each
+    provider's server says how it answers (`answer`)."""
 
     def __init__(self, script: Script, clock: Clock = time.monotonic) -> None:
         self.script = script
@@ -256,9 +258,9 @@ class CacheServer:
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
+    @abc.abstractmethod
     def answer(self, path: str, body: dict[str, Any]) -> tuple[int, str, bytes]:
         """(status, content type, body) for a POST to `path`."""
-        raise NotImplementedError
 
     def _reply(self, body: dict[str, Any]) -> Reply:
         self.bodies.append(body)

@@ -64,6 +64,7 @@ from kernel.context import Done, RunContext, StepCall
 from kernel.models import Account, Effect, Run, RunStatus, StepKind
 from kernel.programs import PROGRAMS, Outcome
 from kernel.proving import bench as kernel_bench
+from kernel.proving.figures import fig, verdict
 from kernel.worker import Worker
 
 PROGRAM = "bench.live"
@@ -84,8 +85,6 @@ MODEL_COST = Cost(input_tokens=1200, output_tokens=80, cache_read_tokens=900, us
 
 Say = Callable[[str], None]
 BenchError = kernel_bench.BenchError
-fig = kernel_bench.fig
-verdict = kernel_bench.verdict
 
 
 # --- the workload: a program that streams steps, and when each commit returned ---------------

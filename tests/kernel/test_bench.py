@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.proving import bench
+from kernel.proving import bench, floor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_a_step_safe_to_run_again_costs_one_commit_where_the_floor_costs_two(
     writes: bool,
 ) -> None:
-    with bench.scratch_tables():
+    with floor.scratch_tables():
         pairs = bench.measure_pairs(
             bench.make_account(), blocks=3, steps=10, writes=writes, no_disk=False
         )
@@ -26,7 +26,7 @@ def test_a_step_safe_to_run_again_costs_one_commit_where_the_floor_costs_two(
 
 
 def test_without_the_disk_both_sides_commit_as_often() -> None:
-    with bench.scratch_tables():
+    with floor.scratch_tables():
         pairs = bench.measure_pairs(
             bench.make_account(), blocks=2, steps=10, writes=True, no_disk=True
         )
