@@ -59,6 +59,11 @@ def _provider(request: Any) -> str | None:
     return provider if isinstance(provider, str) else None
 
 
+# Effect classes whose step does nothing but cost: its intent need not wait for its WAL flush
+# (`journal._NO_FLUSH`).
+_COST_ONLY = frozenset((Effect.READ, Effect.MODEL_CALL))
+
+
 class Begun(NamedTuple):
     """A step past the intent protocol (`RunContext._begin`)."""
 
@@ -162,6 +167,7 @@ class RunContext:
                 name=name,
                 request=request,
                 prior=self._take_deferred(),
+                flush=effect not in _COST_ONLY,
             )
         else:
             wait_kind, question, expires_in = wait
@@ -337,7 +343,7 @@ class RunContext:
             # that cost nothing): its result rides on the next intent, one commit per step. A
             # crash before that intent runs it again, as its effect class allows (§7).
             self.deferred = journal.Deferred(
-                call.seq, done.result, settled_by, executions, timezone.now()
+                call.seq, done.result, settled_by, executions, time.monotonic()
             )
             debit = None
         else:

@@ -23,21 +23,16 @@ the cost of a step: docs/design.md §20), through `kernel.statements`; a result'
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Callable
+import time
 from dataclasses import dataclass
 from datetime import datetime
-from json.encoder import (  # type: ignore[attr-defined]  # C helpers, not in typeshed
-    c_make_encoder,
-    encode_basestring_ascii,
-)
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from agentos.core import roots
+from agentos.core import jsontext, roots
 from agentos.core.scrubber import scrub_json, scrub_value
 from kernel import crashpoints, debits, statements
 from kernel.budgets import Cost
@@ -83,21 +78,12 @@ def as_stored(value: Any) -> Any:
     return value
 
 
-def _hash_encoder() -> Callable[[Any], str]:
-    """`json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)`, byte for byte.
-
-    The hash is taken for every step, and again for every step a resume replays (most of a
-    replay's own time): `json.dumps` with options builds an encoder, and the C encoder under it,
-    per call. This one is built once. Without circular-reference markers: a request is a tree.
-    """
-    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
-    if c_make_encoder is None:  # a Python without the C accelerator
-        return encoder.encode
-    c_encode = c_make_encoder(None, str, encode_basestring_ascii, None, ":", ",", True, False, True)
-    return lambda value: "".join(c_encode(value, 0))
-
-
-_encode_for_hash = _hash_encoder()
+# The hash is taken for every step, and again for every step a resume replays (most of a
+# replay's own time). A value that is not JSON counts by its text there.
+_encode_for_hash = jsontext.encoder(sort_keys=True, default=str)
+# A new intent's request: JSON or refused (as the row's `jsonb` needs), its text both hashed and
+# sent as the row's value, so encoded once.
+_encode_request = jsontext.encoder(sort_keys=True)
 
 
 def request_hash(kind: str, name: str, request: Any) -> str:
@@ -105,8 +91,19 @@ def request_hash(kind: str, name: str, request: Any) -> str:
     relative to their root (`roots.neutral`): a run restored on another machine, its data and
     workspaces dirs elsewhere, replays the steps it journaled here (migration 0025 re-hashed
     the steps journaled before)."""
-    encoded = roots.neutral(_encode_for_hash([kind, name, request]))
-    return hashlib.sha256(encoded.encode()).hexdigest()
+    return _hashed(_encode_for_hash([kind, name, request]))
+
+
+def _hashed(text: str) -> str:
+    return hashlib.sha256(roots.neutral(text).encode()).hexdigest()
+
+
+def _request(kind: str, name: str, request: Any) -> tuple[Jsonb, str]:
+    """A new intent's request as the row's value, and its hash (`request_hash`'s, byte for
+    byte: the list's encoding is its items' joined)."""
+    text = _encode_request(request)
+    listed = f"[{jsontext.quoted(kind)},{jsontext.quoted(name)},{text}]"
+    return Jsonb(text, dumps=_as_is), _hashed(listed)
 
 
 def idempotency_key(run_id: int, seq: int) -> str:
@@ -134,18 +131,20 @@ def load(run_id: int) -> dict[int, Record]:
 
 # Also returns the run's `wake_pending` flag (read from the row it locks anyway): whether
 # something (an owner message, a child's end) arrived while the run executes.
-_INTENT = """
+_FENCED = """
 WITH fenced AS (
     SELECT id, wake_pending FROM kernel_run
-    WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
+    WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)"""
+_INSERT_STEP = """
 INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash, idempotency_key,
     started_at, settled_by, executions, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, usd_micros)
 SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, '', now(), '',
-    0, 0, 0, 0, 0, 0
-FROM fenced
+    0, 0, 0, 0, 0, 0"""
+_RETURNING = """
 RETURNING (SELECT wake_pending FROM fenced)
 """
+_INTENT = _FENCED + _INSERT_STEP + "\nFROM fenced" + _RETURNING
 
 # The same, also recording the result of the step before it: a free step safe to run again
 # whose result the context held back (`Deferred`) rides on this statement instead of taking a
@@ -153,25 +152,29 @@ RETURNING (SELECT wake_pending FROM fenced)
 # Both are fenced by the same lock; the intent never commits without that result. It reads
 # `prior` before inserting: `prior` then runs first, and the event id its row takes (the read's
 # `step.completed`) comes before the new intent's `step.started`.
-_INTENT_AFTER_DEFERRED = """
-WITH fenced AS (
-    SELECT id, wake_pending FROM kernel_run
-    WHERE id = %(run)s AND fence = %(fence)s FOR SHARE),
+_PRIOR = """,
 prior AS (
-    UPDATE kernel_step SET result = %(prior_result)s, finished_at = %(prior_finished_at)s,
+    UPDATE kernel_step SET result = %(prior_result)s,
+        finished_at = now() - %(prior_age_us)s * interval '1 microsecond',
         finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
         settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
     WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
         AND EXISTS (SELECT 1 FROM fenced)
-    RETURNING id)
-INSERT INTO kernel_step (run_id, seq, kind, effect, name, request, request_hash, idempotency_key,
-    started_at, settled_by, executions, input_tokens, output_tokens, cache_read_tokens,
-    cache_write_tokens, usd_micros)
-SELECT id, %(seq)s, %(kind)s, %(effect)s, %(name)s, %(request)s, %(hash)s, '', now(), '',
-    0, 0, 0, 0, 0, 0
-FROM fenced, (SELECT count(*) FROM prior) AS recorded_first
-RETURNING (SELECT wake_pending FROM fenced)
-"""
+    RETURNING id)"""
+_AFTER_PRIOR = "\nFROM fenced, (SELECT count(*) FROM prior) AS recorded_first"
+_INTENT_AFTER_DEFERRED = _FENCED + _PRIOR + _INSERT_STEP + _AFTER_PRIOR + _RETURNING
+
+# The intent of a step whose only effect is its cost, safe to run again (a read, a model call),
+# commits without waiting for its WAL flush, as a replayable result does (`_RESULT_REPLAYABLE`):
+# a database crash before the flush loses it and the held result it carries, and both steps run
+# again, as after a worker's death before it. A write's intent always waits: a replay puts the
+# write's checkpoint back only if its intent survived (docs/design.md §7). The next commit that
+# waits flushes this one's record along with its own.
+_NO_FLUSH = "\nWHERE set_config('synchronous_commit', 'off', true) = 'off'"
+_INTENT_NO_FLUSH = _FENCED + _INSERT_STEP + "\nFROM fenced" + _NO_FLUSH + _RETURNING
+_INTENT_AFTER_DEFERRED_NO_FLUSH = (
+    _FENCED + _PRIOR + _INSERT_STEP + _AFTER_PRIOR + _NO_FLUSH + _RETURNING
+)
 
 
 @dataclass(frozen=True)
@@ -189,14 +192,17 @@ class Deferred:
     result: Any
     settled_by: str
     executions: int
-    finished_at: datetime  # when the step ended, not when its result is written
+    # When the step ended (`time.monotonic()`), not when its result is written: written as the
+    # database's clock less the time since, so a step's stamps all come from one clock.
+    ended: float
 
 
 # A held-back result written on its own (before a write that cannot carry it, or when the
 # execution ends or parks), async commit: the write that follows flushes it with its own.
 _DEFERRED = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
-UPDATE kernel_step SET result = %(prior_result)s, finished_at = %(prior_finished_at)s,
+UPDATE kernel_step SET result = %(prior_result)s,
+    finished_at = now() - %(prior_age_us)s * interval '1 microsecond',
     finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
     settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
 WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
@@ -222,7 +228,7 @@ def _prior_params(prior: Deferred) -> dict[str, Any]:
         "prior_result": _scrubbed(prior.result),
         "prior_settled_by": prior.settled_by,
         "prior_executions": prior.executions,
-        "prior_finished_at": prior.finished_at,
+        "prior_age_us": max(int((time.monotonic() - prior.ended) * 1e6), 0),
     }
 
 
@@ -260,9 +266,12 @@ def record_intent(
     request: Any,
     wait: tuple[str, Any, datetime | None] | None = None,
     prior: Deferred | None = None,
+    flush: bool = True,
 ) -> bool:
     """Commit the intent of step `seq` (and, for a wait step, its wait row) before it runs;
-    with `prior`, the held-back result of the step before it, in the same statement.
+    with `prior`, the held-back result of the step before it, in the same statement. Without
+    `flush` (a read's or a model call's intent), the commit does not wait for its WAL flush
+    (see `_NO_FLUSH`).
 
     Returns whether a wake-up arrived for the run since it was claimed (see `_INTENT`).
     """
@@ -277,16 +286,17 @@ def record_intent(
         "kind": kind,
         "effect": effect,
         "name": name,
-        "request": Jsonb(request),
-        "hash": request_hash(kind, name, request),
     }
-    sql = _INTENT
+    params["request"], params["hash"] = _request(kind, name, request)
+    sql = _INTENT if flush else _INTENT_NO_FLUSH
     if prior is not None:
         if wait is not None:
             raise KernelError("A wait's intent does not carry a deferred result.")
-        sql = _INTENT_AFTER_DEFERRED
+        sql = _INTENT_AFTER_DEFERRED if flush else _INTENT_AFTER_DEFERRED_NO_FLUSH
         params.update(_prior_params(prior))
     elif wait is not None:
+        if not flush:
+            raise KernelError("A wait's intent waits for its flush: the owner may answer it.")
         sql = _INTENT_WITH_WAIT
         params["wait_kind"], question, params["due_at"] = wait
         params["question"] = Jsonb(question)

@@ -31,7 +31,7 @@ def workspaces_dir() -> Path:
 def _workspaces(configured: str | None, data_dir: Path | str) -> Path:
     data_dir = Path(data_dir)
     if configured:
-        return Path(configured)
+        return Path(configured).absolute()  # as the settings' roots are: `neutral` needs it
     if os.geteuid() == 0:
         key = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
         return Path("/var/lib/agentos") / key
@@ -50,7 +50,10 @@ def neutral(text: str) -> str:
     patterns). The longest root first: the workspaces dir may lie inside the data dir.
 
     On every journal hash, a replay's included: the roots are worked out once per value of the
-    settings and variable they come from."""
+    settings and variable they come from, and not at all for a text that names no path (most
+    steps' requests): every root is absolute, so it holds a "/"."""
+    if "/" not in text:
+        return text
     for name, path in _ordered_roots():
         if path in text:
             marker = f"\x00{name}\x00"  # never in JSON text: a NUL is always escaped there

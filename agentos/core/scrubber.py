@@ -17,7 +17,6 @@ the apps register their secrets with it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import threading
@@ -26,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agentos.core import reachability
+from agentos.core import jsontext, reachability
 from agentos.core.registries import Registry
 
 logger = logging.getLogger(__name__)
@@ -158,7 +157,7 @@ def scrub_json(value: Any) -> str:
 
 # `json.dumps` without spaces: what psycopg sent before (non-ASCII escaped, so a lone surrogate
 # is refused by the database as it was), a little shorter to scan.
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_encode = jsontext.encoder(sort_keys=False)
 
 
 def _clean_json(value: Any, known: _Known) -> str | None:
@@ -174,7 +173,7 @@ def _clean_json(value: Any, known: _Known) -> str | None:
         return None
     try:
         text = _encode(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
     return text if known.gate.search(text) is None else None
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection
+from django.utils import timezone
 
-from kernel import journal, scheduler
+from kernel import context, journal, scheduler, statements
 from kernel.budgets import Cost
 from kernel.context import Done, RunContext, StepCall
 from kernel.exceptions import JournalMismatch, KernelError, LeaseLost
@@ -230,3 +234,70 @@ def test_it_says_how_a_value_comes_back_from_the_journal() -> None:
     assert back == value
     assert json.dumps(back) == json.dumps(journal.as_stored(value))
     assert json.dumps(back) != json.dumps(value)  # the order written is indeed not kept
+
+
+class _SkewedClock:
+    """The worker's wall clock a day behind the database's."""
+
+    @staticmethod
+    def now() -> datetime:
+        return timezone.now() - timedelta(days=1)
+
+
+def test_a_held_result_is_stamped_by_the_databases_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(context, "timezone", _SkewedClock)
+    run = start("test.counting")
+    Worker(lease_seconds=30).run_until_idle()
+
+    steps = list(Step.objects.filter(run=run).order_by("seq"))
+    # Each read's result rode on the next intent; its finish falls between its own start and
+    # the next step's, all three stamps from one clock.
+    for step, after in itertools.pairwise(steps):
+        assert step.started_at <= step.finished_at <= after.started_at
+
+
+def test_an_intents_stored_request_and_hash_are_those_of_the_request() -> None:
+    request = {"b": [1, 2.5, None], "a": {"z": "é/x", "y": True}}
+    run = start("chaos.noop", {"steps": 0})
+    fence = claim(run)
+
+    journal.record_intent(fence, seq=1, kind="tool_call", effect="read", name="n", request=request)
+
+    step = Step.objects.get(run=run, seq=1)
+    assert step.request == request
+    assert step.request_hash == journal.request_hash("tool_call", "n", request)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        journal.record_intent(
+            fence, seq=2, kind="tool_call", effect="read", name="n", request={"at": object()}
+        )
+    assert not Step.objects.filter(run=run, seq=2).exists()
+
+
+def each_effect(ctx: RunContext) -> Outcome:
+    for effect in (Effect.READ, Effect.MODEL_CALL, Effect.IDEMPOTENT_WRITE, Effect.NON_IDEMPOTENT):
+        ctx.step(
+            StepKind.TOOL_CALL, effect=effect, name=effect, request={}, execute=lambda c: Done(1)
+        )
+    return Outcome(output="done")
+
+
+PROGRAMS.add("test.each_effect", each_effect)
+
+
+def test_only_a_write_waits_for_its_intents_flush(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read's or a model call's intent may be lost with its database's crash (both run
+    again); a write's may not: its replay puts the write's checkpoint back only if it is there."""
+    intents: list[bool] = []
+    send = statements.send
+
+    def sent(pgconn: Any, statement: statements.Statement, *args: Any, **kwargs: Any) -> Any:
+        if b"INSERT INTO kernel_step" in statement.text:
+            intents.append(b"'synchronous_commit', 'off'" not in statement.text)
+        return send(pgconn, statement, *args, **kwargs)
+
+    monkeypatch.setattr(statements, "send", sent)
+    run = start("test.each_effect")
+
+    assert Worker(lease_seconds=30).run_until_idle() == ["done"]
+    assert intents == [False, False, True, True]
+    assert Step.objects.filter(run=run, finished_at__isnull=False).count() == 4
