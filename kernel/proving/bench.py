@@ -565,8 +565,3 @@ def call_migrate() -> None:
         cursor.execute(
             "TRUNCATE kernel_run, kernel_event, kernel_dailyspend, kernel_providerspend CASCADE"
         )
-
-
-def is_dedicated_database() -> bool:
-    """True when the database is the embedded one of a data dir named `bench`."""
-    return settings.DATA_DIR.name == "bench" and not os.environ.get("DATABASE_URL")

@@ -367,7 +367,3 @@ def profile(mission: Mission, turns: int = TURNS, *, top: int = 30) -> str:
     out.write("Everything by own time:\n")
     stats.strip_dirs().sort_stats(pstats.SortKey.TIME).print_stats(top // 2)
     return out.getvalue()
-
-
-def is_dedicated_database() -> bool:
-    return kernel_bench.is_dedicated_database()

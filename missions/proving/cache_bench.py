@@ -364,7 +364,3 @@ def run(*, repeats: int = REPEATS, say: Say = print) -> Report:
     finally:
         quiet.setLevel(level)
     return Report(measured)
-
-
-def is_dedicated_database() -> bool:
-    return kernel_bench.is_dedicated_database()

@@ -569,7 +569,3 @@ def run(
         clock_offset_ms=offset,
         load=(load_before, os.getloadavg()[0]),
     )
-
-
-def is_dedicated_database() -> bool:
-    return kernel_bench.is_dedicated_database()

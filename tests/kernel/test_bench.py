@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import io
 
+import pytest
+from django.core.management import CommandError, call_command
+
+from kernel.models import Run
 from kernel.proving import bench, floor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,3 +37,10 @@ def test_without_the_disk_both_sides_commit_as_often() -> None:
 
     assert pairs.kernel_commits == [1.0, 1.0]
     assert pairs.floor_commits == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("name", ["bench_kernel", "bench_engine", "bench_cache", "bench_live"])
+def test_a_benchmark_refuses_a_database_not_its_own(name: str) -> None:
+    with pytest.raises(CommandError, match="not a dedicated benchmark one"):
+        call_command(name, stdout=io.StringIO())
+    assert not Run.objects.exists()

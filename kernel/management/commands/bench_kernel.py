@@ -9,16 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kernel import proving
 from kernel.proving import bench
+from kernel.proving.command import BenchCommand
 
 
-class Command(BaseCommand):
+class Command(BenchCommand):
     help = "Benchmark the kernel's step, resume and throughput against floors measured alongside."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument(
             "--steps",
             type=int,
@@ -35,11 +37,6 @@ class Command(BaseCommand):
         parser.add_argument(
             "--profile", action="store_true", help="Also print a cProfile of one kernel run."
         )
-        parser.add_argument(
-            "--any-database",
-            action="store_true",
-            help="Run on the configured database even if it is not a dedicated bench one.",
-        )
 
     def handle(
         self,
@@ -48,17 +45,10 @@ class Command(BaseCommand):
         rounds: int,
         repeats: int,
         profile: bool,
-        any_database: bool,
         **options: Any,
     ) -> None:
         if min(steps, rounds, repeats) < 1:
             raise CommandError("--steps, --rounds and --repeats must be positive.")
-        # It writes runs and cancels unfinished ones: never on the owner's data by accident.
-        if not any_database and not bench.is_dedicated_database():
-            raise CommandError(
-                f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
-                " `make bench` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
-            )
         proving.register()  # the benchmark's runs execute `chaos.noop`, here and in its workers
         say = self.stdout.write
         say(f"kernel benchmark, data dir {settings.DATA_DIR}")

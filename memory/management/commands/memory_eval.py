@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kernel.proving import bench
+from kernel.proving import bench, command
 from memory.proving import evalsets, evaluation
 
 
@@ -86,4 +86,4 @@ def _dedicated_database() -> bool:
     """The embedded database of a data dir named `bench` or `bench-…`: the memory benchmark
     has one of its own, beside the kernel's (`.data/bench`), so both run at once."""
     named = settings.DATA_DIR.name.startswith("bench-") and not os.environ.get("DATABASE_URL")
-    return named or bench.is_dedicated_database()
+    return named or command.is_dedicated_database()

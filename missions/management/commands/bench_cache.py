@@ -11,38 +11,27 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from kernel.proving.command import BenchCommand
 from missions.proving import cache_bench
 
 
-class Command(BaseCommand):
+class Command(BenchCommand):
     help = "Benchmark the prompt cache's share of a 30-turn mission's input, per provider."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument(
             "--repeats", type=int, default=cache_bench.REPEATS, help="Missions per provider."
         )
         parser.add_argument(
             "--turns", action="store_true", help="Print the turns of one run, even if met."
         )
-        parser.add_argument(
-            "--any-database",
-            action="store_true",
-            help="Run on the configured database even if it is not a dedicated bench one.",
-        )
 
-    def handle(
-        self, *args: Any, repeats: int, turns: bool, any_database: bool, **options: Any
-    ) -> None:
+    def handle(self, *args: Any, repeats: int, turns: bool, **options: Any) -> None:
         if repeats < 1:
             raise CommandError("--repeats must be positive.")
-        # It writes missions and runs: never on the owner's data by accident.
-        if not any_database and not cache_bench.is_dedicated_database():
-            raise CommandError(
-                f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
-                " `make bench` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
-            )
         say = self.stdout.write
         say(f"prompt-cache benchmark, data dir {settings.DATA_DIR}")
         try:

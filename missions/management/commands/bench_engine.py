@@ -11,26 +11,23 @@ import argparse
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from kernel.proving.command import BenchCommand
 from missions.proving import bench
 
 
-class Command(BaseCommand):
+class Command(BenchCommand):
     help = "Benchmark the agent loop per turn against the kernel's floor, and its flatness."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument("--turns", type=int, default=bench.TURNS, help="Turns of each run.")
         parser.add_argument(
             "--rounds", type=int, default=bench.ROUNDS, help="Flatness runs (of --turns turns)."
         )
         parser.add_argument(
             "--profile", action="store_true", help="Print a cProfile of one run, even if met."
-        )
-        parser.add_argument(
-            "--any-database",
-            action="store_true",
-            help="Run on the configured database even if it is not a dedicated bench one.",
         )
         # `make bench` passes the same BENCH_ARGS to bench_kernel and to this command: accept
         # (and ignore) the kernel's own options so `BENCH_ARGS="--steps 500"` works for both.
@@ -43,17 +40,10 @@ class Command(BaseCommand):
         turns: int,
         rounds: int,
         profile: bool,
-        any_database: bool,
         **options: Any,
     ) -> None:
         if turns < 8 or rounds < 1:
             raise CommandError("--turns must be at least 8 and --rounds positive.")
-        # It writes runs and cancels unfinished ones: never on the owner's data by accident.
-        if not any_database and not bench.is_dedicated_database():
-            raise CommandError(
-                f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
-                " `make bench` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
-            )
         say = self.stdout.write
         say(f"engine benchmark, data dir {settings.DATA_DIR}")
         try:

@@ -11,15 +11,17 @@ import argparse
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from kernel.proving.command import BenchCommand
 from missions.proving import live_bench
 
 
-class Command(BaseCommand):
+class Command(BenchCommand):
     help = "Benchmark the live path: step commit to the owner's browser, with runs streaming."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument("--runs", type=int, default=live_bench.RUNS, help="Runs at once.")
         parser.add_argument(
             "--steps-per-run",
@@ -28,11 +30,6 @@ class Command(BaseCommand):
             help="Steps of each run, per round.",
         )
         parser.add_argument("--rounds", type=int, default=live_bench.ROUNDS, help="Rounds.")
-        parser.add_argument(
-            "--any-database",
-            action="store_true",
-            help="Run on the configured database even if it is not a dedicated bench one.",
-        )
         # `make bench` passes the same BENCH_ARGS to every benchmark: accept (and ignore) the
         # kernel's own options (its --steps are steps of one run measured alone).
         for kernel_only in ("--steps", "--repeats"):
@@ -44,17 +41,10 @@ class Command(BaseCommand):
         runs: int,
         steps_per_run: int,
         rounds: int,
-        any_database: bool,
         **options: Any,
     ) -> None:
         if runs < 1 or steps_per_run < 2 or rounds < 1:
             raise CommandError("--runs and --rounds must be positive, --steps-per-run at least 2.")
-        # It writes runs and an owner's session: never on the owner's data by accident.
-        if not any_database and not live_bench.is_dedicated_database():
-            raise CommandError(
-                f"The data dir is {settings.DATA_DIR}, not a dedicated benchmark one. Use"
-                " `make bench` (AGENTOS_DATA_DIR=.data/bench), or pass --any-database."
-            )
         live_bench.register()  # the benchmark's runs execute its program, in this process
         say = self.stdout.write
         say(f"live path benchmark, data dir {settings.DATA_DIR}")
