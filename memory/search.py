@@ -364,11 +364,12 @@ _NEAREST = (  # constant fragments only
 
 
 # The `CONTEXT_NOTES` notes its writer put in a nearest note's scope just before it, or just
-# after it, within `CONTEXT_MINUTES`: the closest in time first, through the index on the scope's
-# times.
+# after it, within `CONTEXT_MINUTES`: the closest in time first, a few entries of the index on
+# the writer's times (`memory_note_writer_time`). A note without its vector yet is read too (its
+# closeness NULL): skipping it in the index would read on through a batch written at once.
 _AROUND = """
     SELECT n.id FROM memory_note n
-    WHERE n.scope_id = s.scope_id AND n.author = s.author AND n.embedding IS NOT NULL
+    WHERE n.scope_id = s.scope_id AND n.author = s.author
       AND n.valid_from <= %(moment)s AND (n.invalid_at IS NULL OR n.invalid_at > %(moment)s)
       AND n.valid_from {within} make_interval(mins => %(minutes)s)
       AND (n.valid_from, n.id) {side} (s.valid_from, s.id)
@@ -395,10 +396,11 @@ def _in_context(
     """The nearest notes and the `CONTEXT_NOTES` written after each, ranked by their closeness
     raised by their context's (see `CONTEXT_WEIGHT`); at most `NEAREST`. One round trip: for
     each nearest note, the notes its writer put in its scope just before and just after it
-    (within `CONTEXT_MINUTES`, valid at `moment`, embedded), with their closeness to the query:
-    at most five notes a nearest one, through the scope's index on time, whatever the scope's
-    size. A note's context is the notes just before it in its writer's sequence: the nearest
-    note's are fetched, and a note after it has it and what lies between them."""
+    (within `CONTEXT_MINUTES`, valid at `moment`), with their closeness to the query: at most
+    five notes a nearest one, a few index entries each, whatever the scope's size. A note's
+    context is the notes just before it in its writer's sequence: a nearest note's are fetched,
+    and a note after it has it and what lies between them. A note not embedded yet is neither
+    a candidate nor context."""
     if not nearest:
         return nearest
     with connection.cursor() as cursor:
@@ -423,13 +425,14 @@ def _in_context(
     raised: dict[int, float] = {}
     for sequence in sequences.values():
         for place, row in enumerate(sequence):
-            if not row["candidate"]:
-                continue
             own = row["closeness"]
+            if not row["candidate"] or own is None:
+                continue
             context = [
                 earlier["closeness"]
                 for earlier in sequence[max(place - CONTEXT_NOTES, 0) : place]
-                if row["valid_from"] - earlier["valid_from"] <= timedelta(minutes=CONTEXT_MINUTES)
+                if earlier["closeness"] is not None
+                and row["valid_from"] - earlier["valid_from"] <= timedelta(minutes=CONTEXT_MINUTES)
             ]
             mean = (own + sum(context)) / (1 + len(context))
             raised[row["id"]] = own + CONTEXT_WEIGHT * max(mean - own, 0.0)

@@ -304,15 +304,16 @@ def test_a_query_runs_on_one_thread_when_the_runtime_spins() -> None:
 
 
 @pytest.mark.parametrize(
-    ("author", "before", "found"),
+    ("author", "before", "embedded", "found"),
     [
-        ("run:1", timedelta(minutes=2), True),
-        ("run:2", timedelta(minutes=2), False),  # another writer's note is no context
-        ("run:1", timedelta(hours=2), False),  # nor one written hours before
+        ("run:1", timedelta(minutes=2), True, True),
+        ("run:2", timedelta(minutes=2), True, False),  # another writer's note is no context
+        ("run:1", timedelta(hours=2), True, False),  # nor one written hours before
+        ("run:1", timedelta(minutes=2), False, False),  # nor one without its vector yet
     ],
 )
 def test_a_note_that_answers_without_naming_the_subject_is_found_through_its_context(
-    monkeypatch: pytest.MonkeyPatch, author: str, before: timedelta, found: bool
+    monkeypatch: pytest.MonkeyPatch, author: str, before: timedelta, embedded: bool, found: bool
 ) -> None:
     """The answer says "a whole Sunday, I didn't even get dressed" just after the portrait the
     question names: read alone, notes of other things forgotten are nearer the question (it
@@ -338,11 +339,14 @@ def test_a_note_that_answers_without_naming_the_subject_is_found_through_its_con
          for n, text in enumerate(alone)],
         author="run:1", message="chat",
     )  # fmt: skip
-    store.write("chat/1", [Draft(portrait[:60], portrait, type="event", valid_from=start - before)],
-                author=author, message="chat")  # fmt: skip
+    (subject,) = store.write("chat/1", [Draft(portrait[:60], portrait, type="event",
+                                              valid_from=start - before)],
+                             author=author, message="chat")  # fmt: skip
     (answer,) = store.write("chat/1", [Draft(sunday[:60], sunday, type="event", valid_from=start)],
                             author="run:1", message="chat")  # fmt: skip
     embeddings.embed_pending()
+    if not embedded:  # the subject's embedding not done (killed): no context, still a search
+        Note.objects.filter(path=subject).update(embedding=None)
 
     def first_three() -> list[str]:
         question = "What did Maya neglect while painting her grandmother?"
@@ -351,3 +355,4 @@ def test_a_note_that_answers_without_naming_the_subject_is_found_through_its_con
     assert (answer in first_three()) == found
     monkeypatch.setattr(search, "CONTEXT_WEIGHT", 0.0)
     assert answer not in first_three()
+    assert answer in [hit.path for hit in search.search("whole Sunday", scopes=["chat/1"], k=1)]
