@@ -68,6 +68,12 @@ class Note(models.Model):
                 opclasses=["vector_cosine_ops"],
             ),
             models.Index(fields=["scope", "valid_from"], name="memory_note_scope_valid"),
+            # A note's context in search (`memory.search._in_context`): the notes its writer put
+            # just before and after it, found in a few index entries however many other writers'
+            # notes, or notes of the same moment, the scope holds.
+            models.Index(
+                fields=["scope", "author", "valid_from", "id"], name="memory_note_writer_time"
+            ),
             # Consolidation looks notes up by subject.
             models.Index("scope", "type", Lower("title"), name="memory_note_subject"),
         ]

@@ -301,3 +301,58 @@ def test_a_query_runs_on_one_thread_when_the_runtime_spins() -> None:
 
     assert "OMP_WAIT_POLICY = 'ACTIVE'" in told
     assert team == 1
+
+
+@pytest.mark.parametrize(
+    ("author", "before", "embedded", "found"),
+    [
+        ("run:1", timedelta(minutes=2), True, True),
+        ("run:2", timedelta(minutes=2), True, False),  # another writer's note is no context
+        ("run:1", timedelta(hours=2), True, False),  # nor one written hours before
+        ("run:1", timedelta(minutes=2), False, False),  # nor one without its vector yet
+    ],
+)
+def test_a_note_that_answers_without_naming_the_subject_is_found_through_its_context(
+    monkeypatch: pytest.MonkeyPatch, author: str, before: timedelta, embedded: bool, found: bool
+) -> None:
+    """The answer says "a whole Sunday, I didn't even get dressed" just after the portrait the
+    question names: read alone, notes of other things forgotten are nearer the question (it
+    comes fifth); read after the portrait, its writer's note just before it, second."""
+    start = datetime(2026, 1, 5, 19, 0, tzinfo=UTC)
+    alone = [
+        "Tomas: I keep forgetting to water the basil and it keeps forgiving me.",
+        "Tomas: I forgot the oven was on and burnt the bread, no regrets.",
+        "Maya: I missed my yoga class because I lost track of time at work.",
+        "Tomas: My inbox is a disaster, I've given up on inbox zero.",
+        "Maya: I keep meaning to get back into exercise but the sofa keeps winning.",
+        "Tomas: I skipped lunch again, the deadline ate my whole day.",
+        "Maya: I forgot to feed the cat this morning, she let me know all day.",
+        "Tomas: I completely forgot my mum's birthday, she is still upset.",
+        "Maya: I lost track of time at the museum and missed the last train.",
+        "Tomas: I let the laundry pile up all week, not proud of it.",
+    ]
+    portrait = "Maya: Look what I painted yesterday: a portrait of my grandma! It's finally done."
+    sunday = "Maya: A whole Sunday, I didn't even get dressed until four in the afternoon."
+    store.write(
+        "chat/1",
+        [Draft(text[:60], text, type="event", valid_from=start + timedelta(days=3 * (n + 1)))
+         for n, text in enumerate(alone)],
+        author="run:1", message="chat",
+    )  # fmt: skip
+    (subject,) = store.write("chat/1", [Draft(portrait[:60], portrait, type="event",
+                                              valid_from=start - before)],
+                             author=author, message="chat")  # fmt: skip
+    (answer,) = store.write("chat/1", [Draft(sunday[:60], sunday, type="event", valid_from=start)],
+                            author="run:1", message="chat")  # fmt: skip
+    embeddings.embed_pending()
+    if not embedded:  # the subject's embedding not done (killed): no context, still a search
+        Note.objects.filter(path=subject).update(embedding=None)
+
+    def first_three() -> list[str]:
+        question = "What did Maya neglect while painting her grandmother?"
+        return [hit.path for hit in search.search(question, scopes=["chat/1"], k=3)]
+
+    assert (answer in first_three()) == found
+    monkeypatch.setattr(search, "CONTEXT_WEIGHT", 0.0)
+    assert answer not in first_three()
+    assert answer in [hit.path for hit in search.search("whole Sunday", scopes=["chat/1"], k=1)]
