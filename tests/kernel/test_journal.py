@@ -253,6 +253,7 @@ def test_a_held_result_is_stamped_by_the_databases_clock(monkeypatch: pytest.Mon
     # Each read's result rode on the next intent; its finish falls between its own start and
     # the next step's, all three stamps from one clock.
     for step, after in itertools.pairwise(steps):
+        assert step.finished_at is not None
         assert step.started_at <= step.finished_at <= after.started_at
 
 
