@@ -516,7 +516,7 @@ def run(
 ) -> Report:
     """Measure everything: `steps` per side of each one-step line, in pairs of `BLOCK_STEPS`;
     throughput over `rounds` floor/kernel alternations. `say` gets progress lines."""
-    call_migrate()
+    fresh_journal()
     retired = retire_leftovers()
     if retired:
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")
@@ -553,14 +553,19 @@ def run(
 
 
 def call_migrate() -> None:
-    """A new benchmark data dir starts empty; one used before starts with an empty journal.
+    """A new benchmark data dir starts empty."""
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def fresh_journal() -> None:
+    """`call_migrate`, then an empty journal if the data dir was used before.
 
     The floor's tables start empty at every measurement; without this, the kernel's would hold
     every earlier benchmark's runs (hundreds of thousands of steps after a few `make bench`),
     its indexes deeper and its autovacuum busier run after run, and the ratios would drift from
     one run to the next for that alone. Only in the benchmark's own database (the commands
     refuse any other unless told)."""
-    call_command("migrate", verbosity=0, interactive=False)
+    call_migrate()
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE kernel_run, kernel_event, kernel_dailyspend, kernel_providerspend CASCADE"

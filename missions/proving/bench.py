@@ -38,7 +38,7 @@ from kernel import runs
 from kernel.models import Run, RunStatus, Step, StepKind
 from kernel.proving import bench as kernel_bench
 from kernel.proving import floor as floor_side
-from kernel.proving.figures import fig, row, verdict
+from kernel.proving.figures import fig, judged, row
 from kernel.worker import Worker
 from missions.models import Mission, Project
 
@@ -258,7 +258,7 @@ class Report:
             row("turn floor = 2 floor steps, 4 commits", self.durable.floor_us, "µs/turn"),
             row("engine, journal stamps", self.durable.kernel_us, "µs/turn"),
             row("  engine / turn floor", self.durable.ratios, "",
-                 _target(self.ratio, RATIO_TARGET)),
+                 judged(self.ratio, "≤", RATIO_TARGET)),
             row("turn floor, no disk", self.no_disk.floor_us, "µs/turn"),
             row("engine, no disk", self.no_disk.kernel_us, "µs/turn"),
             row("  engine / turn floor, no disk", self.no_disk.ratios, ""),
@@ -269,7 +269,7 @@ class Report:
             row(f"turns {e1}-{e2}", [f.early.turn for f in self.flatness], "µs/turn"),
             row(f"turns {l1}-{l2}", [f.late.turn for f in self.flatness], "µs/turn"),
             row("late / early", [f.ratio for f in self.flatness], "",
-                 _target(self.late_early, FLATNESS_TARGET)),
+                 judged(self.late_early, "≤", FLATNESS_TARGET)),
             "   by phase (median run), early → late µs:",
         ]  # fmt: skip
         for name in ("model", "tools", "between"):
@@ -288,16 +288,12 @@ class Report:
         )
 
 
-def _target(value: float, target: float) -> str:
-    return f"{verdict(value <= target)} (target ≤ {target:g})"
-
-
 def run(
     *, turns: int = TURNS, rounds: int = ROUNDS, pairs: int = PAIRS, say: Say = print
 ) -> Report:
     """Warm up, then the per-turn pairs (durable, then no disk), then `rounds` flatness runs of
     `turns` turns. `say` gets progress lines."""
-    kernel_bench.call_migrate()
+    kernel_bench.fresh_journal()
     retired = kernel_bench.retire_leftovers()  # `work_one` claims the oldest runnable run
     if retired:
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")

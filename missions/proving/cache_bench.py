@@ -342,7 +342,7 @@ def _row(label: str, samples: list[float], targeted: bool = False) -> str:
 
 def run(*, repeats: int = REPEATS, say: Say = print) -> Report:
     """`repeats` missions per provider; `say` gets progress lines."""
-    kernel_bench.call_migrate()
+    kernel_bench.fresh_journal()
     retired = kernel_bench.retire_leftovers()
     if retired:
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")

@@ -536,7 +536,7 @@ def run(
     chromium: Browser | None = None,
 ) -> Report:
     """Measure; `chromium` is a browser already started (the tests'), else one is started."""
-    kernel_bench.call_migrate()
+    kernel_bench.fresh_journal()
     retired = kernel_bench.retire_leftovers()
     if retired:
         say(f"cancelled {retired} unfinished run(s) left by an earlier benchmark")
