@@ -152,15 +152,15 @@ _INTENT = _FENCED + _INSERT_STEP + "\nFROM fenced" + _RETURNING
 # Both are fenced by the same lock; the intent never commits without that result. It reads
 # `prior` before inserting: `prior` then runs first, and the event id its row takes (the read's
 # `step.completed`) comes before the new intent's `step.started`.
-_PRIOR = """,
-prior AS (
-    UPDATE kernel_step SET result = %(prior_result)s,
-        finished_at = now() - %(prior_age_us)s * interval '1 microsecond',
-        finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
-        settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
-    WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
-        AND EXISTS (SELECT 1 FROM fenced)
-    RETURNING id)"""
+# A held result written (`Deferred`): its finish is the database's clock less the time since.
+_SET_PRIOR = """
+UPDATE kernel_step SET result = %(prior_result)s,
+    finished_at = now() - %(prior_age_us)s * interval '1 microsecond',
+    finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
+    settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
+WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
+    AND EXISTS (SELECT 1 FROM fenced)"""
+_PRIOR = ",\nprior AS (" + _SET_PRIOR + "\nRETURNING id)"
 _AFTER_PRIOR = "\nFROM fenced, (SELECT count(*) FROM prior) AS recorded_first"
 _INTENT_AFTER_DEFERRED = _FENCED + _PRIOR + _INSERT_STEP + _AFTER_PRIOR + _RETURNING
 
@@ -199,16 +199,13 @@ class Deferred:
 
 # A held-back result written on its own (before a write that cannot carry it, or when the
 # execution ends or parks), async commit: the write that follows flushes it with its own.
-_DEFERRED = """
-WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
-UPDATE kernel_step SET result = %(prior_result)s,
-    finished_at = now() - %(prior_age_us)s * interval '1 microsecond',
-    finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
-    settled_by = %(prior_settled_by)s, executions = executions + %(prior_executions)s
-WHERE run_id = %(run)s AND seq = %(prior_seq)s AND finished_at IS NULL
-    AND EXISTS (SELECT 1 FROM fenced) AND set_config('synchronous_commit', 'off', true) = 'off'
+_FENCED_ONLY = """
+WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)"""
+_DEFERRED_UNFLUSHED = """
+    AND set_config('synchronous_commit', 'off', true) = 'off'
 RETURNING id
 """
+_DEFERRED = _FENCED_ONLY + _SET_PRIOR + _DEFERRED_UNFLUSHED
 
 
 def _as_is(text: str) -> str:
