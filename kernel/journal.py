@@ -201,11 +201,9 @@ class Deferred:
 # execution ends or parks), async commit: the write that follows flushes it with its own.
 _FENCED_ONLY = """
 WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)"""
-_DEFERRED_UNFLUSHED = """
-    AND set_config('synchronous_commit', 'off', true) = 'off'
-RETURNING id
-"""
-_DEFERRED = _FENCED_ONLY + _SET_PRIOR + _DEFERRED_UNFLUSHED
+_UNFLUSHED = "\n    AND set_config('synchronous_commit', 'off', true) = 'off'"
+_RETURNING_ID = "\nRETURNING id\n"
+_DEFERRED = _FENCED_ONLY + _SET_PRIOR + _UNFLUSHED + _RETURNING_ID
 
 
 def _as_is(text: str) -> str:
@@ -310,29 +308,19 @@ def record_intent(
 
 # The result of a step that cost nothing (one that did goes with its debit, `kernel.debits`):
 # its cost columns keep the zeros of its intent.
-_RESULT = """
-WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
+_SET_RESULT = """
 UPDATE kernel_step SET result = %(result)s, finished_at = now(), settled_by = %(settled_by)s,
     finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
     executions = executions + %(executions)s
 WHERE run_id = %(run)s AND seq = %(seq)s AND finished_at IS NULL
-    AND EXISTS (SELECT 1 FROM fenced)
-RETURNING id
-"""
+    AND EXISTS (SELECT 1 FROM fenced)"""
+_RESULT = _FENCED_ONLY + _SET_RESULT + _RETURNING_ID
 
 # The same for a free, replayable step (a `read`, or a settled wait): it commits without waiting for
 # its WAL flush: if the database crashed before the flush, the step would simply be replayed.
 # `set_config(..., true)` in the statement applies to this statement's own transaction, and the
 # next intent's (synchronous) commit flushes this record along with its own.
-_RESULT_REPLAYABLE = """
-WITH fenced AS (SELECT id FROM kernel_run WHERE id = %(run)s AND fence = %(fence)s FOR SHARE)
-UPDATE kernel_step SET result = %(result)s, finished_at = now(), settled_by = %(settled_by)s,
-    finished_event = nextval('kernel_event_id_seq'), finished_tx = pg_current_xact_id(),
-    executions = executions + %(executions)s
-WHERE run_id = %(run)s AND seq = %(seq)s AND finished_at IS NULL
-    AND EXISTS (SELECT 1 FROM fenced) AND set_config('synchronous_commit', 'off', true) = 'off'
-RETURNING id
-"""
+_RESULT_REPLAYABLE = _FENCED_ONLY + _SET_RESULT + _UNFLUSHED + _RETURNING_ID
 
 
 def record_result(
