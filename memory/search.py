@@ -50,6 +50,10 @@ EXACT_UP_TO = 2_000
 # (temporal 0.912 -> 0.971), 600 no further; the index's part of a search 6.0 -> 9.2 ms (p50).
 BEAM = 300
 MAX_BEAM = 1000
+# The index is read while at least this much of its beam can fall in the scopes (up to
+# `MAX_BEAM`), with a beam of `MAX_BEAM` where `BEAM` would not fit: a scope that is a fifth of
+# the index keeps the index (its exact scan would cost 50 ms at 20,000 notes).
+MIN_BEAM = 150
 MAX_WORDS = 12  # distinct query words looked up
 # Words of the question embedded, at most: the embedding costs about 0.6 ms a token here (a
 # 9-word question 9 ms, a 32-word one 22 ms, on two idle cores), the longest part of a search.
@@ -347,10 +351,10 @@ def _nearest(vector: str, found: _Scopes, moment: datetime) -> list[dict[str, An
     # beam (40) would return too few, sending every search to the exact scan.
     with transaction.atomic(), connection.cursor() as cursor:
         share = found.size / max(found.total, found.size)
-        beam = math.ceil(BEAM / share)
         # A beam past pgvector's bound would bring back too few of the scopes' notes (a small
         # scope in a large index): the exact scan straight away, not after the index's.
-        if found.size > EXACT_UP_TO and beam <= MAX_BEAM:
+        if found.size > EXACT_UP_TO and math.ceil(MIN_BEAM / share) <= MAX_BEAM:
+            beam = min(math.ceil(BEAM / share), MAX_BEAM)
             cursor.execute("SET LOCAL hnsw.ef_search = %s", [beam])
             cursor.execute(_NEAREST.format(distance="n.embedding <=> %s::vector"), arguments)
             found_rows = _fetched(cursor)

@@ -137,6 +137,7 @@ def test_a_small_scope_beside_a_big_one_is_found_by_meaning(
     get its nearest notes (the exact scan, or the index with its fallback)."""
     monkeypatch.setattr(search, "EXACT_UP_TO", exact_up_to)
     monkeypatch.setattr(search, "BEAM", beam)
+    monkeypatch.setattr(search, "MIN_BEAM", beam)
     store.write(
         "project/big",
         [Draft(f"Invoice {n} paid", f"Invoice number {n} was paid by bank transfer.")
@@ -152,6 +153,39 @@ def test_a_small_scope_beside_a_big_one_is_found_by_meaning(
 
     assert [hit.path for hit in hits] == [pet]
     assert any("ef_search" in sql for sql in statements) == through_index
+
+
+def test_a_fifth_of_the_index_is_read_through_it_with_the_widest_beam(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scope too small a share of the index for `BEAM` to fit, but not for `MIN_BEAM`: the
+    index at pgvector's widest beam, not the exact scan (50 ms at 20,000 notes)."""
+    monkeypatch.setattr(search, "EXACT_UP_TO", 0)
+    store.write(
+        "project/big",
+        [Draft(f"Invoice {n} paid", f"Invoice number {n} was paid by bank transfer.")
+         for n in range(120)],
+        author="run:1", message="invoices",
+    )  # fmt: skip
+    pets = store.write(
+        "project/small",
+        [Draft(f"Pet {n}", f"A beagle called Biscuit {n}.") for n in range(30)],
+        author="run:2", message="pets",
+    )  # fmt: skip
+    embeddings.embed_pending()
+    beams: list[Any] = []
+
+    def noted(run: Any, sql: str, params: Any, *rest: Any) -> Any:
+        if "ef_search" in sql:
+            beams.append(params[0])
+        return run(sql, params, *rest)
+
+    with connection.execute_wrapper(noted):
+        hits = search.search("which animal lives with the owner?", scopes=["project/small"])
+
+    assert beams == [search.MAX_BEAM]  # a fifth: 150 of the beam fit, 300 would not
+    assert hits
+    assert {hit.path for hit in hits} <= set(pets)
 
 
 @contextlib.contextmanager
