@@ -296,19 +296,29 @@ def test_it_does_not_follow_workspace_symlinks_out(workdir: Path) -> None:
 def test_it_stops_a_fork_bomb_at_the_process_limit(
     workdir: Path, mode: str, request: pytest.FixtureRequest
 ) -> None:
+    run_id = None
     if mode == "rlimits_only":
         request.getfixturevalue("rlimits_only")  # RLIMIT_NPROC instead of pids.max
+        # RLIMIT_NPROC counts every process of the uid: a run's own, as the product gives it,
+        # not the sandbox user's, which the other tests' sandboxes share at the same moment.
+        run_id = 1_000_000 + secrets.randbelow(1_000_000)
+        sandbox.give(workdir, run_id)
     tag = marker()
 
     result = python(
-        FORK_PROBE, "200", tag, workdir=workdir, limits=Limits(wall_seconds=20, processes=32)
+        FORK_PROBE,
+        "200",
+        tag,
+        workdir=workdir,
+        limits=Limits(wall_seconds=20, processes=32),
+        run_id=run_id,
     )
 
     assert result.exit_code == 0, result.summary()
     assert result.output.startswith("fork failed: EAGAIN Resource temporarily unavailable after")
     assert int(result.output.split()[-1]) < 32
     assert processes_with(tag) == []
-    assert sh("echo still fine", workdir).output == "still fine\n"
+    assert sh("echo still fine", workdir, run_id=run_id).output == "still fine\n"
 
 
 def test_it_kills_a_shell_fork_bomb_and_everything_it_started(workdir: Path) -> None:
