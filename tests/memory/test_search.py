@@ -138,12 +138,7 @@ def test_a_small_scope_beside_a_big_one_is_found_by_meaning(
     monkeypatch.setattr(search, "EXACT_UP_TO", exact_up_to)
     monkeypatch.setattr(search, "BEAM", beam)
     monkeypatch.setattr(search, "MIN_BEAM", beam)
-    store.write(
-        "project/big",
-        [Draft(f"Invoice {n} paid", f"Invoice number {n} was paid by bank transfer.")
-         for n in range(120)],
-        author="run:1", message="invoices",
-    )  # fmt: skip
+    _invoices()
     (pet,) = store.write("project/small", [Draft("Owner's dog", "A beagle called Biscuit.")],
                          author="run:2", message="pet")  # fmt: skip
     embeddings.embed_pending()
@@ -152,7 +147,7 @@ def test_a_small_scope_beside_a_big_one_is_found_by_meaning(
         hits = search.search("which animal lives with the owner?", scopes=["project/small"])
 
     assert [hit.path for hit in hits] == [pet]
-    assert any("ef_search" in sql for sql in statements) == through_index
+    assert any("ef_search" in sql for sql, _params in statements) == through_index
 
 
 def test_a_fifth_of_the_index_is_read_through_it_with_the_widest_beam(
@@ -161,41 +156,41 @@ def test_a_fifth_of_the_index_is_read_through_it_with_the_widest_beam(
     """A scope too small a share of the index for `BEAM` to fit, but not for `MIN_BEAM`: the
     index at pgvector's widest beam, not the exact scan (50 ms at 20,000 notes)."""
     monkeypatch.setattr(search, "EXACT_UP_TO", 0)
-    store.write(
-        "project/big",
-        [Draft(f"Invoice {n} paid", f"Invoice number {n} was paid by bank transfer.")
-         for n in range(120)],
-        author="run:1", message="invoices",
-    )  # fmt: skip
+    _invoices()
     pets = store.write(
         "project/small",
         [Draft(f"Pet {n}", f"A beagle called Biscuit {n}.") for n in range(30)],
         author="run:2", message="pets",
     )  # fmt: skip
     embeddings.embed_pending()
-    beams: list[Any] = []
 
-    def noted(run: Any, sql: str, params: Any, *rest: Any) -> Any:
-        if "ef_search" in sql:
-            beams.append(params[0])
-        return run(sql, params, *rest)
-
-    with connection.execute_wrapper(noted):
+    with _statements() as statements:
         hits = search.search("which animal lives with the owner?", scopes=["project/small"])
 
+    beams = [params[0] for sql, params in statements if "ef_search" in sql]
     assert beams == [search.MAX_BEAM]  # a fifth: 150 of the beam fit, 300 would not
     assert hits
     assert {hit.path for hit in hits} <= set(pets)
 
 
-@contextlib.contextmanager
-def _statements() -> Iterator[list[str]]:
-    """The SQL statements sent on the connection inside the block."""
-    sent: list[str] = []
+def _invoices() -> None:
+    """A scope of 120 notes, none of them about animals."""
+    store.write(
+        "project/big",
+        [Draft(f"Invoice {n} paid", f"Invoice number {n} was paid by bank transfer.")
+         for n in range(120)],
+        author="run:1", message="invoices",
+    )  # fmt: skip
 
-    def noted(run: Any, sql: str, *rest: Any) -> Any:
-        sent.append(sql)
-        return run(sql, *rest)
+
+@contextlib.contextmanager
+def _statements() -> Iterator[list[tuple[str, Any]]]:
+    """The SQL statements sent on the connection inside the block, with their parameters."""
+    sent: list[tuple[str, Any]] = []
+
+    def noted(run: Any, sql: str, params: Any, *rest: Any) -> Any:
+        sent.append((sql, params))
+        return run(sql, params, *rest)
 
     with connection.execute_wrapper(noted):
         yield sent
@@ -220,7 +215,7 @@ def test_a_scope_that_is_most_of_the_index_is_searched_through_it_as_exactly(
         with _statements() as statements:
             hits = search.search("where did we go swimming?", scopes=["project/big"], k=30)
         found.append([hit.path for hit in hits])
-        assert any("ef_search" in sql for sql in statements) == (exact_up_to == 0)
+        assert any("ef_search" in sql for sql, _params in statements) == (exact_up_to == 0)
 
     assert found[0] == found[1]
 
