@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterator
@@ -12,7 +13,6 @@ from playwright.sync_api import (
     Browser,
     ConsoleMessage,
     Page,
-    Route,
     ViewportSize,
     sync_playwright,
 )
@@ -25,10 +25,6 @@ ROOT = HERE.parents[1]
 ARTIFACTS = ROOT / ".artifacts" / "screenshots"
 # axe-core, pinned in package-lock.json and installed by `make test` (npm ci).
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
-# Where pages load it from: a path of the stack's own origin that Playwright answers itself, so the
-# console's CSP (script-src 'self') admits it unchanged and the CSP watcher stays meaningful. Not
-# under /static/: the service worker answers those from its cache, out of Playwright's reach.
-AXE_PATH = "/__axe__/axe.min.js"
 BLOCKING = frozenset({"serious", "critical"})
 PHONE: ViewportSize = {"width": 390, "height": 844}
 # As root in a container Chromium needs --no-sandbox; the network flags keep it from calling home
@@ -141,8 +137,9 @@ def screenshot(page: Page, name: str) -> None:
     page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
 
 
-def _serve_axe(route: Route) -> None:
-    route.fulfill(path=AXE, content_type="text/javascript")
+@functools.cache
+def _axe_source() -> str:
+    return AXE.read_text()
 
 
 def axe_violations(page: Page) -> list[str]:
@@ -150,12 +147,12 @@ def axe_violations(page: Page) -> list[str]:
     rule, impact, what to do and the elements (CSS selectors), in words."""
     if not AXE.exists():
         pytest.fail("axe-core is not installed: run `npm ci` (`make test` does it).")
-    context = page.context
-    if not getattr(context, "axe_routed", False):
-        context.route(f"**{AXE_PATH}", _serve_axe)
-        context.axe_routed = True  # type: ignore[attr-defined]  # route once per context
     if not page.evaluate("() => typeof window.axe === 'object'"):
-        page.add_script_tag(url=page.evaluate("location.origin") + AXE_PATH)
+        # Evaluated over the browser's debugging protocol, which the console's CSP (script-src
+        # 'self') does not govern, so the CSP watcher stays meaningful; not a <script src> that
+        # Playwright answers: once the console's service worker controls the page, such a fetch
+        # can pass Playwright's route by and reach the server (a 404).
+        page.evaluate(_axe_source())
     results: dict[str, Any] = page.evaluate(
         "() => axe.run(document, {resultTypes: ['violations']})"
     )
