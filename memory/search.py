@@ -386,8 +386,11 @@ _AROUND = """
 """
 _BEFORE = _AROUND.format(within=">= s.valid_from -", side="<", order="DESC")
 _AFTER = _AROUND.format(within="<= s.valid_from +", side=">", order="ASC")
+# What it reads of each note is what ranking them needs: the few that make the list and were not
+# among the nearest are read whole afterwards (`_BY_ID`), not the 150 or so it reads for context.
 _CONTEXT = f"""
-    SELECT {_COLUMNS}, 1 - (n.embedding <=> %(vector)s::vector), near.candidate
+    SELECT n.id, n.scope_id, n.author, n.valid_from, 1 - (n.embedding <=> %(vector)s::vector),
+           near.candidate
     FROM memory_note s
     CROSS JOIN LATERAL (
         SELECT s.id, true AS candidate
@@ -397,6 +400,8 @@ _CONTEXT = f"""
     JOIN memory_note n ON n.id = near.id
     WHERE s.id = ANY(%(nearest)s)
 """  # noqa: S608  # constant fragments only; the values are parameters
+_IN_CONTEXT = ("id", "scope_id", "author", "valid_from", "closeness", "candidate")
+_BY_ID = f"SELECT {_COLUMNS} FROM memory_note n WHERE n.id = ANY(%s)"  # noqa: S608  # constant
 
 
 def _in_context(
@@ -406,12 +411,14 @@ def _in_context(
     raised by their context's (see `CONTEXT_WEIGHT`); at most `NEAREST`. One round trip: for
     each nearest note, the notes its writer put in its scope just before and just after it
     (within `CONTEXT_MINUTES`, valid at `moment`), with their closeness to the query: at most
-    five notes a nearest one, a few index entries each, whatever the scope's size. A note's
-    context is the notes just before it in its writer's sequence: a nearest note's are fetched,
-    and a note after it has it and what lies between them. A note not embedded yet is neither
-    a candidate nor context."""
+    five notes a nearest one, a few index entries each, whatever the scope's size; then the
+    notes that make the list and were not among the nearest, read whole. A note's context is
+    the notes just before it in its writer's sequence: a nearest note's are fetched, and a note
+    after it has it and what lies between them. A note not embedded yet is neither a candidate
+    nor context."""
     if not nearest:
         return nearest
+    whole = {row["id"]: row for row in nearest}
     with connection.cursor() as cursor:
         cursor.execute(
             _CONTEXT,
@@ -420,10 +427,10 @@ def _in_context(
                 "moment": moment,
                 "minutes": CONTEXT_MINUTES,
                 "notes": CONTEXT_NOTES,
-                "nearest": [row["id"] for row in nearest],
+                "nearest": list(whole),
             },
         )
-        fetched = _fetched(cursor, (*_NAMES, "closeness", "candidate"))
+        fetched = [dict(zip(_IN_CONTEXT, row, strict=True)) for row in cursor.fetchall()]
     rows: dict[int, dict[str, Any]] = {}
     for row in fetched:  # a note fetched twice is a candidate if either fetch made it one
         candidate = row["candidate"] or rows.get(row["id"], row)["candidate"]
@@ -446,12 +453,18 @@ def _in_context(
             mean = (own + sum(context)) / (1 + len(context))
             raised[row["id"]] = own + CONTEXT_WEIGHT * max(mean - own, 0.0)
     best = sorted(raised, key=lambda note_id: (-raised[note_id], note_id))[:NEAREST]
-    return [rows[note_id] for note_id in best]
+    unread = [note_id for note_id in best if note_id not in whole]
+    if unread:
+        with connection.cursor() as cursor:
+            cursor.execute(_BY_ID, [unread])
+            whole.update((row["id"], row) for row in _fetched(cursor))
+    # A note gone between the two reads (a reindex committed) is left out, not an error.
+    return [whole[note_id] for note_id in best if note_id in whole]
 
 
-def _fetched(cursor: Any, names: Sequence[str] = _NAMES) -> list[dict[str, Any]]:
-    """The candidates a query of `_COLUMNS` (and of `names` after them) returned, in its order."""
-    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+def _fetched(cursor: Any) -> list[dict[str, Any]]:
+    """The candidates a query of `_COLUMNS` returned, in its order."""
+    rows = [dict(zip(_NAMES, row, strict=True)) for row in cursor.fetchall()]
     for row in rows:
         row["lexemes"] = set(row["lexemes"])
     return rows

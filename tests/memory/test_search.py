@@ -347,6 +347,42 @@ def test_a_note_that_answers_without_naming_the_subject_is_found_through_its_con
     """The answer says "a whole Sunday, I didn't even get dressed" just after the portrait the
     question names: read alone, notes of other things forgotten are nearer the question (it
     comes fifth); read after the portrait, its writer's note just before it, second."""
+    subject, answer = _portrait_then_sunday(author, before)
+    if not embedded:  # the subject's embedding not done (killed): no context, still a search
+        Note.objects.filter(path=subject).update(embedding=None)
+
+    def first_three() -> list[str]:
+        return [hit.path for hit in search.search(NEGLECT, scopes=["chat/1"], k=3)]
+
+    assert (answer in first_three()) == found
+    monkeypatch.setattr(search, "CONTEXT_WEIGHT", 0.0)
+    assert answer not in first_three()
+    assert answer in [hit.path for hit in search.search("whole Sunday", scopes=["chat/1"], k=1)]
+
+
+def test_a_note_brought_in_by_its_context_alone_comes_back_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a meaning list of four, the answer (fifth nearest alone) enters it only as the note
+    after the portrait: the context's read leaves its text out, and the hit still has it."""
+    _subject, answer = _portrait_then_sunday("run:1", timedelta(minutes=2))
+    monkeypatch.setattr(search, "NEAREST", 4)
+    hits = {hit.path: hit for hit in search.search(NEGLECT, scopes=["chat/1"], k=4)}
+    assert answer in hits
+    assert hits[answer].title == SUNDAY[:60]
+    assert "whole Sunday" in hits[answer].snippet
+    assert hits[answer].author == "run:1"
+    monkeypatch.setattr(search, "CONTEXT_WEIGHT", 0.0)
+    assert answer not in [hit.path for hit in search.search(NEGLECT, scopes=["chat/1"], k=4)]
+
+
+NEGLECT = "What did Maya neglect while painting her grandmother?"
+SUNDAY = "Maya: A whole Sunday, I didn't even get dressed until four in the afternoon."
+
+
+def _portrait_then_sunday(author: str, before: timedelta) -> tuple[str, str]:
+    """Ten notes of other things forgotten, then the portrait (by `author`, `before` the answer)
+    and the answer, all embedded: their paths."""
     start = datetime(2026, 1, 5, 19, 0, tzinfo=UTC)
     alone = [
         "Tomas: I keep forgetting to water the basil and it keeps forgiving me.",
@@ -361,7 +397,6 @@ def test_a_note_that_answers_without_naming_the_subject_is_found_through_its_con
         "Tomas: I let the laundry pile up all week, not proud of it.",
     ]
     portrait = "Maya: Look what I painted yesterday: a portrait of my grandma! It's finally done."
-    sunday = "Maya: A whole Sunday, I didn't even get dressed until four in the afternoon."
     store.write(
         "chat/1",
         [Draft(text[:60], text, type="event", valid_from=start + timedelta(days=3 * (n + 1)))
@@ -371,17 +406,7 @@ def test_a_note_that_answers_without_naming_the_subject_is_found_through_its_con
     (subject,) = store.write("chat/1", [Draft(portrait[:60], portrait, type="event",
                                               valid_from=start - before)],
                              author=author, message="chat")  # fmt: skip
-    (answer,) = store.write("chat/1", [Draft(sunday[:60], sunday, type="event", valid_from=start)],
+    (answer,) = store.write("chat/1", [Draft(SUNDAY[:60], SUNDAY, type="event", valid_from=start)],
                             author="run:1", message="chat")  # fmt: skip
     embeddings.embed_pending()
-    if not embedded:  # the subject's embedding not done (killed): no context, still a search
-        Note.objects.filter(path=subject).update(embedding=None)
-
-    def first_three() -> list[str]:
-        question = "What did Maya neglect while painting her grandmother?"
-        return [hit.path for hit in search.search(question, scopes=["chat/1"], k=3)]
-
-    assert (answer in first_three()) == found
-    monkeypatch.setattr(search, "CONTEXT_WEIGHT", 0.0)
-    assert answer not in first_three()
-    assert answer in [hit.path for hit in search.search("whole Sunday", scopes=["chat/1"], k=1)]
+    return subject, answer
