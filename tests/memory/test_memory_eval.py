@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -275,7 +276,7 @@ def test_it_pads_the_scope_with_the_most_questions(monkeypatch: pytest.MonkeyPat
     assert len(memory.notes[padded]) == 20
     assert [count for scope, count in memory.writes if scope == padded] == [4, 7, 7, 2]
     assert report.notes == 20
-    # c1's three questions, and c2's one searched in the padded scope for its time only.
+    # Every question (c1's three, c2's one) searched in the padded scope for its time only.
     assert len(report.latencies_ms) == 4
     assert report.padded is not None
     assert report.padded.overall.questions == 3
@@ -283,6 +284,37 @@ def test_it_pads_the_scope_with_the_most_questions(monkeypatch: pytest.MonkeyPat
     assert report.memory.overall.hit_rate == report.grep.overall.hit_rate
     padded_hits = report.padded.overall.hit_rate
     assert f"target the same among 20 notes: hit@10 {padded_hits:.3f}," in "".join(report.lines())
+
+
+def test_it_times_the_padded_scope_in_a_pass_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timed searches follow each other, every question in the padded scope: none runs just
+    after a grep has read the padding, which would time the grep's wake along with it."""
+    dataset = evalsets.parse(tiny())
+    padded = evaluation.scopes(dataset, pad_to=20)["c1"]
+    calls: list[str] = []
+    grep = evaluation.grep
+
+    def recorded_grep(query: str, documents: Sequence[Document], k: int) -> list[str]:
+        calls.append("grep")
+        return grep(query, documents, k)
+
+    monkeypatch.setattr(evaluation, "grep", recorded_grep)
+    times = iter(range(1000))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(times)))
+
+    class Recording(ListMemory):
+        def search(self, query: str, scope: str, k: int) -> list[str]:
+            calls.append(f"{'padded' if scope == padded else 'own'}: {query}")
+            held = [Document(id=f"notes/{index}.md", text=note.body, time=note.time)
+                    for index, note in enumerate(self.notes[scope])]  # fmt: skip
+            return grep(query, held, k)  # memory, a grep of its own, not one the run makes
+
+    report = evaluation.run(dataset, Recording(), k=10, pad_to=20, say=lambda line: None)
+
+    questions = [q.text for c in dataset.conversations for q in c.questions]
+    assert calls[-len(questions) :] == [f"padded: {question}" for question in questions]
+    assert calls[-len(questions) - 1] == "grep"
+    assert report.latencies_ms == [1e3] * len(questions)
 
 
 def test_it_times_the_searches_again_with_a_core_busy() -> None:
