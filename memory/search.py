@@ -386,8 +386,8 @@ _AROUND = """
 """
 _BEFORE = _AROUND.format(within=">= s.valid_from -", side="<", order="DESC")
 _AFTER = _AROUND.format(within="<= s.valid_from +", side=">", order="ASC")
-# What it reads of each note is what ranking them needs: the few that make the list and were not
-# among the nearest are read whole afterwards (`_BY_ID`), not the 150 or so it reads for context.
+# Only what the ranking needs of the 150 or so notes it reads: those that make the list without
+# being among the nearest are read whole afterwards (`_BY_ID`).
 _CONTEXT = f"""
     SELECT n.id, n.scope_id, n.author, n.valid_from, 1 - (n.embedding <=> %(vector)s::vector),
            near.candidate
@@ -408,7 +408,7 @@ def _in_context(
     vector: str, nearest: list[dict[str, Any]], moment: datetime
 ) -> list[dict[str, Any]]:
     """The nearest notes and the `CONTEXT_NOTES` written after each, ranked by their closeness
-    raised by their context's (see `CONTEXT_WEIGHT`); at most `NEAREST`. One round trip: for
+    raised by their context's (see `CONTEXT_WEIGHT`); at most `NEAREST`. One capped read: for
     each nearest note, the notes its writer put in its scope just before and just after it
     (within `CONTEXT_MINUTES`, valid at `moment`), with their closeness to the query: at most
     five notes a nearest one, a few index entries each, whatever the scope's size; then the
