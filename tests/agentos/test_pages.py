@@ -96,6 +96,16 @@ def test_it_refreshes_only_the_health_card_for_htmx(owner_client: Client) -> Non
     assert "<html" not in content
 
 
+@pytest.mark.parametrize("htmx", [True, False])
+def test_a_page_that_answers_htmx_with_a_card_tells_caches_it_varies(
+    owner_client: Client, htmx: bool
+) -> None:
+    """Else a phone going back to Home could be shown the card its cache kept, not the page."""
+    response = owner_client.get("/", headers={"HX-Request": "true"} if htmx else {})
+
+    assert "HX-Request" in [name.strip() for name in response["Vary"].split(",")]
+
+
 def test_it_creates_shows_once_and_revokes_a_token_from_settings(owner_client: Client) -> None:
     created = owner_client.post(
         "/settings/", {"name": "phone shortcut", "scopes": ["read", "act"], "days": "90"}
