@@ -23,10 +23,9 @@ Measures, over the top k results:
 synthetic notes until it holds N, and measures latency there: its own questions are scored as
 usual (against the padding too, grep included), then every question of the data set is searched
 in it, timed but not scored, in a pass of its own (not between the greps), for enough samples.
-Padding one scope rather than each
-keeps a 100,000-note run at 100,000 embeddings, not that many per conversation; the other
-conversations' small scopes are still searched beside the big one, as a project's is next to
-`global`.
+Padding one scope rather than each keeps a 100,000-note run at 100,000 embeddings, not that many
+per conversation; the other conversations' small scopes are still searched beside the big one, as
+a project's is next to `global`.
 
 The padding is text from a word-pair chain over the other conversations' documents (all of them
 for a one-conversation set), seeded by the data set's and the conversation's names: the same
