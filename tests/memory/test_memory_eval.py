@@ -216,6 +216,9 @@ def test_it_takes_the_nearest_rank_95th_percentile() -> None:
 # --- padding and the run, on a memory of lists --------------------------------------------------
 
 
+GREP = evaluation.grep
+
+
 class ListMemory:
     """Notes in lists; `search` is the grep itself, so its scores must equal the grep's."""
 
@@ -243,7 +246,7 @@ class ListMemory:
             Document(id=f"notes/{index}.md", text=note.body, time=note.time)
             for index, note in enumerate(self.notes[scope])
         ]
-        return evaluation.grep(query, held, k)
+        return GREP(query, held, k)  # not `evaluation.grep`, which a test may watch
 
 
 def test_it_reports_memory_next_to_grep() -> None:
@@ -292,11 +295,10 @@ def test_it_times_the_padded_scope_in_a_pass_of_its_own(monkeypatch: pytest.Monk
     dataset = evalsets.parse(tiny())
     padded = evaluation.scopes(dataset, pad_to=20)["c1"]
     calls: list[str] = []
-    grep = evaluation.grep
 
     def recorded_grep(query: str, documents: Sequence[Document], k: int) -> list[str]:
         calls.append("grep")
-        return grep(query, documents, k)
+        return GREP(query, documents, k)
 
     monkeypatch.setattr(evaluation, "grep", recorded_grep)
     times = iter(range(1000))
@@ -305,9 +307,7 @@ def test_it_times_the_padded_scope_in_a_pass_of_its_own(monkeypatch: pytest.Monk
     class Recording(ListMemory):
         def search(self, query: str, scope: str, k: int) -> list[str]:
             calls.append(f"{'padded' if scope == padded else 'own'}: {query}")
-            held = [Document(id=f"notes/{index}.md", text=note.body, time=note.time)
-                    for index, note in enumerate(self.notes[scope])]  # fmt: skip
-            return grep(query, held, k)  # memory, a grep of its own, not one the run makes
+            return super().search(query, scope, k)
 
     report = evaluation.run(dataset, Recording(), k=10, pad_to=20, say=lambda line: None)
 
