@@ -410,3 +410,54 @@ def _portrait_then_sunday(author: str, before: timedelta) -> tuple[str, str]:
                             author="run:1", message="chat")  # fmt: skip
     embeddings.embed_pending()
     return subject, answer
+
+
+def test_notes_saying_the_same_take_one_place_among_the_hits() -> None:
+    """A chat greets alike every session: three copies of a greeting are one hit, and the
+    places the others would have taken go to other notes. The same note in another scope is
+    a hit of its own."""
+    greeting = "Melanie: Oh perfect timing, I just got home. How are you doing?"
+    sessions = [JAN + timedelta(days=7 * n) for n in range(3)]
+    store.write(
+        "chat/3",
+        [Draft("Greeting", greeting, valid_from=at) for at in sessions]
+        + [Draft("Home", "Melanie: home at last, the flat in Hamburg is tiny but bright.",
+                 valid_from=MAR),
+           Draft("Work", "Melanie: doing fine at the new job, the team is kind.", valid_from=MAR)],
+        author="run:1", message="chat",
+    )  # fmt: skip
+    store.write("chat/4", [Draft("Greeting", greeting, valid_from=JAN)], author="run:2",
+                message="chat")  # fmt: skip
+    embeddings.embed_pending()
+
+    hits = search.search("How are you doing, just got home?", scopes=["chat/3"], k=3)
+
+    assert [hit.title for hit in hits].count("Greeting") == 1
+    assert len(hits) == 3
+    both = search.search("How are you doing, just got home?", scopes=["chat/3", "chat/4"], k=3)
+    assert {hit.scope for hit in both if hit.title == "Greeting"} == {"chat/3", "chat/4"}
+
+
+def test_the_words_too_common_to_pick_matches_still_rank_them() -> None:
+    """The word "move" is in too many of the scope's notes to pick the words list's matches,
+    which "Melanie" picks; among those, the note that also says "moved" comes first, before
+    notes naming her twice."""
+    store.write(
+        "chat/5",
+        [Draft(f"Move {n}", f"Jon: the move of box {n} is done, next move tomorrow.",
+               valid_from=JAN + timedelta(minutes=n)) for n in range(12)]
+        + [Draft(f"Chat {n}", f"Melanie: yes, Melanie here, tea {n}.", valid_from=JAN)
+           for n in range(3)]
+        + [Draft("Delay", "Melanie: the new job starts later, so we moved the date.",
+                 valid_from=JAN)]
+        + [Draft(f"Tea {n}", f"Ana: tea number {n} is ready.", valid_from=JAN) for n in range(20)],
+        author="run:1", message="chat",
+    )  # fmt: skip
+    found = search._look_up("What held up Melanie's move?", ["chat/5"])
+    assert found is not None
+    assert found.counts["move"] > search.MIN_COMMON  # too common to pick matches
+
+    ranked = search._full_text(found, MAR)
+
+    assert ranked[0]["title"] == "Delay"
+    assert {row["title"] for row in ranked} == {"Delay", "Chat 0", "Chat 1", "Chat 2"}
