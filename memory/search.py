@@ -2,15 +2,16 @@
 
 0. One look-up of the scopes and of how many of their notes hold each query word
    (`memory_wordcount`, kept by triggers): nothing is counted at query time.
-1. Full text: the query's rare words (English stemming) OR-ed, ranked by their weights and
-   `ts_rank_cd`, in the scopes asked, valid at the moment asked (`as_of`, now by default) — at
-   most `CANDIDATES`.
+1. Full text: the query's rare words (English stemming) OR-ed, ranked by the weights of all
+   its words they hold and `ts_rank_cd`, in the scopes asked, valid at the moment asked
+   (`as_of`, now by default) — at most `CANDIDATES`.
 2. Vectors: the query without its words common in the scopes, embedded (e5 "query:"), nearest
    notes by cosine, same filters, at most `NEAREST`.
    Each of them, and the notes written just after it, also read in context: a note's closeness
    is raised when the notes its writer put just before it are closer still (`_in_context`).
 3. Reciprocal rank fusion of the two lists (the meaning list weighing `VECTOR_WEIGHT`), plus the
-   share of the query's words each note holds and a light prior for recent notes.
+   share of the query's words each note holds and a light prior for recent notes; of the notes
+   of a scope saying the same, the best-ranked only.
 
 Each list is capped, so the cost follows the candidates, not the size of the scope.
 """
