@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +14,6 @@ from memory import embeddings, search, store
 from memory.models import Note
 from memory.notes import NoteError
 from memory.store import Draft
-from tests.processes import run_django
 
 pytestmark = pytest.mark.django_db
 
@@ -281,55 +279,6 @@ def test_a_long_question_is_embedded_in_a_bounded_number_of_words(
     monkeypatch.setattr(search, "MEANING_WORDS", 5)
     assert search.search(long, scopes=["chat/2"])
     assert embedded[2] == "long trip Portugal whole family"
-
-
-_TEAM = """
-import ctypes
-from concurrent.futures import ThreadPoolExecutor
-from memory import embeddings
-def team():
-    embeddings.query_vector("which animal lives with the owner?")
-    runtime = embeddings._openmp_runtime()
-    return ctypes.CDLL(runtime).omp_get_max_threads()
-with ThreadPoolExecutor(max_workers=1) as pool:
-    print(pool.submit(team).result())
-"""
-
-
-def _query_team(policy: str | None) -> tuple[int, str]:
-    """A fresh process's OpenMP team for a query, and what its runtime said of its settings."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("OMP_", "GOMP_"))}
-    env["OMP_DISPLAY_ENV"] = "VERBOSE"
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
-    done = run_django(_TEAM, env=env, check=True)
-    return int(done.stdout.split()[-1]), done.stderr
-
-
-def test_a_query_runs_on_every_core_of_a_runtime_that_waits_briefly() -> None:
-    """A team of two on two cores: its threads spin briefly between the query's parallel
-    regions (waking a sleeping one costs more, 170 times a query), and sleep soon after, so
-    that on busy cores a team does not wait long on a thread that is not running."""
-    team, told = _query_team(None)
-
-    assert f"GOMP_SPINCOUNT = '{embeddings.SPIN_COUNT}'" in told
-    assert team == len(os.sched_getaffinity(0))
-
-
-def test_a_query_runs_on_every_core_of_a_runtime_told_to_sleep() -> None:
-    team, told = _query_team("PASSIVE")
-
-    assert "OMP_WAIT_POLICY = 'PASSIVE'" in told
-    assert team == len(os.sched_getaffinity(0))
-
-
-def test_a_query_runs_on_one_thread_when_the_runtime_spins() -> None:
-    """Told to spin (libgomp's long default, or `ACTIVE`), a team of two on two busy cores
-    waits on itself: p95 863 ms per query, measured."""
-    team, told = _query_team("ACTIVE")
-
-    assert "OMP_WAIT_POLICY = 'ACTIVE'" in told
-    assert team == 1
 
 
 @pytest.mark.parametrize(
