@@ -63,8 +63,11 @@ class Note(models.Model):
             HnswIndex(
                 name="memory_note_embedding",
                 fields=["embedding"],
-                m=16,
-                ef_construction=64,
+                # A better-connected graph than pgvector's default (16, 64): a question's
+                # vector lies apart from the notes' ones, where a sparser graph's search loses
+                # its way (memory/migrations/0007_vector_graph.py).
+                m=32,
+                ef_construction=200,
                 opclasses=["vector_cosine_ops"],
             ),
             models.Index(fields=["scope", "valid_from"], name="memory_note_scope_valid"),
