@@ -103,8 +103,8 @@ SNIPPET = 240
 MAX_QUERY = 1000
 
 
-# Searches run in several threads at once (the web server's, the worker's): each has its
-# question embedded by a thread of its own.
+# The threads that embed questions while their searches' own threads query the database;
+# several searches run at once (the web server's threads, the worker's).
 _EMBEDDING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="query-embedding")
 
 
