@@ -250,10 +250,15 @@ class _Encoder:
 def _dequantized(blocks: np.ndarray[Any, Any]) -> Vectors:
     """Rows of 4-bit blocks as floats: a block's byte j holds its weight j in the low half and
     its weight j + 16 in the high one, each stored plus 8."""
-    nibbles = blocks["nibbles"]
-    values = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1).astype(np.float32) - 8
+    values = _in_order(blocks).astype(np.float32) - 8
     scaled: Vectors = values * blocks["scale"].astype(np.float32)[..., None]
     return scaled.reshape(*blocks.shape[:-1], -1)
+
+
+def _in_order(blocks: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each block's 32 stored weights (0 to 15), in their order."""
+    nibbles = blocks["nibbles"]
+    return np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1)
 
 
 def _layer_norm(x: Vectors, weight: Vectors, bias: Vectors, eps: float) -> Vectors:
@@ -287,7 +292,7 @@ def _graph(model: _Model) -> Any:
         plus `bias`. MatMulNBits packs weight 2j in a byte's low half and 2j + 1 in its high
         one, and takes 8 as every block's zero."""
         blocks = np.concatenate([model.blocks(name) for name in names])
-        values = np.concatenate([blocks["nibbles"] & 0x0F, blocks["nibbles"] >> 4], axis=1)
+        values = _in_order(blocks)
         packed = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8)
         rows = len(blocks) * _BLOCK // width
         product = node(
