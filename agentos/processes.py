@@ -8,12 +8,10 @@ stops when this process exits, after its children.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,18 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from agentos.core.lifetime import die_with_parent
+
 logger = logging.getLogger("agentos.processes")
 
 RESTART_BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0  # a child that ran this long is healthy again: its backoff resets
 STOP_TIMEOUT = 15.0
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: a SIGKILLed parent must not leave orphans serving."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -51,7 +44,7 @@ class Child:
         # A session of its own: the terminal's Ctrl-C reaches only this process, which then
         # stops the children in order instead of them racing to exit.
         self.process = subprocess.Popen(
-            self.argv, env=env, start_new_session=True, preexec_fn=_die_with_parent
+            self.argv, env=env, start_new_session=True, preexec_fn=die_with_parent
         )
         self.started_at = now
         logger.info("started %s (pid %s)", self.name, self.process.pid)

@@ -10,7 +10,11 @@ the cache, so it is identical, and a note written twice is embedded once.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,7 @@ MODEL = "multilingual-e5-small-q4"
 MAX_CHARS = 2000  # the model reads 512 tokens; longer notes are found by their start and title
 BATCH = 64
 LOOKUP = 10_000  # digests per query asking the cache what it holds
+POOL_AT = 1000  # texts from which `compute` embeds them on a pool of processes
 
 
 def text_of(title: str, body: str) -> str:
@@ -90,15 +95,14 @@ def compute(
     texts: Mapping[str, str], *, progress: Progress | None = None, batch: int = BATCH
 ) -> int:
     """Vectors of `texts` (digest -> text) into the cache, `batch` texts per engine call and
-    per committed cache write: a process killed here loses one batch at most, and a rerun finds
-    the others in the cache. Shortest first, so a batch's texts cost alike (the engine pads a
-    batch's texts to its longest) and the rate the progress bar shows holds for the next batch.
-    How many."""
+    per committed cache write: a process killed here loses the batches in flight at most, and
+    a rerun finds the others in the cache. Shortest first, so a batch's texts cost alike (the
+    engine pads a batch's texts to its longest) and the rate the progress bar shows holds for
+    the next batch. How many."""
     progress = progress or Progress.quiet()
     order = sorted(texts, key=lambda d: (len(texts[d]), d))
-    for start in range(0, len(order), batch):
-        chunk = order[start : start + batch]
-        vectors = passage_vectors([texts[d] for d in chunk])
+    chunks = [order[start : start + batch] for start in range(0, len(order), batch)]
+    for chunk, vectors in _embedded(chunks, texts):
         EmbeddingCache.objects.bulk_create(
             [
                 EmbeddingCache(model=MODEL, digest=d, vector=vector)
@@ -108,6 +112,40 @@ def compute(
         )
         progress.advance(len(chunk))
     return len(order)
+
+
+def _embedded(
+    chunks: list[list[str]], texts: Mapping[str, str]
+) -> Iterator[tuple[list[str], np.ndarray[Any, np.dtype[np.float32]]]]:
+    """Each chunk's vectors, in the chunks' order. From `POOL_AT` texts on a machine of several
+    cores, by a pool of processes, one per core, each engine on one thread: 107 notes a second
+    here against 90 for this process on both cores, for a second of start-up. The pool's
+    processes read nothing but texts: they never touch the database."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2 or sum(map(len, chunks)) < POOL_AT:
+        for chunk in chunks:
+            yield chunk, passage_vectors([texts[d] for d in chunk])
+        return
+    pool = ProcessPoolExecutor(
+        cores,
+        # Spawned, not forked: a child of this process would share its database connection.
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=encoder.start_pool_process,
+        initargs=(os.getpid(),),
+    )
+    try:
+        flight: deque[tuple[list[str], Future[np.ndarray[Any, np.dtype[np.float32]]]]] = deque()
+        for chunk in chunks:
+            flight.append((chunk, pool.submit(encoder.embed, [texts[d] for d in chunk],
+                                              encoder.PASSAGE)))  # fmt: skip
+            if len(flight) > 2 * cores:  # each process has its next batch waiting
+                done, future = flight.popleft()
+                yield done, future.result()
+        while flight:
+            done, future = flight.popleft()
+            yield done, future.result()
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def fill_from_cache(scope: str | None = None) -> int:

