@@ -31,6 +31,7 @@ STAGED = "memory_staged_notes"
 # searches wait for the transaction's end (about 2 minutes at 100,000 notes).
 GRAPH = "memory_note_embedding"
 GRAPH_REBUILT_FROM = 10_000
+GRAPH_PHASE = "building the vector graph (searches wait for it)"
 # What the trigger of memory migration 0002 makes of a staged row's text (kept equal to it).
 SEARCH = (
     "(setweight(to_tsvector('english'::regconfig, coalesce(s.title, '')), 'A')"
@@ -169,7 +170,7 @@ def _write(row: Scope, entries: Sequence[Entry], progress: Progress | None, *, k
             progress.advance(min(CHUNK, len(entries) - start))
         cursor.execute(f"DROP TABLE {STAGED}")
         if graph:
-            progress.phase("building the vector graph (searches wait for it)", 1)
+            progress.phase(GRAPH_PHASE, 1)
             # In memory when it fits (about 200 MB at 100,000 notes): several times faster.
             cursor.execute("SET LOCAL maintenance_work_mem = '512MB'")
             # An index is not built over rows whose foreign keys are still to check: checked

@@ -253,9 +253,6 @@ class Phases(Progress):
         self.seen.append(name)
 
 
-GRAPH_PHASE = "building the vector graph (searches wait for it)"
-
-
 def graph() -> str | None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [bulk.GRAPH])
@@ -279,7 +276,7 @@ def test_a_reindex_writing_most_rows_builds_the_vector_graph_after_them(
     phases = Phases()
     reindexing.reindex(SCOPE, progress=phases)
 
-    assert GRAPH_PHASE not in phases.seen  # 12 rows of 72: the graph grown by each
+    assert bulk.GRAPH_PHASE not in phases.seen  # 12 rows of 72: the graph grown by each
     assert dump() == before
 
     Note.objects.all().delete()
@@ -287,7 +284,7 @@ def test_a_reindex_writing_most_rows_builds_the_vector_graph_after_them(
     reindexing.reindex("project/8", progress=phases)
     reindexing.reindex(SCOPE, progress=phases)
 
-    assert phases.seen.count(GRAPH_PHASE) == 1  # 60 rows of 60, then 12 of 72
+    assert phases.seen.count(bulk.GRAPH_PHASE) == 1  # 60 rows of 60, then 12 of 72
     assert graph() == defined
     assert dump() == before
     with connection.cursor() as cursor:  # the graph holds the rows written before its build
