@@ -2,13 +2,15 @@
 
 1. The notes of the repository's tip are read, outside any lock (one `cat-file --batch`).
 2. The cache is asked which of their texts it lacks a vector for.
-3. Those are embedded here, each distinct text once, in batches whose cache rows commit as they
-   go; the index is not touched yet, so a reindex killed here leaves the index as it was, and a
-   rerun finds the batches done in the cache (it re-embeds at most the batch it was killed in).
+3. Those are embedded here (on a pool of processes for many: `embeddings.compute`), each
+   distinct text once, in batches whose cache rows commit as they go; the index is not touched
+   yet, so a reindex killed here leaves the index as it was, and a rerun finds the batches done
+   in the cache (it re-embeds at most the batches in flight when it was killed).
 4. One transaction under the scope's lock makes the scope's rows those of the notes read
    (`store.reindex`): a row equal to what it would be is kept, any other written anew with its
-   vector from the cache; searches see the old rows until it commits. Other scopes' rows, and
-   the HNSW and GIN indexes all scopes share, are left alone.
+   vector from the cache; searches see the old rows until it commits. Other scopes' rows are
+   left alone; the HNSW index all scopes share is dropped and built again after the rows when
+   they are many (`bulk.GRAPH`), and then every scope's searches wait for the commit.
 5. Notes written meanwhile (the tip moved between 1 and 4) are caught up in 4 and embedded last.
 
 Without embedding (`embed=False`) steps 2, 3 and 5 are left to the worker pool, as after a write.
