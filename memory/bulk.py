@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 
 from memory import embeddings, notes, repository
 from memory.models import Scope
@@ -28,10 +28,10 @@ STAGED = "memory_staged_notes"
 # a quarter of the table's, it is dropped and built again after them rather than grown by each
 # row. At 100,000 notes, a row inserted into the graph cost 17 ms; the graph built at once, 1.3
 # ms per row of the table (`manage.py bench_reindex`). The build holds the table: every scope's
-# searches wait for the transaction's end (about 2 minutes at 100,000 notes).
+# searches and writes wait for the transaction's end (about 2 minutes at 100,000 notes).
 GRAPH = "memory_note_embedding"
 GRAPH_REBUILT_FROM = 10_000
-GRAPH_PHASE = "building the vector graph (searches wait for it)"
+GRAPH_PHASE = "building the vector graph (searches and writes wait for it)"
 # What the trigger of memory migration 0002 makes of a staged row's text (kept equal to it).
 SEARCH = (
     "(setweight(to_tsvector('english'::regconfig, coalesce(s.title, '')), 'A')"
@@ -181,7 +181,7 @@ def _write(row: Scope, entries: Sequence[Entry], progress: Progress | None, *, k
             progress.advance()
 
 
-def _graph_dropped(cursor: Any, row: Scope) -> str:
+def _graph_dropped(cursor: CursorWrapper, row: Scope) -> str:
     """The vector index dropped, when the rows about to be inserted are many (see `GRAPH`):
     its definition, to build it again after them in the same transaction (a process killed
     before the commit leaves it as it was); else "" and the index left alone."""
