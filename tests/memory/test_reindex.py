@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -180,28 +181,18 @@ def test_many_texts_are_embedded_by_a_pool_of_processes_alike(
 
 KILLED_WITH_A_POOL = textwrap.dedent(
     """
-    import os, signal, sys
-    from pathlib import Path
+    import os, signal
+    import psutil
     from memory import embeddings, reindexing
     from memory.progress import Progress
 
     embeddings.POOL_AT = 1
 
-    def children():
-        mine = str(os.getpid())
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == mine:
-                yield stat.parent.name
-
     class Killed(Progress):
         def advance(self, count=1):
             super().advance(count)
             if self.name == "embedding" and self.done >= 16:  # two batches of 8 cached
-                print(" ".join(children()), flush=True)
+                print(" ".join(str(c.pid) for c in psutil.Process().children()), flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
 
     reindexing.reindex("project/7", progress=Killed(None), batch=8)
@@ -223,7 +214,7 @@ def test_a_reindex_killed_while_its_pool_embeds_leaves_no_process_behind(
                                                "AGENTOS_MEMORY_DIR": str(memory_dir)})  # fmt: skip
 
     assert done.returncode == -signal.SIGKILL, done.stderr
-    pool = done.stdout.split()
+    pool = [int(pid) for pid in done.stdout.split()]
     assert len(pool) >= 2, done.stdout  # one process per core
     deadline = time.monotonic() + 10
     while (left := [pid for pid in pool if _alive(pid)]) and time.monotonic() < deadline:
@@ -235,12 +226,11 @@ def test_a_reindex_killed_while_its_pool_embeds_leaves_no_process_behind(
     assert reindexing.reindex(SCOPE, batch=8).embedded == 24
 
 
-def _alive(pid: str) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+def _alive(pid: int) -> bool:
+    try:  # a zombie has ended; only its parent's reaping is left
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state != "Z"  # a zombie has ended; only its parent's reaping is left
 
 
 class Phases(Progress):
