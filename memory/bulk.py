@@ -14,9 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 
-from memory import embeddings, notes, repository
+from memory import embeddings, graph, notes, repository
 from memory.models import Scope
 from memory.progress import Progress
 
@@ -24,14 +23,6 @@ from memory.progress import Progress
 # 0004 once, over its rows; the progress bar moves between two.
 CHUNK = 5000
 STAGED = "memory_staged_notes"
-# The vector index (memory migration 0007): from this many rows written in one transaction, and
-# a quarter of the table's, it is dropped and built again after them rather than grown by each
-# row. At 100,000 notes, a row inserted into the graph cost 17 ms; the graph built at once, 1.3
-# ms per row of the table (`manage.py bench_reindex`). The build holds the table: every scope's
-# searches and writes wait for the transaction's end (about 2 minutes at 100,000 notes).
-GRAPH = "memory_note_embedding"
-GRAPH_REBUILT_FROM = 10_000
-GRAPH_PHASE = "building the vector graph (searches and writes wait for it)"
 # What the trigger of memory migration 0002 makes of a staged row's text (kept equal to it).
 SEARCH = (
     "(setweight(to_tsvector('english'::regconfig, coalesce(s.title, '')), 'A')"
@@ -152,63 +143,31 @@ def _write(row: Scope, entries: Sequence[Entry], progress: Progress | None, *, k
                 """,  # noqa: S608  # constants only; the values are parameters
                 [row.pk, embeddings.MODEL],
             )
-        graph = _graph_dropped(cursor, row)
-        for start in range(0, len(entries), CHUNK):
-            cursor.execute(
-                f"""
-                INSERT INTO memory_note (scope_id, {columns}, embedding)
-                SELECT %s, {", ".join(f"s.{c}" for c in COLUMNS)}, c.vector
-                FROM {STAGED} s
-                LEFT JOIN memory_embeddingcache c ON c.model = %s AND c.digest = s.digest
-                WHERE s.n >= %s AND s.n < %s
-                  AND NOT EXISTS (
-                      SELECT FROM memory_note n WHERE n.scope_id = %s AND n.path = s.path
-                  )
-                """,  # noqa: S608  # constants only; the values are parameters
-                [row.pk, embeddings.MODEL, start, start + CHUNK, row.pk],
-            )
-            progress.advance(min(CHUNK, len(entries) - start))
-        cursor.execute(f"DROP TABLE {STAGED}")
-        if graph:
-            progress.phase(GRAPH_PHASE, 1)
-            # In memory when it fits (about 200 MB at 100,000 notes): several times faster.
-            cursor.execute("SET LOCAL maintenance_work_mem = '512MB'")
-            # An index is not built over rows whose foreign keys are still to check: checked
-            # now, then deferred again to the commit, as Django declares every one of them.
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            cursor.execute(graph)
-            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
-            progress.advance()
-
-
-def _graph_dropped(cursor: CursorWrapper, row: Scope) -> str:
-    """The vector index dropped, when the rows about to be inserted are many (see `GRAPH`):
-    its definition, to build it again after them in the same transaction (a process killed
-    before the commit leaves it as it was); else "" and the index left alone."""
-    if not connection.in_atomic_block:
-        return ""
-    cursor.execute(
-        f"""
-        SELECT count(*) FROM {STAGED} s
-        WHERE NOT EXISTS (SELECT FROM memory_note n WHERE n.scope_id = %s AND n.path = s.path)
-        """,  # noqa: S608  # constants only
-        [row.pk],
-    )
-    (writing,) = cursor.fetchone()
-    if writing < GRAPH_REBUILT_FROM:
-        return ""
-    cursor.execute("SELECT count(*) FROM memory_note")
-    (held,) = cursor.fetchone()
-    cursor.execute(
-        "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = %s",
-        [GRAPH],
-    )
-    found = cursor.fetchone()
-    if found is None or 4 * writing < held + writing:
-        return ""
-    cursor.execute(f"DROP INDEX {GRAPH}")
-    definition: str = found[0]
-    return definition
+        cursor.execute(
+            f"""
+            SELECT count(*) FROM {STAGED} s
+            WHERE NOT EXISTS (SELECT FROM memory_note n WHERE n.scope_id = %s AND n.path = s.path)
+            """,  # noqa: S608  # constants only
+            [row.pk],
+        )
+        (writing,) = cursor.fetchone()
+        with graph.built_after(writing, progress):
+            for start in range(0, len(entries), CHUNK):
+                cursor.execute(
+                    f"""
+                    INSERT INTO memory_note (scope_id, {columns}, embedding)
+                    SELECT %s, {", ".join(f"s.{c}" for c in COLUMNS)}, c.vector
+                    FROM {STAGED} s
+                    LEFT JOIN memory_embeddingcache c ON c.model = %s AND c.digest = s.digest
+                    WHERE s.n >= %s AND s.n < %s
+                      AND NOT EXISTS (
+                          SELECT FROM memory_note n WHERE n.scope_id = %s AND n.path = s.path
+                      )
+                    """,  # noqa: S608  # constants only; the values are parameters
+                    [row.pk, embeddings.MODEL, start, start + CHUNK, row.pk],
+                )
+                progress.advance(min(CHUNK, len(entries) - start))
+            cursor.execute(f"DROP TABLE {STAGED}")
 
 
 def _values(entries: Iterable[Entry]) -> Iterable[tuple[object, ...]]:

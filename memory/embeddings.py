@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 from django.db import connection, transaction
+from django.db.models import QuerySet
 
-from memory import encoder
+from memory import encoder, graph
 from memory.models import EmbeddingCache, Note
 from memory.progress import Progress
 
@@ -51,13 +52,21 @@ def passage_vectors(texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32
 
 
 def embed_pending(scope: str | None = None) -> int:
-    """Every note without a vector given one now (from the cache, else computed); how many."""
+    """Every note without a vector given one now (from the cache, else computed); how many.
+    Many notes at once (from `POOL_AT`: a data set written in bulk, a reindex that left its
+    vectors to the worker pool) are embedded by `compute` into the cache first, then given
+    their vectors in one statement, around which the vector graph is built again if they are
+    many (`memory.graph`), rather than inserted into it batch by batch."""
     done = fill_from_cache(scope)
+    pending = _pending(scope)
+    if pending.count() >= POOL_AT:
+        texts = {
+            digest(text_of(t, b)): text_of(t, b) for t, b in pending.values_list("title", "body")
+        }
+        compute(texts)
+        return done + fill_from_cache(scope)
     while True:
-        pending = Note.objects.filter(embedding__isnull=True)
-        if scope is not None:
-            pending = pending.filter(scope__name=scope)
-        batch = list(pending.order_by("id").values_list("id", "title", "body")[:BATCH])
+        batch = list(_pending(scope).order_by("id").values_list("id", "title", "body")[:BATCH])
         if not batch:
             return done
         texts = {digest(text_of(t, b)): text_of(t, b) for _id, t, b in batch}
@@ -150,15 +159,24 @@ def _embedded(
 
 def fill_from_cache(scope: str | None = None) -> int:
     """Vectors the cache already has, put on the notes that lack them; how many."""
-    ids = Note.objects.filter(embedding__isnull=True)
-    if scope is not None:
-        ids = ids.filter(scope__name=scope)
-    return _fill(None if scope is None else list(ids.values_list("id", flat=True)))
+    with transaction.atomic():
+        if scope is None:
+            return _fill(None, lacking=_pending(None).count())
+        ids = list(_pending(scope).values_list("id", flat=True))
+        return _fill(ids, lacking=len(ids))
 
 
-def _fill(note_ids: list[int] | None) -> int:
+def _pending(scope: str | None) -> QuerySet[Note]:
+    pending = Note.objects.filter(embedding__isnull=True)
+    return pending if scope is None else pending.filter(scope__name=scope)
+
+
+def _fill(note_ids: list[int] | None, *, lacking: int = 0) -> int:
+    """The cache's vectors put on the notes of `note_ids` (all notes: None) that lack one, in
+    the caller's transaction; `lacking`: how many notes lack one (the graph built again around
+    them if many: `memory.graph`)."""
     where = "" if note_ids is None else "AND n.id = ANY(%s)"
-    with connection.cursor() as cursor:
+    with graph.built_after(lacking), connection.cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE memory_note n SET embedding = c.vector

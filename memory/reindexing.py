@@ -10,7 +10,7 @@
    (`store.reindex`): a row equal to what it would be is kept, any other written anew with its
    vector from the cache; searches see the old rows until it commits. Other scopes' rows are
    left alone; the HNSW index all scopes share is dropped and built again after the rows when
-   they are many (`bulk.GRAPH`): every scope's searches and writes then wait for the commit.
+   they are many (`memory.graph`): every scope's searches and writes then wait for the commit.
 5. Notes written meanwhile (the tip moved between 1 and 4) are caught up in 4 and embedded last.
 
 Without embedding (`embed=False`) steps 2, 3 and 5 are left to the worker pool, as after a write.

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count
 
-from memory import bulk, embeddings, reindexing, store
+from memory import embeddings, graph, reindexing, store
 from memory.models import EmbeddingCache, Note, Scope
 from memory.progress import Progress, duration
 from memory.proving import evaluation
@@ -187,7 +187,7 @@ def run(
     Note.objects.filter(scope__name=scope).delete()
     rebuilt, rebuilt_seconds = _timed("reindex of an empty index", scope, progress, say)
     rows_seconds, rows = rebuilt.phases["indexing rows"]
-    rows_seconds += rebuilt.phases.get(bulk.GRAPH_PHASE, (0.0, 0))[0]
+    rows_seconds += rebuilt.phases.get(graph.PHASE, (0.0, 0))[0]
     return Figures(
         notes=rows,
         warm_seconds=warm_seconds,

@@ -18,7 +18,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from memory import bulk, embeddings, reindexing, store
+from memory import embeddings, graph, reindexing, store
 from memory.models import EmbeddingCache, Note
 from memory.progress import Progress
 from memory.store import Draft
@@ -243,9 +243,9 @@ class Phases(Progress):
         self.seen.append(name)
 
 
-def graph() -> str | None:
+def index_definition() -> str | None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [bulk.GRAPH])
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [graph.INDEX])
         found = cursor.fetchone()
     return None if found is None else str(found[0])
 
@@ -254,11 +254,11 @@ def graph() -> str | None:
 def test_a_reindex_writing_most_rows_builds_the_vector_graph_after_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(bulk, "GRAPH_REBUILT_FROM", 10)
+    monkeypatch.setattr(graph, "REBUILT_FROM", 10)
     store.write("project/8", drafts(60), author="run:1", message="sixty elsewhere")
     store.write(SCOPE, drafts(12), author="run:1", message="twelve")
     embeddings.embed_pending()
-    before, defined = dump(), graph()
+    before, defined = dump(), index_definition()
     assert defined is not None
     assert "hnsw" in defined
 
@@ -266,7 +266,7 @@ def test_a_reindex_writing_most_rows_builds_the_vector_graph_after_them(
     phases = Phases()
     reindexing.reindex(SCOPE, progress=phases)
 
-    assert bulk.GRAPH_PHASE not in phases.seen  # 12 rows of 72: the graph grown by each
+    assert graph.PHASE not in phases.seen  # 12 rows of 72: the graph grown by each
     assert dump() == before
 
     Note.objects.all().delete()
@@ -274,8 +274,8 @@ def test_a_reindex_writing_most_rows_builds_the_vector_graph_after_them(
     reindexing.reindex("project/8", progress=phases)
     reindexing.reindex(SCOPE, progress=phases)
 
-    assert phases.seen.count(bulk.GRAPH_PHASE) == 1  # 60 rows of 60, then 12 of 72
-    assert graph() == defined
+    assert phases.seen.count(graph.PHASE) == 1  # 60 rows of 60, then 12 of 72
+    assert index_definition() == defined
     assert dump() == before
     with connection.cursor() as cursor:  # the graph holds the rows written before its build
         cursor.execute("SET LOCAL enable_seqscan = off")
@@ -288,13 +288,42 @@ def test_a_reindex_writing_most_rows_builds_the_vector_graph_after_them(
         assert cursor.fetchone() == (72,)
 
 
+@pytest.mark.django_db
+def test_many_notes_lacking_vectors_are_embedded_first_then_given_them_in_a_graph_built_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store.write(SCOPE, drafts(30), author="run:1", message="thirty")
+    embeddings.embed_pending()
+    vectors = dict(Note.objects.values_list("title", "embedding"))
+    Note.objects.update(embedding=None)  # a data set written in bulk, its vectors to come
+    EmbeddingCache.objects.all().delete()
+    monkeypatch.setattr(embeddings, "POOL_AT", 20)
+    monkeypatch.setattr(graph, "REBUILT_FROM", 20)
+    defined, built = index_definition(), _index_oid()
+
+    assert embeddings.embed_pending(SCOPE) == 30
+
+    assert index_definition() == defined
+    assert _index_oid() != built  # dropped and built again, not grown by each row
+    again = dict(Note.objects.values_list("title", "embedding"))
+    assert set(again) == set(vectors)
+    pairs = np.array([(again[t], vectors[t]) for t in sorted(vectors)], np.float32)
+    assert (pairs[:, 0] * pairs[:, 1]).sum(axis=1).min() > 0.99999
+
+
+def _index_oid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::regclass::oid", [graph.INDEX])
+        return int(cursor.fetchone()[0])
+
+
 KILLED_IN_THE_GRAPH = textwrap.dedent(
     """
     import os, signal
-    from memory import bulk, reindexing
+    from memory import graph, reindexing
     from memory.progress import Progress
 
-    bulk.GRAPH_REBUILT_FROM = 10
+    graph.REBUILT_FROM = 10
 
     class Killed(Progress):
         def phase(self, name, total):
@@ -313,14 +342,14 @@ def test_a_reindex_killed_while_it_builds_the_graph_leaves_the_index_as_it_was(
 ) -> None:
     store.write(SCOPE, drafts(20), author="run:1", message="twenty")
     embeddings.embed_pending()
-    defined = graph()
+    defined = index_definition()
     Note.objects.all().delete()
 
     done = run_django(KILLED_IN_THE_GRAPH, env={**os.environ,
                                                 "AGENTOS_MEMORY_DIR": str(memory_dir)})  # fmt: skip
 
     assert done.returncode == -signal.SIGKILL, done.stderr
-    assert graph() == defined
+    assert index_definition() == defined
     assert not Note.objects.exists()
 
 
