@@ -143,14 +143,17 @@ def _write(row: Scope, entries: Sequence[Entry], progress: Progress | None, *, k
                 """,  # noqa: S608  # constants only; the values are parameters
                 [row.pk, embeddings.MODEL],
             )
-        cursor.execute(
-            f"""
-            SELECT count(*) FROM {STAGED} s
-            WHERE NOT EXISTS (SELECT FROM memory_note n WHERE n.scope_id = %s AND n.path = s.path)
-            """,  # noqa: S608  # constants only
-            [row.pk],
-        )
-        (writing,) = cursor.fetchone()
+        writing = 0  # rows to insert, counted only where they may be enough to rebuild the graph
+        if len(entries) >= graph.REBUILT_FROM:
+            cursor.execute(
+                f"""
+                SELECT count(*) FROM {STAGED} s WHERE NOT EXISTS (
+                    SELECT FROM memory_note n WHERE n.scope_id = %s AND n.path = s.path
+                )
+                """,  # noqa: S608  # constants only
+                [row.pk],
+            )
+            (writing,) = cursor.fetchone()
         with graph.built_after(writing, progress):
             for start in range(0, len(entries), CHUNK):
                 cursor.execute(

@@ -114,16 +114,22 @@ def test_a_note_written_during_the_reindex_is_in_the_rebuilt_index_with_its_vect
     assert not Note.objects.filter(embedding__isnull=True).exists()
 
 
+# Killed once two batches of 8 are cached, after printing its children (the pool's processes);
+# `{pool_at}`: how many texts make the reindex embed on a pool.
 KILLED = textwrap.dedent(
     """
     import os, signal
-    from memory import reindexing
+    import psutil
+    from memory import embeddings, reindexing
     from memory.progress import Progress
+
+    embeddings.POOL_AT = {pool_at}
 
     class Killed(Progress):
         def advance(self, count=1):
             super().advance(count)
-            if self.name == "embedding" and self.done >= 16:  # two batches of 8 cached
+            if self.name == "embedding" and self.done >= 16:
+                print(" ".join(str(c.pid) for c in psutil.Process().children()), flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
 
     reindexing.reindex("project/7", progress=Killed(None), batch=8)
@@ -142,7 +148,8 @@ def test_a_reindex_killed_between_batches_leaves_the_index_and_reruns_from_there
     before = dump()
     assert all(row[-1] is None for row in before)  # no vector yet: all 40 to embed
 
-    done = run_django(KILLED, env={**os.environ, "AGENTOS_MEMORY_DIR": str(memory_dir)})
+    done = run_django(KILLED.format(pool_at=embeddings.POOL_AT),
+                      env={**os.environ, "AGENTOS_MEMORY_DIR": str(memory_dir)})  # fmt: skip
 
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert dump() == before  # the index untouched: killed before its rows were swapped
@@ -179,27 +186,6 @@ def test_many_texts_are_embedded_by_a_pool_of_processes_alike(
     assert (pooled * here).sum(axis=1).min() > 0.99999
 
 
-KILLED_WITH_A_POOL = textwrap.dedent(
-    """
-    import os, signal
-    import psutil
-    from memory import embeddings, reindexing
-    from memory.progress import Progress
-
-    embeddings.POOL_AT = 1
-
-    class Killed(Progress):
-        def advance(self, count=1):
-            super().advance(count)
-            if self.name == "embedding" and self.done >= 16:  # two batches of 8 cached
-                print(" ".join(str(c.pid) for c in psutil.Process().children()), flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    reindexing.reindex("project/7", progress=Killed(None), batch=8)
-    """
-)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_reindex_killed_while_its_pool_embeds_leaves_no_process_behind(
     memory_dir: Path,
@@ -210,8 +196,8 @@ def test_a_reindex_killed_while_its_pool_embeds_leaves_no_process_behind(
     before = dump()
 
     # Returns once the pool's processes let go of its output: they end with the killed one.
-    done = run_django(KILLED_WITH_A_POOL, env={**os.environ,
-                                               "AGENTOS_MEMORY_DIR": str(memory_dir)})  # fmt: skip
+    done = run_django(KILLED.format(pool_at=1),
+                      env={**os.environ, "AGENTOS_MEMORY_DIR": str(memory_dir)})  # fmt: skip
 
     assert done.returncode == -signal.SIGKILL, done.stderr
     pool = [int(pid) for pid in done.stdout.split()]
