@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django.core.management.base import OutputWrapper
 
 EVERY = 10.0  # seconds between two lines of a phase, off a terminal
 STEP = 0.10  # or this much of the phase done since the last line
@@ -40,6 +44,17 @@ class Progress:
     @classmethod
     def quiet(cls) -> Progress:
         return cls(None)
+
+    @classmethod
+    def on(cls, stream: OutputWrapper) -> Progress:
+        """On a command's stream (its stderr: its stdout stays its results), redrawn in place
+        when the stream is a terminal."""
+
+        def write(text: str) -> None:
+            stream.write(text, style_func=str, ending="")
+            stream.flush()
+
+        return cls(write, tty=stream.isatty())
 
     def phase(self, name: str, total: int) -> None:
         self.finish()

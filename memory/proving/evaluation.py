@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Protocol
 
 from memory import embeddings, search, store
+from memory.progress import Progress
 from memory.proving.evalsets import Conversation, Dataset, Document, Question, slug
 from memory.proving.scoring import Report, Scores
 
@@ -238,7 +239,11 @@ class Memory(Protocol):
 
 
 class StoreMemory:
-    """memory.store, memory.search and memory.embeddings."""
+    """memory.store, memory.search and memory.embeddings; `progress` shows a long embedding
+    (a padded scope's first run)."""
+
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.progress = progress
 
     def write(self, scope: str, notes: Sequence[Note], *, message: str) -> list[str]:
         drafts = [
@@ -252,7 +257,7 @@ class StoreMemory:
         return store.holds(scope, draft, author=AUTHOR)
 
     def embed_pending(self, scope: str) -> int:
-        return embeddings.embed_pending(scope)
+        return embeddings.embed_pending(scope, progress=self.progress)
 
     def search(self, query: str, scope: str, k: int) -> list[str]:
         return [hit.path for hit in search.search(query, scopes=[scope], k=k)]

@@ -286,9 +286,13 @@ def test_many_notes_lacking_vectors_are_embedded_first_then_given_them_in_a_grap
     monkeypatch.setattr(embeddings, "POOL_AT", 20)
     monkeypatch.setattr(graph, "REBUILT_FROM", 20)
     defined, built = index_definition(), _index_oid()
+    written: list[str] = []
 
-    assert embeddings.embed_pending(SCOPE) == 30
+    assert embeddings.embed_pending(SCOPE, progress=Progress(written.append)) == 30
 
+    phases = [line.split(" 0/")[0].strip() for line in written if " 0/" in line]
+    assert phases == ["embedding", graph.PHASE]  # what a long embedding shows, in order
+    assert "30/30" in next(line for line in reversed(written) if line.startswith("embedding"))
     assert index_definition() == defined
     assert _index_oid() != built  # dropped and built again, not grown by each row
     again = dict(Note.objects.values_list("title", "embedding"))

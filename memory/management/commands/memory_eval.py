@@ -3,7 +3,8 @@ memory_search.
 
 Per-category hit@k and MRR next to a grep baseline on the same notes, then the last line
 `memory hit@10=… mrr=… p95_ms=… notes=… grep_hit@10=…`. A missed target is reported, not an
-error: only a file that cannot be evaluated exits non-zero. See memory/proving/evaluation.py.
+error: only a file that cannot be evaluated exits non-zero. A long embedding (a padded scope's
+first run) shows a progress bar on stderr. See memory/proving/evaluation.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernel.proving import bench, command
+from memory.progress import Progress
 from memory.proving import evalsets, evaluation
 
 
@@ -75,7 +77,12 @@ class Command(BaseCommand):
             f" {dataset.documents:,} documents, {dataset.questions} questions, k = {k}"
         )
         report = evaluation.run(
-            dataset, evaluation.StoreMemory(), k=k, pad_to=pad_to, busy=busy, say=say
+            dataset,
+            evaluation.StoreMemory(Progress.on(self.stderr)),
+            k=k,
+            pad_to=pad_to,
+            busy=busy,
+            say=say,
         )
         for line in report.lines():
             say(line)

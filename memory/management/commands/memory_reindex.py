@@ -34,7 +34,7 @@ class Command(BaseCommand):
         unknown = sorted(set(wanted) - set(known))
         if unknown:
             raise CommandError(f"No memory repository for {', '.join(unknown)}.")
-        progress = Progress(self._progress_line, tty=self.stderr.isatty())
+        progress = Progress.on(self.stderr)
         for name in wanted:
             if len(wanted) > 1:
                 self.stderr.write(f"{name}:")
@@ -46,7 +46,3 @@ class Command(BaseCommand):
             if rebuilt.without_vector:
                 line += f", {rebuilt.without_vector} left to the worker pool"
             self.stdout.write(line)
-
-    def _progress_line(self, text: str) -> None:
-        self.stderr.write(text, style_func=str, ending="")
-        self.stderr.flush()
