@@ -57,9 +57,9 @@ def embed_pending(scope: str | None = None, *, progress: Progress | None = None)
     vectors to the worker pool) are embedded by `compute` into the cache first, then given
     their vectors in one statement, around which the vector graph is built again if they are
     many (`memory.graph`), rather than inserted into it batch by batch; `progress` shows
-    those two phases (half an hour at 100,000 notes on two cores)."""
+    those phases (half an hour at 100,000 notes on two cores)."""
     progress = progress or Progress.quiet()
-    done = fill_from_cache(scope)
+    done = fill_from_cache(scope, progress=progress)
     pending = _pending(scope)
     if pending.count() >= POOL_AT:
         texts = {
@@ -68,8 +68,16 @@ def embed_pending(scope: str | None = None, *, progress: Progress | None = None)
         progress.phase("embedding", len(texts))
         compute(texts, progress=progress)
         done += fill_from_cache(scope, progress=progress)
-        progress.finish()
-        return done
+    else:
+        done += _embed_in_batches(scope)
+    progress.finish()
+    return done
+
+
+def _embed_in_batches(scope: str | None) -> int:
+    """The notes lacking a vector, `BATCH` at a time: embedded here, cached and given their
+    vectors in one commit per batch; how many."""
+    done = 0
     while True:
         batch = list(_pending(scope).order_by("id").values_list("id", "title", "body")[:BATCH])
         if not batch:
@@ -179,20 +187,31 @@ def _pending(scope: str | None) -> QuerySet[Note]:
 
 def _fill(note_ids: list[int] | None, *, lacking: int = 0, progress: Progress | None = None) -> int:
     """The cache's vectors put on the notes of `note_ids` (all notes: None) that lack one, in
-    the caller's transaction; `lacking`: how many notes lack one (the graph built again around
-    them if many, shown on `progress`: `memory.graph`)."""
+    the caller's transaction; how many. `lacking`: how many notes lack one. From
+    `graph.REBUILT_FROM` of them, those the cache holds a vector for are counted first: the
+    graph is built again around them if they are many (shown on `progress`: `memory.graph`),
+    not around notes the cache cannot fill yet (a bulk write's, before `compute`)."""
     where = "" if note_ids is None else "AND n.id = ANY(%s)"
-    with graph.built_after(lacking, progress), connection.cursor() as cursor:
+    cached = f"""
+        n.embedding IS NULL {where}
+        AND c.model = %s
+        AND c.digest = encode(sha256(convert_to(left(n.title || E'\\n' || n.body, %s),
+                                                'UTF8')), 'hex')
+    """  # `where` is one of two constants
+    arguments: list[Any] = ([note_ids] if note_ids is not None else []) + [MODEL, MAX_CHARS]
+    filling = 0
+    if lacking >= graph.REBUILT_FROM:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM memory_note n, memory_embeddingcache c WHERE {cached}",  # noqa: S608
+                arguments,
+            )
+            (filling,) = cursor.fetchone()
+    with graph.built_after(filling, progress), connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            UPDATE memory_note n SET embedding = c.vector
-            FROM memory_embeddingcache c
-            WHERE n.embedding IS NULL {where}
-              AND c.model = %s
-              AND c.digest = encode(sha256(convert_to(left(n.title || E'\\n' || n.body, %s),
-                                                      'UTF8')), 'hex')
-            """,  # noqa: S608  # `where` is one of two constants
-            ([note_ids] if note_ids is not None else []) + [MODEL, MAX_CHARS],
+            f"UPDATE memory_note n SET embedding = c.vector FROM memory_embeddingcache c"  # noqa: S608
+            f" WHERE {cached}",
+            arguments,
         )
         return int(cursor.rowcount)
 
