@@ -175,9 +175,8 @@ def fill_from_cache(scope: str | None = None, *, progress: Progress | None = Non
     shows the vector graph's build, if they are enough to build it again."""
     with transaction.atomic():
         if scope is None:
-            return _fill(None, lacking=_pending(None).count(), progress=progress)
-        ids = list(_pending(scope).values_list("id", flat=True))
-        return _fill(ids, lacking=len(ids), progress=progress)
+            return _fill(None, progress=progress)
+        return _fill(list(_pending(scope).values_list("id", flat=True)), progress=progress)
 
 
 def _pending(scope: str | None) -> QuerySet[Note]:
@@ -185,10 +184,10 @@ def _pending(scope: str | None) -> QuerySet[Note]:
     return pending if scope is None else pending.filter(scope__name=scope)
 
 
-def _fill(note_ids: list[int] | None, *, lacking: int = 0, progress: Progress | None = None) -> int:
+def _fill(note_ids: list[int] | None, *, progress: Progress | None = None) -> int:
     """The cache's vectors put on the notes of `note_ids` (all notes: None) that lack one, in
-    the caller's transaction; how many. `lacking`: how many notes lack one. From
-    `graph.REBUILT_FROM` of them, those the cache holds a vector for are counted first: the
+    the caller's transaction; how many. Unless `note_ids` are fewer than `graph.REBUILT_FROM`,
+    the notes the cache holds a vector for are counted first: the
     graph is built again around them if they are many (shown on `progress`: `memory.graph`),
     not around notes the cache cannot fill yet (a bulk write's, before `compute`)."""
     where = "" if note_ids is None else "AND n.id = ANY(%s)"
@@ -200,7 +199,7 @@ def _fill(note_ids: list[int] | None, *, lacking: int = 0, progress: Progress | 
     """  # `where` is one of two constants
     arguments: list[Any] = ([note_ids] if note_ids is not None else []) + [MODEL, MAX_CHARS]
     filling = 0
-    if lacking >= graph.REBUILT_FROM:
+    if note_ids is None or len(note_ids) >= graph.REBUILT_FROM:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT count(*) FROM memory_note n, memory_embeddingcache c WHERE {cached}",  # noqa: S608
